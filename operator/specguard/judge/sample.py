@@ -1,0 +1,185 @@
+"""The per-request sample record: the one schema the router writes, the judge reads,
+`specguard judge` loads from JSONL and `specguard evaluate` produces.
+
+One JSON object per line (see docs/samples.md). Field names are stable; new optional
+fields may be added, unknown fields are ignored when reading so old readers keep working.
+
+No field ever holds prompt or completion text.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+SCHEMA_VERSION = 1
+
+Arm = Literal["speculative", "baseline"]
+Role = Literal["serving", "shadow"]
+# How the per-token figure was obtained:
+#   stream_usage  - streamed with usage stats: token counts are exact
+#   stream_chunks - streamed without usage: one chunk counted as one token (a lower bound
+#                   on tokens, so TPOT is an upper bound when a drafter packs chunks)
+#   non_stream    - no stream: only e2e latency and usage; no TTFT, TPOT is e2e/(tokens)
+Measurement = Literal["stream_usage", "stream_chunks", "non_stream"]
+
+ARMS: tuple[Arm, ...] = ("speculative", "baseline")
+ROLES: tuple[Role, ...] = ("serving", "shadow")
+MEASUREMENTS: tuple[Measurement, ...] = ("stream_usage", "stream_chunks", "non_stream")
+
+
+class SampleError(ValueError):
+    """A sample record that does not follow the schema; the message names the field."""
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One request's measurement on one arm.
+
+    Times are seconds. ``tpot_s`` is (t_last_token - t_first_token) / (output_tokens - 1),
+    per token, never per chunk; None when fewer than two tokens came back.
+    ``chunk_tpot_s`` is the median over chunks of (gap to previous chunk / tokens in the
+    chunk), known only when the stream carried continuous usage stats.
+    ``concurrency`` is the in-flight requests on that pod when this one started
+    (this one included).
+    """
+
+    arm: Arm
+    role: Role
+    pod: str
+    domain: str
+    started_at: float
+    concurrency: int
+    output_tokens: int
+    e2e_s: float
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+    chunk_tpot_s: float | None = None
+    measurement: Measurement = "stream_usage"
+    status: int = 200
+    pair_id: str | None = None
+    prompt_tokens: int | None = None
+
+    @property
+    def ok(self) -> bool:
+        return 200 <= self.status < 300
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"v": SCHEMA_VERSION, **asdict(self)}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), separators=(",", ":"), allow_nan=False)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Sample:
+        return _parse(data)
+
+
+
+def _require(data: Mapping[str, Any], name: str) -> Any:
+    if name not in data or data[name] is None:
+        raise SampleError(f"{name}: required field is missing")
+    return data[name]
+
+
+def _number(data: Mapping[str, Any], name: str, *, optional: bool) -> float | None:
+    value = data.get(name)
+    if value is None:
+        if optional:
+            return None
+        raise SampleError(f"{name}: required field is missing")
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise SampleError(f"{name}: expected a number, got {type(value).__name__}")
+    number = float(value)
+    if not math.isfinite(number) or number < 0:
+        raise SampleError(f"{name}: expected a finite number >= 0, got {value!r}")
+    return number
+
+
+def _integer(data: Mapping[str, Any], name: str, default: int | None = None) -> int:
+    value = data.get(name, default)
+    if value is None:
+        raise SampleError(f"{name}: required field is missing")
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise SampleError(f"{name}: expected a whole number >= 0, got {value!r}")
+    return value
+
+
+def _choice(data: Mapping[str, Any], name: str, allowed: tuple[str, ...], default: str | None = None) -> Any:
+    value = data.get(name, default)
+    if value not in allowed:
+        raise SampleError(f"{name}: expected one of {', '.join(allowed)}, got {value!r}")
+    return value
+
+
+def _parse(data: Mapping[str, Any]) -> Sample:
+    if not isinstance(data, Mapping):
+        raise SampleError(f"record: expected a JSON object, got {type(data).__name__}")
+    version = data.get("v", SCHEMA_VERSION)
+    if version != SCHEMA_VERSION:
+        raise SampleError(f"v: unsupported schema version {version!r} (this reader knows {SCHEMA_VERSION})")
+    pod = _require(data, "pod")
+    domain = _require(data, "domain")
+    for name, value in (("pod", pod), ("domain", domain)):
+        if not isinstance(value, str):
+            raise SampleError(f"{name}: expected a string, got {type(value).__name__}")
+    pair_id = data.get("pair_id")
+    if pair_id is not None and not isinstance(pair_id, str):
+        raise SampleError(f"pair_id: expected a string or null, got {type(pair_id).__name__}")
+    prompt_tokens = data.get("prompt_tokens")
+    return Sample(
+        arm=_choice(data, "arm", ARMS),
+        role=_choice(data, "role", ROLES),
+        pod=pod,
+        domain=domain,
+        started_at=_number(data, "started_at", optional=False) or 0.0,
+        concurrency=_integer(data, "concurrency"),
+        output_tokens=_integer(data, "output_tokens"),
+        e2e_s=_number(data, "e2e_s", optional=False) or 0.0,
+        ttft_s=_number(data, "ttft_s", optional=True),
+        tpot_s=_number(data, "tpot_s", optional=True),
+        chunk_tpot_s=_number(data, "chunk_tpot_s", optional=True),
+        measurement=_choice(data, "measurement", MEASUREMENTS, "stream_usage"),
+        status=_integer(data, "status", 200),
+        pair_id=pair_id,
+        prompt_tokens=None if prompt_tokens is None else _integer(data, "prompt_tokens"),
+    )
+
+
+def parse_lines(lines: Iterable[str]) -> Iterator[Sample]:
+    """Samples from JSONL text; a bad line raises SampleError naming its line number."""
+    for number, line in enumerate(lines, start=1):
+        text = line.strip()
+        if not text:
+            continue
+        try:
+            yield _parse(json.loads(text))
+        except json.JSONDecodeError as exc:
+            raise SampleError(f"line {number}: not JSON ({exc.msg})") from exc
+        except SampleError as exc:
+            raise SampleError(f"line {number}: {exc}") from exc
+
+
+def tpot(first_token_at: float, last_token_at: float, tokens: int) -> float | None:
+    """Per-token latency of one request: the decode time spread over the tokens after the first."""
+    if tokens < 2:
+        return None
+    return max(last_token_at - first_token_at, 0.0) / (tokens - 1)
+
+
+__all__ = [
+    "ARMS",
+    "MEASUREMENTS",
+    "ROLES",
+    "SCHEMA_VERSION",
+    "Arm",
+    "Measurement",
+    "Role",
+    "Sample",
+    "SampleError",
+    "parse_lines",
+    "tpot",
+]

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Set up a development environment in .venv.
+#   scripts/setup.sh            Python environment only (enough for render, sim, router, judge, evaluate)
+#   scripts/setup.sh --cluster  also Debian packages (etcd, Prometheus, Go) and the local control plane
+# Idempotent; heavy builds are cached under ~/.cache/specguard.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+want_cluster=0
+[ "${1:-}" = "--cluster" ] && want_cluster=1
+
+say() { echo "setup: $*" >&2; }
+
+if [ "$want_cluster" = 1 ]; then
+  missing=()
+  command -v etcd >/dev/null || missing+=(etcd-server)
+  command -v prometheus >/dev/null || missing+=(prometheus)
+  command -v go >/dev/null || missing+=(golang-go)
+  if [ "${#missing[@]}" -gt 0 ]; then
+    say "installing Debian packages: ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq "${missing[@]}" >/dev/null
+  fi
+  if [ -z "${KUBEBUILDER_ASSETS:-}" ]; then
+    bash scripts/build-control-plane.sh
+  fi
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  say "creating .venv"
+  python3 -m venv .venv
+fi
+if ! .venv/bin/python -c "import specguard, pytest" 2>/dev/null || [ pyproject.toml -nt .venv/.installed ]; then
+  say "installing specguard and its development dependencies into .venv"
+  .venv/bin/pip install -q -U pip >/dev/null
+  .venv/bin/pip install -q -e '.[dev,fast]'
+  touch .venv/.installed
+fi
+say "ready"
