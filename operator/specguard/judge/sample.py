@@ -78,7 +78,6 @@ class Sample:
         return _parse(data)
 
 
-
 def _require(data: Mapping[str, Any], name: str) -> Any:
     if name not in data or data[name] is None:
         raise SampleError(f"{name}: required field is missing")
@@ -105,10 +104,12 @@ def _integer(data: Mapping[str, Any], name: str, default: int | None = None) -> 
         raise SampleError(f"{name}: required field is missing")
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise SampleError(f"{name}: expected a whole number >= 0, got {value!r}")
-    return value
+    return int(value)
 
 
-def _choice(data: Mapping[str, Any], name: str, allowed: tuple[str, ...], default: str | None = None) -> Any:
+def _choice(
+    data: Mapping[str, Any], name: str, allowed: tuple[str, ...], default: str | None = None
+) -> Any:
     value = data.get(name, default)
     if value not in allowed:
         raise SampleError(f"{name}: expected one of {', '.join(allowed)}, got {value!r}")
@@ -120,7 +121,9 @@ def _parse(data: Mapping[str, Any]) -> Sample:
         raise SampleError(f"record: expected a JSON object, got {type(data).__name__}")
     version = data.get("v", SCHEMA_VERSION)
     if version != SCHEMA_VERSION:
-        raise SampleError(f"v: unsupported schema version {version!r} (this reader knows {SCHEMA_VERSION})")
+        raise SampleError(
+            f"v: unsupported schema version {version!r} (this reader knows {SCHEMA_VERSION})"
+        )
     pod = _require(data, "pod")
     domain = _require(data, "domain")
     for name, value in (("pod", pod), ("domain", domain)):

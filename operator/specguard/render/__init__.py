@@ -1,1 +1,57 @@
-"""specguard.render."""
+"""Pure rendering: a SpeculativeDeployment and the effective mode → Kubernetes objects.
+
+No I/O and no cluster state: the same input always gives the same objects in the same
+order, so the operator can diff them against the cluster and tests can compare them with
+committed YAML.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from specguard.api import constants as c
+from specguard.api.resource import SpeculativeDeployment
+from specguard.render.router import (
+    desired_router_deployment,
+    desired_router_role,
+    desired_router_role_binding,
+    desired_router_service_account,
+)
+from specguard.render.services import desired_arm_service, desired_front_service
+from specguard.render.vllm import speculative_config, vllm_args
+from specguard.render.workloads import arm_replicas, desired_arm_deployment
+
+
+def desired_arm_deployments(sd: SpeculativeDeployment, mode: str) -> list[dict[str, Any]]:
+    replicas = arm_replicas(sd.spec, mode)
+    return [desired_arm_deployment(sd, arm, replicas[arm]) for arm in c.ARMS]
+
+
+def render_all(sd: SpeculativeDeployment, mode: str = c.ARM_SPECULATIVE) -> list[dict[str, Any]]:
+    """Every object specguard owns for ``sd`` in ``mode``, in a stable order: RBAC first
+    (what pods need before they start), then Services, then Deployments."""
+    return [
+        desired_router_service_account(sd),
+        desired_router_role(sd),
+        desired_router_role_binding(sd),
+        desired_front_service(sd),
+        *(desired_arm_service(sd, arm) for arm in c.ARMS),
+        *desired_arm_deployments(sd, mode),
+        desired_router_deployment(sd),
+    ]
+
+
+__all__ = [
+    "arm_replicas",
+    "desired_arm_deployment",
+    "desired_arm_deployments",
+    "desired_arm_service",
+    "desired_front_service",
+    "desired_router_deployment",
+    "desired_router_role",
+    "desired_router_role_binding",
+    "desired_router_service_account",
+    "render_all",
+    "speculative_config",
+    "vllm_args",
+]

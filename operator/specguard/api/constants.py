@@ -1,0 +1,90 @@
+"""Names every room shares: the API group, the resource's names, labels and annotations.
+
+Import these instead of spelling the strings: a typo in a label selector finds no pods and
+fails silently.
+"""
+
+from __future__ import annotations
+
+from typing import Final, Literal
+
+GROUP: Final = "specguard.io"
+VERSION: Final = "v1alpha1"
+API_VERSION: Final = f"{GROUP}/{VERSION}"
+KIND: Final = "SpeculativeDeployment"
+LIST_KIND: Final = "SpeculativeDeploymentList"
+PLURAL: Final = "speculativedeployments"
+SINGULAR: Final = "speculativedeployment"
+SHORT_NAMES: Final = ("sd",)
+CATEGORIES: Final = ("specguard", "all")
+CRD_NAME: Final = f"{PLURAL}.{GROUP}"
+
+# Arms and their roles. An arm is what a Deployment runs (drafter on or off); a role is
+# what the router does with it (serve clients, or receive the mirrored share).
+Arm = Literal["speculative", "baseline"]
+Role = Literal["serving", "shadow"]
+Mode = Arm  # status.mode names the arm that serves
+ARM_SPECULATIVE: Final = "speculative"
+ARM_BASELINE: Final = "baseline"
+ARMS: Final = (ARM_SPECULATIVE, ARM_BASELINE)
+ARM_SUFFIX: Final[dict[str, str]] = {ARM_SPECULATIVE: "spec", ARM_BASELINE: "base"}
+
+# Labels on the vLLM pods of each arm.
+LABEL_DEPLOYMENT: Final = "specguard.io/deployment"  # <name> of the SpeculativeDeployment
+LABEL_ARM: Final = "specguard.io/arm"  # speculative | baseline
+# Router pods carry this instead of LABEL_DEPLOYMENT, so that a selector on
+# specguard.io/deployment=<name> finds vLLM pods only.
+LABEL_ROUTER: Final = "specguard.io/router"  # <name> of the SpeculativeDeployment
+
+LABEL_APP_NAME: Final = "app.kubernetes.io/name"
+LABEL_APP_INSTANCE: Final = "app.kubernetes.io/instance"
+LABEL_APP_COMPONENT: Final = "app.kubernetes.io/component"
+LABEL_APP_PART_OF: Final = "app.kubernetes.io/part-of"
+LABEL_APP_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
+LABEL_APP_VERSION: Final = "app.kubernetes.io/version"
+MANAGED_BY: Final = "specguard"
+
+# Manual overrides (the operator never writes the user's spec).
+ANNOTATION_PIN_MODE: Final = "specguard.io/pin-mode"  # "speculative" | "baseline"
+ANNOTATION_RETRY: Final = "specguard.io/retry"  # any new value: clear the flap stop, re-evaluate
+
+# Condition types (metav1.Condition.type) the operator sets.
+CONDITION_READY: Final = "Ready"
+CONDITION_SPEC_VALID: Final = "SpecValid"
+CONDITION_SPECULATING: Final = "Speculating"
+CONDITION_EVALUATING: Final = "Evaluating"
+CONDITION_ROLLED_BACK: Final = "RolledBack"
+CONDITION_JUDGE_DEGRADED: Final = "JudgeDegraded"
+CONDITION_TYPES: Final = (
+    CONDITION_READY,
+    CONDITION_SPEC_VALID,
+    CONDITION_SPECULATING,
+    CONDITION_EVALUATING,
+    CONDITION_ROLLED_BACK,
+    CONDITION_JUDGE_DEGRADED,
+)
+
+# specguard's own image and the port its router listens on inside the pod.
+SPECGUARD_IMAGE_REPOSITORY: Final = "ghcr.io/specguard/specguard"
+ROUTER_PORT: Final = 8080
+ROUTER_REPLICAS: Final = 2
+
+# status.transitions keeps only the most recent entries so the object stays small.
+MAX_TRANSITIONS: Final = 20
+
+
+def arm_deployment_name(name: str, arm: str) -> str:
+    """`<name>-spec` for the speculative arm, `<name>-base` for the baseline arm."""
+    return f"{name}-{ARM_SUFFIX[arm]}"
+
+
+def router_name(name: str) -> str:
+    return f"{name}-router"
+
+
+def specguard_image(version: str | None = None) -> str:
+    if version is None:
+        from specguard import __version__
+
+        version = __version__
+    return f"{SPECGUARD_IMAGE_REPOSITORY}:{version}"

@@ -1,0 +1,63 @@
+"""Durations as the resource spells them ("60s", "30m", "6h", "1h30m") and as seconds.
+
+The wire form is a subset of Go's duration syntax (whole hours, minutes and seconds, in
+that order), so Kubernetes CEL's ``duration()`` reads the same strings the operator does.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Final
+
+from pydantic import BeforeValidator, PlainSerializer, WithJsonSchema
+
+DURATION_PATTERN: Final = r"^([0-9]+h)?([0-9]+m)?([0-9]+s)?$"
+_DURATION_RE: Final = re.compile(DURATION_PATTERN)
+
+
+def parse_duration(text: str) -> int:
+    """Seconds in ``text``; ValueError naming the accepted form otherwise."""
+    match = _DURATION_RE.fullmatch(text.strip()) if text.strip() else None
+    if match is None:
+        raise ValueError(
+            f"invalid duration {text!r}: use whole hours, minutes and seconds like "
+            "'60s', '30m', '6h' or '1h30m'"
+        )
+    hours, minutes, seconds = (int(group[:-1]) if group else 0 for group in match.groups())
+    return hours * 3600 + minutes * 60 + seconds
+
+
+def format_duration(seconds: int) -> str:
+    """The shortest wire form of ``seconds``: 90 -> "1m30s", 3600 -> "1h", 0 -> "0s"."""
+    if seconds < 0:
+        raise ValueError(f"negative duration: {seconds}")
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    text = "".join(
+        f"{value}{unit}" for value, unit in ((hours, "h"), (minutes, "m"), (secs, "s")) if value
+    )
+    return text or "0s"
+
+
+def _coerce(value: Any) -> int:
+    # Python callers may pass seconds; the wire (YAML, JSON) always carries strings.
+    if isinstance(value, bool):
+        raise ValueError("a duration is a string like '60s' or '30m'")
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError(f"negative duration: {value}")
+        return value
+    if isinstance(value, str):
+        return parse_duration(value)
+    raise ValueError("a duration is a string like '60s' or '30m'")
+
+
+# A field holding a duration: seconds (int) in Python, a duration string on the wire.
+Duration = Annotated[
+    int,
+    BeforeValidator(_coerce),
+    PlainSerializer(format_duration, return_type=str, when_used="unless-none"),
+    WithJsonSchema(
+        {"type": "string", "pattern": DURATION_PATTERN, "minLength": 2, "maxLength": 32}
+    ),
+]

@@ -1,0 +1,121 @@
+"""Checks before a sweep: each endpoint answers, serves the model, and the with-drafter one
+exports spec-decode counters. Each problem is one line for the user, never a traceback."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+import aiohttp
+
+from specguard.evaluate import metrics
+from specguard.evaluate.sweep import Endpoint
+from specguard.judge.sample import Arm
+
+LABELS: dict[Arm, str] = {"speculative": "--with-drafter", "baseline": "--without-drafter"}
+
+
+class PreflightError(RuntimeError):
+    """The sweep cannot start; the message is one line."""
+
+
+@dataclass(slots=True)
+class Preflight:
+    endpoints: dict[Arm, Endpoint]
+    # False when the with-drafter endpoint has no spec-decode counters (no acceptance length).
+    spec_metrics: bool
+    # The drafter's k as the per-position counter shows it, when exported.
+    draft_positions: int | None
+    warnings: list[str] = field(default_factory=list)
+
+
+async def _models(session: aiohttp.ClientSession, arm: Arm, url: str) -> list[str]:
+    flag = LABELS[arm]
+    try:
+        async with session.get(f"{url}/v1/models") as resp:
+            if resp.status != 200:
+                raise PreflightError(
+                    f"{flag} {url}: GET /v1/models answered HTTP {resp.status} "
+                    "(is this an OpenAI-compatible server that has finished loading?)"
+                )
+            data = await resp.json(content_type=None)
+    except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        reason = str(exc) or type(exc).__name__
+        raise PreflightError(f"{flag} {url}: unreachable ({reason})") from exc
+    except ValueError as exc:
+        raise PreflightError(f"{flag} {url}: GET /v1/models did not return JSON") from exc
+    items = data.get("data") if isinstance(data, dict) else None
+    ids = [m["id"] for m in items or [] if isinstance(m, dict) and isinstance(m.get("id"), str)]
+    if not ids:
+        raise PreflightError(f"{flag} {url}: GET /v1/models lists no model")
+    return ids
+
+
+async def _metrics(session: aiohttp.ClientSession, url: str) -> metrics.Snapshot | None:
+    try:
+        async with session.get(f"{url}/metrics") as resp:
+            if resp.status != 200:
+                return None
+            return metrics.parse(await resp.text())
+    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
+        return None
+
+
+async def check(with_drafter: str, without_drafter: str, model: str | None) -> Preflight:
+    urls: dict[Arm, str] = {"speculative": with_drafter.rstrip("/"), "baseline": without_drafter.rstrip("/")}
+    timeout = aiohttp.ClientTimeout(total=15, sock_connect=5)
+    warnings: list[str] = []
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        served: dict[Arm, list[str]] = {}
+        for arm, url in urls.items():
+            served[arm] = await _models(session, arm, url)
+        names: dict[Arm, str] = {}
+        for arm, ids in served.items():
+            if model is None:
+                names[arm] = ids[0]
+            elif model in ids:
+                names[arm] = model
+            else:
+                raise PreflightError(
+                    f"--model: {model!r} is not served by {LABELS[arm]} {urls[arm]} "
+                    f"(it serves: {', '.join(ids)})"
+                )
+        if names["speculative"] != names["baseline"]:
+            warnings.append(
+                f"the endpoints serve different model names ({names['speculative']!r} vs "
+                f"{names['baseline']!r}); pass --model if they are not the same model"
+            )
+        spec_snap = await _metrics(session, urls["speculative"])
+        base_snap = await _metrics(session, urls["baseline"])
+    spec_has = spec_snap is not None and spec_snap.has_spec_decode
+    base_has = base_snap is not None and base_snap.has_spec_decode
+    if not spec_has and base_has:
+        raise PreflightError(
+            f"--with-drafter {urls['speculative']} exports no spec-decode metrics but "
+            f"--without-drafter {urls['baseline']} does: the two URLs look swapped"
+        )
+    if spec_snap is None:
+        warnings.append(
+            f"--with-drafter {urls['speculative']}: no readable /metrics; acceptance length "
+            "will not be reported"
+        )
+    elif not spec_has:
+        warnings.append(
+            f"--with-drafter {urls['speculative']}: /metrics has no vllm:spec_decode_* counters "
+            "(is the drafter on?); acceptance length will not be reported"
+        )
+    if base_has:
+        warnings.append(
+            f"--without-drafter {urls['baseline']}: exports spec-decode counters, so it runs a "
+            "drafter too; the comparison is then drafter vs drafter"
+        )
+    endpoints = {arm: Endpoint(arm=arm, url=urls[arm], model=names[arm]) for arm in urls}
+    return Preflight(
+        endpoints=endpoints,
+        spec_metrics=spec_has,
+        draft_positions=spec_snap.positions if spec_snap is not None else None,
+        warnings=warnings,
+    )
+
+
+__all__ = ["LABELS", "Preflight", "PreflightError", "check"]

@@ -1,0 +1,380 @@
+"""The sweep driver: closed-loop streamed load on both endpoints, one (concurrency, subset)
+cell at a time, measured with the router's `StreamMeter` into `Sample` records.
+
+How a cell runs (docs/evaluate.md explains the choices):
+
+- Both arms run **at the same time** by default (``parallel``), each with its own
+  ``concurrency`` closed-loop workers over the same prompts in the same order. On real
+  deployments the two endpoints are separate GPUs, so running them together is fair and
+  halves the wall time; drifts in the shared parts (client CPU, network, time of day) hit
+  both arms alike instead of whichever arm ran second. ``sequential`` runs the drafter arm,
+  then the baseline, for endpoints that share hardware.
+- The first ``requests`` requests of an arm (or those started within ``duration``) are
+  *measured*; workers keep issuing *filler* requests (next prompts, not recorded) until both
+  arms' measured requests have finished, so every measured request ran at the target
+  concurrency rather than in a draining tail. Fillers still in flight are then cancelled.
+- Measured request ``i`` carries the same prompt on both arms and the pair id
+  ``c<concurrency>/<subset>/<i>``, so the judge can pair them.
+- Subsets run one at a time and both engines are idle before each cell starts, so the
+  spec-decode counter deltas around a cell belong to that subset alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import aiohttp
+
+from specguard.evaluate import metrics
+from specguard.evaluate.promptset import Prompt
+from specguard.judge.sample import Arm, Sample
+from specguard.router.meter import StreamMeter, to_sample
+
+ArmSchedule = Literal["parallel", "sequential"]
+# Status recorded for a request that got no HTTP answer (connection refused, reset, timeout).
+NETWORK_ERROR_STATUS = 599
+# An arm whose first this-many requests all failed is not worth sweeping further.
+ABORT_AFTER_FAILURES = 10
+ROLE_OF: dict[Arm, Literal["serving", "shadow"]] = {"speculative": "serving", "baseline": "shadow"}
+
+
+class SweepError(RuntimeError):
+    """The sweep cannot go on; the message is one line for the user."""
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    arm: Arm
+    url: str
+    model: str
+
+    @property
+    def label(self) -> str:
+        return "with-drafter" if self.arm == "speculative" else "without-drafter"
+
+
+@dataclass(frozen=True, slots=True)
+class SweepSettings:
+    concurrency: tuple[int, ...]
+    requests: int | None = 32
+    duration_s: float | None = None
+    default_max_tokens: int = 128
+    max_tokens: int | None = None
+    arm_schedule: ArmSchedule = "parallel"
+    request_timeout_s: float = 600.0
+    drain_timeout_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        if (self.requests is None) == (self.duration_s is None):
+            raise ValueError("give exactly one of requests or duration_s")
+
+
+@dataclass(slots=True)
+class ArmRun:
+    """One arm's measured requests in one cell."""
+
+    arm: Arm
+    samples: list[Sample] = field(default_factory=list)
+    first_error: str | None = None
+
+    @property
+    def errors(self) -> int:
+        return sum(1 for s in self.samples if not s.ok)
+
+    @property
+    def output_tokens(self) -> int:
+        return sum(s.output_tokens for s in self.samples if s.ok)
+
+    def throughput(self) -> float | None:
+        """Output tokens per second over the measured requests' span (all at the target
+        concurrency, so this is the steady-state output throughput of the endpoint)."""
+        ok = [s for s in self.samples if s.ok]
+        if not ok:
+            return None
+        span = max(s.started_at + s.e2e_s for s in ok) - min(s.started_at for s in ok)
+        return self.output_tokens / span if span > 0 else None
+
+
+@dataclass(slots=True)
+class Cell:
+    """One concurrency level × one subset, both arms."""
+
+    concurrency: int
+    subset: str
+    arms: dict[Arm, ArmRun]
+    acceptance: metrics.Acceptance | None
+    wall_s: float
+
+
+ProgressFn = Callable[[int], None]
+
+
+async def scrape(session: aiohttp.ClientSession, url: str) -> metrics.Snapshot:
+    async with session.get(f"{url}/metrics", timeout=aiohttp.ClientTimeout(total=10)) as resp:
+        if resp.status != 200:
+            raise SweepError(f"GET {url}/metrics answered {resp.status}")
+        return metrics.parse(await resp.text())
+
+
+async def wait_idle(session: aiohttp.ClientSession, url: str, timeout_s: float) -> bool:
+    """Wait until the engine runs and queues nothing (cancelled fillers are aborted)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            snap = await scrape(session, url)
+        except (aiohttp.ClientError, asyncio.TimeoutError, SweepError, ValueError):
+            return False
+        if snap.running == 0 and snap.waiting == 0:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.05)
+
+
+async def _request(
+    session: aiohttp.ClientSession,
+    endpoint: Endpoint,
+    prompt: Prompt,
+    settings: SweepSettings,
+) -> tuple[Any, int, str | None, float]:
+    """Stream one request; returns (Measured, status, error text, wall-clock start)."""
+    body = prompt.body(endpoint.model, settings.default_max_tokens, settings.max_tokens)
+    # The domain header lets a specguard router (or the simulator) tag the request by subset;
+    # a plain vLLM ignores it.
+    headers = {"X-Specguard-Domain": prompt.domain}
+    wall_start = time.time()
+    meter = StreamMeter(time.monotonic())
+    status = NETWORK_ERROR_STATUS
+    error: str | None = None
+    try:
+        async with session.post(f"{endpoint.url}{prompt.path}", json=body, headers=headers) as resp:
+            status = resp.status
+            if status != 200:
+                text = (await resp.text())[:200]
+                error = f"HTTP {status}: {' '.join(text.split())}"
+            else:
+                async for data in resp.content.iter_any():
+                    meter.feed(data, time.monotonic())
+    except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        status = NETWORK_ERROR_STATUS
+        error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    measured = meter.finish(time.monotonic())
+    if status == 200 and not measured.complete and error is None:
+        error = "stream ended without [DONE]"
+        status = NETWORK_ERROR_STATUS
+    return measured, status, error, wall_start
+
+
+class _ArmLoad:
+    """Closed-loop workers for one arm of one cell."""
+
+    def __init__(
+        self,
+        session: aiohttp.ClientSession,
+        endpoint: Endpoint,
+        prompts: Sequence[Prompt],
+        concurrency: int,
+        subset: str,
+        settings: SweepSettings,
+        progress: ProgressFn | None,
+    ) -> None:
+        self.session, self.endpoint, self.prompts = session, endpoint, prompts
+        self.concurrency, self.subset, self.settings = concurrency, subset, settings
+        self.progress = progress
+        self.run = ArmRun(endpoint.arm)
+        self.measured_done = asyncio.Event()
+        self.stop = asyncio.Event()
+        self._next = 0
+        self._in_flight = 0
+        self._outstanding = 0  # measured requests started and not finished
+        self._deadline: float | None = None
+        self._failures_in_a_row = 0
+
+    def _is_measured(self, index: int) -> bool:
+        if self.settings.requests is not None:
+            return index < self.settings.requests
+        assert self._deadline is not None
+        return time.monotonic() < self._deadline
+
+    def _check_done(self) -> None:
+        if self._outstanding > 0:
+            return
+        if self.settings.requests is not None:
+            finished = len(self.run.samples) >= self.settings.requests
+        else:
+            assert self._deadline is not None
+            finished = time.monotonic() >= self._deadline
+        if finished:
+            self.measured_done.set()
+
+    async def _worker(self) -> None:
+        while not self.stop.is_set():
+            index = self._next
+            self._next += 1
+            measured = self._is_measured(index)
+            if measured:
+                self._outstanding += 1
+            prompt = self.prompts[index % len(self.prompts)]
+            self._in_flight += 1
+            concurrency = self._in_flight
+            try:
+                result, status, error, wall_start = await _request(
+                    self.session, self.endpoint, prompt, self.settings
+                )
+            finally:
+                self._in_flight -= 1
+            if not measured:
+                if self.settings.duration_s is not None:
+                    self._check_done()
+                continue
+            self._outstanding -= 1
+            sample = to_sample(
+                result,
+                arm=self.endpoint.arm,
+                role=ROLE_OF[self.endpoint.arm],
+                pod=self.endpoint.url,
+                domain=self.subset,
+                concurrency=concurrency,
+                status=status,
+                pair_id=f"c{self.concurrency}/{self.subset}/{index}",
+                started_at=wall_start,
+            )
+            self.run.samples.append(sample)
+            if sample.ok:
+                self._failures_in_a_row = 0
+            else:
+                self._failures_in_a_row += 1
+                self.run.first_error = self.run.first_error or error or f"HTTP {status}"
+                if self._failures_in_a_row >= ABORT_AFTER_FAILURES and self.run.output_tokens == 0:
+                    raise SweepError(
+                        f"{self.endpoint.label} endpoint {self.endpoint.url}: "
+                        f"{self._failures_in_a_row} requests failed in a row ({self.run.first_error})"
+                    )
+            if self.progress is not None:
+                self.progress(1)
+            self._check_done()
+
+    async def _ticker(self) -> None:
+        # In duration mode an arm can be done without a completion to notice it.
+        while not self.measured_done.is_set():
+            await asyncio.sleep(0.1)
+            self._check_done()
+
+    def start(self) -> list[asyncio.Task[None]]:
+        if self.settings.duration_s is not None:
+            self._deadline = time.monotonic() + self.settings.duration_s
+        tasks = [asyncio.create_task(self._worker()) for _ in range(self.concurrency)]
+        if self.settings.duration_s is not None:
+            tasks.append(asyncio.create_task(self._ticker()))
+        return tasks
+
+
+async def _drive(loads: Sequence[_ArmLoad]) -> None:
+    """Run these arms together until every arm's measured requests are done."""
+    tasks = [task for load in loads for task in load.start()]
+    waiters = [asyncio.create_task(load.measured_done.wait()) for load in loads]
+    try:
+        pending: set[asyncio.Task[Any]] = set(waiters) | set(tasks)
+        while not all(load.measured_done.is_set() for load in loads):
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                failure = task.exception() if task in tasks else None
+                if failure is not None:
+                    raise failure
+    finally:
+        for load in loads:
+            load.stop.set()
+        for task in [*tasks, *waiters]:
+            task.cancel()
+        await asyncio.gather(*tasks, *waiters, return_exceptions=True)
+
+
+async def run_cell(
+    session: aiohttp.ClientSession,
+    endpoints: Mapping[Arm, Endpoint],
+    prompts: Sequence[Prompt],
+    concurrency: int,
+    subset: str,
+    settings: SweepSettings,
+    *,
+    spec_metrics: bool = True,
+    progress: ProgressFn | None = None,
+) -> Cell:
+    """Both arms at one concurrency on one subset's prompts."""
+    for endpoint in endpoints.values():
+        await wait_idle(session, endpoint.url, settings.drain_timeout_s)
+    spec = endpoints["speculative"]
+    before = await _snapshot(session, spec.url) if spec_metrics else None
+    loads = {
+        arm: _ArmLoad(session, endpoint, prompts, concurrency, subset, settings, progress)
+        for arm, endpoint in endpoints.items()
+    }
+    started = time.monotonic()
+    if settings.arm_schedule == "parallel":
+        await _drive(list(loads.values()))
+    else:
+        for load in loads.values():
+            await _drive([load])
+    wall = time.monotonic() - started
+    acceptance = None
+    if before is not None:
+        # Let the cancelled fillers' last steps land before reading the counters.
+        await wait_idle(session, spec.url, settings.drain_timeout_s)
+        after = await _snapshot(session, spec.url)
+        acceptance = metrics.delta(before, after) if after is not None else None
+    return Cell(
+        concurrency=concurrency,
+        subset=subset,
+        arms={arm: load.run for arm, load in loads.items()},
+        acceptance=acceptance,
+        wall_s=wall,
+    )
+
+
+async def _snapshot(session: aiohttp.ClientSession, url: str) -> metrics.Snapshot | None:
+    try:
+        return await scrape(session, url)
+    except (aiohttp.ClientError, asyncio.TimeoutError, SweepError, ValueError):
+        return None
+
+
+async def run_level(
+    endpoints: Mapping[Arm, Endpoint],
+    prompts: Mapping[str, Sequence[Prompt]],
+    concurrency: int,
+    settings: SweepSettings,
+    cells: list[Cell],
+    *,
+    spec_metrics: bool = True,
+    progress: ProgressFn | None = None,
+) -> None:
+    """One concurrency level, every subset in turn. Finished cells are appended to
+    ``cells`` as they complete, so the caller holds a partial result if interrupted."""
+    connector = aiohttp.TCPConnector(limit=0)
+    timeout = aiohttp.ClientTimeout(total=settings.request_timeout_s, sock_connect=10)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        for subset, subset_prompts in prompts.items():
+            cells.append(
+                await run_cell(
+                    session, endpoints, subset_prompts, concurrency, subset, settings,
+                    spec_metrics=spec_metrics, progress=progress,
+                )
+            )
+
+
+__all__ = [
+    "ArmRun",
+    "ArmSchedule",
+    "Cell",
+    "Endpoint",
+    "SweepError",
+    "SweepSettings",
+    "run_cell",
+    "run_level",
+    "scrape",
+    "wait_idle",
+]

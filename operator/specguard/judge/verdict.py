@@ -1,0 +1,441 @@
+"""Verdicts: one window of per-request samples of both arms → regressed / improved / neutral /
+inconclusive, with the numbers behind it.
+
+The quantity judged is how much slower (ratio > 1) or faster (< 1) the speculative arm makes
+a request's per-token latency (TPOT). Which exact statistic depends on the data, and the point
+estimate ``ratio`` and its CI are always of the same statistic (``quantity`` names it):
+
+- paired (enough mirrored pairs, each prompt measured on both arms): the median per-request
+  ratio exp(median_i(log s_i − log b_i)), CI from a bootstrap that resamples pairs. This
+  removes the prompt-to-prompt spread (long vs short outputs, domains), which is most of the
+  variance, so it has far more power than comparing the two arms' medians. It equals the ratio
+  of medians exactly when the drafter scales every request by one factor; when the effect
+  differs by request, it is the typical request's ratio, which is what a user feels. The ratio
+  of the two arms' medians over the same pairs is reported beside it (``ratio_of_medians``)
+  but is not what the CI is about.
+- stratified (otherwise): the ratio of medians, median(speculative TPOTs) ÷ median(baseline
+  TPOTs); CI from a bootstrap that resamples each arm within its concurrency strata, so every
+  resample keeps the arm's mix of concurrencies.
+
+CIs are percentile bootstrap intervals, seeded, vectorised (resamples × samples index matrix).
+Pure: no I/O, no clocks; the same input and seed give the same verdict.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from specguard.judge.sample import ARMS, Arm, Sample
+
+Outcome = Literal["regressed", "improved", "neutral", "inconclusive"]
+Method = Literal["paired", "stratified", "histogram", "none"]
+
+QUANTITY_PAIRED = "median per-request ratio of paired requests"
+QUANTITY_MEDIANS = "ratio of median per-token latency"
+
+OUTCOMES: tuple[Outcome, ...] = ("regressed", "improved", "neutral", "inconclusive")
+BASIS_ROUTER = "router samples (per-request TPOT)"
+
+FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True, slots=True)
+class JudgeSettings:
+    """The parameters of one verdict. Defaults match the resource's ``evaluation`` defaults.
+
+    ``concurrency_tolerance`` / ``concurrency_slack``: the arms' per-pod concurrencies match when
+    they differ by at most ``max(slack, tolerance × the larger)`` — relative at high
+    concurrency, a couple of requests of slack at low concurrency where one request is 50%.
+    """
+
+    tolerance: float = 0.03
+    confidence: float = 0.99
+    min_requests_per_arm: int = 200
+    min_output_tokens: int = 8
+    concurrency_tolerance: float = 0.25
+    concurrency_slack: float = 2.0
+    resamples: int = 2000
+    seed: int = 0
+    min_domain_requests: int = 10
+
+    def __post_init__(self) -> None:
+        checks = (
+            ("tolerance", 0.0 <= self.tolerance < 1.0, "must be in [0, 1)"),
+            ("confidence", 0.5 <= self.confidence < 1.0, "must be in [0.5, 1)"),
+            ("min_requests_per_arm", self.min_requests_per_arm >= 2, "must be at least 2"),
+            ("min_output_tokens", self.min_output_tokens >= 2, "must be at least 2"),
+            ("concurrency_tolerance", self.concurrency_tolerance >= 0, "must be >= 0"),
+            ("concurrency_slack", self.concurrency_slack >= 0, "must be >= 0"),
+            ("resamples", self.resamples >= 100, "must be at least 100"),
+            ("min_domain_requests", self.min_domain_requests >= 1, "must be at least 1"),
+        )
+        for name, ok, problem in checks:
+            value = getattr(self, name)
+            if not ok or (isinstance(value, float) and not math.isfinite(value)):
+                raise ValueError(f"{name}: {problem}, got {value!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class StratumCount:
+    """Samples per arm in one concurrency stratum [low, high] (powers of two)."""
+
+    low: int
+    high: int
+    speculative: int
+    baseline: int
+
+    @property
+    def label(self) -> str:
+        return str(self.low) if self.low == self.high else f"{self.low}-{self.high}"
+
+
+@dataclass(frozen=True, slots=True)
+class DomainRatio:
+    """Ratio of median TPOT for one request domain (point estimate only: domains are small)."""
+
+    domain: str
+    speculative: int
+    baseline: int
+    ratio: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    outcome: Outcome
+    ratio: float | None
+    ci_low: float | None
+    ci_high: float | None
+    confidence: float
+    tolerance: float
+    method: Method
+    basis: str
+    median_s: Mapping[str, float | None]
+    n: Mapping[str, int]
+    quantity: str = QUANTITY_MEDIANS
+    ratio_of_medians: float | None = None
+    n_pairs: int = 0
+    strata: tuple[StratumCount, ...] = ()
+    concurrency: Mapping[str, float | None] = field(default_factory=dict)
+    pod_concurrency: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    domains: tuple[DomainRatio, ...] = ()
+    acceptance_length: float | None = None
+    requests: Mapping[str, int] = field(default_factory=dict)
+    errors: Mapping[str, int] = field(default_factory=dict)
+    excluded: Mapping[str, int] = field(default_factory=dict)
+    reasons: tuple[str, ...] = ()
+
+    @property
+    def actionable(self) -> bool:
+        return self.outcome in ("regressed", "improved")
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["strata"] = [{**asdict(s), "label": s.label} for s in self.strata]
+        data["sentence"] = self.sentence()
+        return data
+
+    def sentence(self) -> str:
+        """One readable sentence with the numbers (condition messages, events, the CLI)."""
+        spec_c, base_c = self.concurrency.get("speculative"), self.concurrency.get("baseline")
+        conc = ""
+        if spec_c is not None and base_c is not None:
+            conc = f", per-pod concurrency {_num(spec_c)} vs {_num(base_c)}"
+        counts = (
+            f"{self.n_pairs} pairs"
+            if self.method == "paired"
+            else f"n {self.n.get('speculative', 0)} vs {self.n.get('baseline', 0)}"
+        )
+        accept = (
+            f", acceptance length {self.acceptance_length:.2f}"
+            if self.acceptance_length is not None
+            else ""
+        )
+        if self.ratio is None or self.ci_low is None or self.ci_high is None:
+            why = "; ".join(self.reasons) or "no data"
+            return f"{self.outcome}: {why} ({counts}{conc}; {self.basis})"
+        med_s, med_b = self.median_s.get("speculative"), self.median_s.get("baseline")
+        meds = f", median {_ms(med_s)} vs {_ms(med_b)} per token" if med_s and med_b else ""
+        text = (
+            f"{self.outcome}: {self.quantity}, speculative ÷ baseline, {self.ratio:.3f} "
+            f"({self.confidence:.0%} CI {self.ci_low:.3f}–{self.ci_high:.3f}, "
+            f"tolerance ±{self.tolerance:.1%}){meds}, {counts}{conc}{accept}; {self.basis}"
+        )
+        if self.reasons:
+            text += f" — {'; '.join(self.reasons)}"
+        return text
+
+
+def _ms(seconds: float | None) -> str:
+    return "n/a" if seconds is None else f"{seconds * 1000:.1f} ms"
+
+
+def _num(value: float) -> str:
+    return f"{value:.0f}" if value >= 10 else f"{value:.1f}"
+
+
+def classify(ci_low: float, ci_high: float, tolerance: float) -> Outcome:
+    """The three-way rule: act only when the whole CI is beyond the tolerance band."""
+    if ci_low > 1.0 + tolerance:
+        return "regressed"
+    if ci_high < 1.0 - tolerance:
+        return "improved"
+    return "neutral"
+
+
+def stratum_of(concurrency: int) -> tuple[int, int]:
+    """Power-of-two concurrency bands: 1, 2-3, 4-7, ... (0 counts as 1)."""
+    c = max(int(concurrency), 1)
+    low = 1 << (c.bit_length() - 1)
+    return low, 2 * low - 1
+
+
+def _usable(sample: Sample, settings: JudgeSettings) -> str | None:
+    """Why a sample cannot be used for TPOT, or None when it can."""
+    if not sample.ok:
+        return "error"
+    if sample.tpot_s is None or not math.isfinite(sample.tpot_s):
+        return "no_tpot"
+    if sample.tpot_s <= 0:
+        # A zero per-token time is no measurement (all tokens in one chunk), not a fast request.
+        return "zero_tpot"
+    if sample.output_tokens < settings.min_output_tokens:
+        return "too_few_tokens"
+    return None
+
+
+def judge(
+    samples: Iterable[Sample],
+    settings: JudgeSettings | None = None,
+    *,
+    acceptance_length: float | None = None,
+    basis: str = BASIS_ROUTER,
+) -> Verdict:
+    """The verdict for one window of samples of both arms. Never raises on data problems:
+    empty, short, NaN or one-sided input gives ``inconclusive`` with reasons."""
+    settings = settings or JudgeSettings()
+    if acceptance_length is not None and not math.isfinite(acceptance_length):
+        acceptance_length = None
+    requests: dict[str, int] = dict.fromkeys(ARMS, 0)
+    errors: dict[str, int] = dict.fromkeys(ARMS, 0)
+    excluded: dict[str, int] = {}
+    usable: dict[Arm, list[Sample]] = {arm: [] for arm in ARMS}
+    for sample in samples:
+        requests[sample.arm] += 1
+        why = _usable(sample, settings)
+        if why == "error":
+            errors[sample.arm] += 1
+        if why is not None:
+            excluded[why] = excluded.get(why, 0) + 1
+            continue
+        usable[sample.arm].append(sample)
+
+    pairs = _pairs(usable["speculative"], usable["baseline"])
+    paired = len(pairs) >= settings.min_requests_per_arm
+    if paired:
+        chosen: dict[Arm, list[Sample]] = {
+            "speculative": [s for s, _ in pairs],
+            "baseline": [b for _, b in pairs],
+        }
+    else:
+        chosen = usable
+    values = {arm: _tpots(chosen[arm]) for arm in ARMS}
+    n: dict[str, int] = {arm: len(chosen[arm]) for arm in ARMS}
+    medians: dict[str, float | None] = {
+        arm: float(np.median(values[arm])) if n[arm] else None for arm in ARMS
+    }
+    concurrency: dict[str, float | None] = {
+        arm: float(np.median([s.concurrency for s in chosen[arm]])) if n[arm] else None
+        for arm in ARMS
+    }
+    base = {
+        "confidence": settings.confidence,
+        "tolerance": settings.tolerance,
+        "basis": basis,
+        "median_s": medians,
+        "n": n,
+        "n_pairs": len(pairs),
+        "ratio_of_medians": (
+            medians["speculative"] / medians["baseline"]  # type: ignore[operator]
+            if n["speculative"] and n["baseline"] and medians["baseline"]
+            else None
+        ),
+        "strata": _strata(chosen),
+        "concurrency": concurrency,
+        "pod_concurrency": {arm: _pod_concurrency(chosen[arm]) for arm in ARMS},
+        "domains": _domains(chosen, settings.min_domain_requests),
+        "acceptance_length": acceptance_length,
+        "requests": requests,
+        "errors": errors,
+        "excluded": excluded,
+    }
+
+    reasons = _insufficient(n, concurrency, settings)
+    med_s, med_b = medians["speculative"], medians["baseline"]
+    if reasons or med_s is None or med_b is None:
+        return Verdict(
+            outcome="inconclusive",
+            ratio=None,
+            ci_low=None,
+            ci_high=None,
+            method="none",
+            reasons=tuple(reasons) or ("no data",),
+            **base,  # type: ignore[arg-type]
+        )
+    rng = np.random.default_rng(settings.seed)
+    if paired:
+        log_ratios = np.log(values["speculative"]) - np.log(values["baseline"])
+        ratio = float(np.exp(np.median(log_ratios)))
+        boot = _paired_bootstrap(log_ratios, settings.resamples, rng)
+    else:
+        ratio = med_s / med_b
+        boot = _stratified_ratio_bootstrap(chosen, settings.resamples, rng)
+    alpha = 1.0 - settings.confidence
+    ci_low, ci_high = (float(q) for q in np.quantile(boot, [alpha / 2, 1 - alpha / 2]))
+    # The percentile interval of a median can exclude the point estimate on tiny, tied data;
+    # widen it to contain the estimate so ratio and CI never contradict each other.
+    ci_low, ci_high = min(ci_low, ratio), max(ci_high, ratio)
+    return Verdict(
+        outcome=classify(ci_low, ci_high, settings.tolerance),
+        ratio=ratio,
+        ci_low=ci_low,
+        ci_high=ci_high,
+        method="paired" if paired else "stratified",
+        quantity=QUANTITY_PAIRED if paired else QUANTITY_MEDIANS,
+        **base,  # type: ignore[arg-type]
+    )
+
+
+def _insufficient(
+    n: Mapping[str, int], concurrency: Mapping[str, float | None], settings: JudgeSettings
+) -> list[str]:
+    reasons: list[str] = []
+    short = [f"{arm} {n[arm]}" for arm in ARMS if n[arm] < settings.min_requests_per_arm]
+    if short:
+        reasons.append(
+            f"too few usable requests ({', '.join(short)}; need {settings.min_requests_per_arm}"
+            " per arm)"
+        )
+    spec_c, base_c = concurrency["speculative"], concurrency["baseline"]
+    if spec_c is not None and base_c is not None:
+        allowed = max(
+            settings.concurrency_slack, settings.concurrency_tolerance * max(spec_c, base_c)
+        )
+        if abs(spec_c - base_c) > allowed:
+            reasons.append(
+                f"mismatched concurrency (speculative {_num(spec_c)} vs baseline {_num(base_c)}"
+                f" per pod; allowed difference {_num(allowed)})"
+            )
+    return reasons
+
+
+def _tpots(samples: Sequence[Sample]) -> FloatArray:
+    return np.fromiter((s.tpot_s or 0.0 for s in samples), dtype=np.float64, count=len(samples))
+
+
+def _pairs(spec: Sequence[Sample], base: Sequence[Sample]) -> list[tuple[Sample, Sample]]:
+    """Pairs whose pair_id matches exactly one usable sample on each arm."""
+    by_id: dict[str, list[Sample]] = {}
+    for s in base:
+        if s.pair_id is not None:
+            by_id.setdefault(s.pair_id, []).append(s)
+    seen: dict[str, int] = {}
+    for s in spec:
+        if s.pair_id is not None:
+            seen[s.pair_id] = seen.get(s.pair_id, 0) + 1
+    pairs = []
+    for s in spec:
+        if s.pair_id is None or seen[s.pair_id] != 1:
+            continue
+        match = by_id.get(s.pair_id, [])
+        if len(match) == 1:
+            pairs.append((s, match[0]))
+    return pairs
+
+
+def _paired_bootstrap(
+    log_ratios: FloatArray, resamples: int, rng: np.random.Generator
+) -> FloatArray:
+    idx = rng.integers(0, log_ratios.size, size=(resamples, log_ratios.size))
+    ratio: FloatArray = np.exp(np.median(log_ratios[idx], axis=1))
+    return ratio
+
+
+def _stratified_medians(
+    samples: Sequence[Sample], resamples: int, rng: np.random.Generator
+) -> FloatArray:
+    """Bootstrap medians of one arm, resampling within each concurrency stratum."""
+    ordered = sorted(samples, key=lambda s: stratum_of(s.concurrency))
+    values = _tpots(ordered)
+    strata = np.array([stratum_of(s.concurrency)[0] for s in ordered])
+    starts = np.flatnonzero(np.r_[True, strata[1:] != strata[:-1]])
+    sizes = np.diff(np.r_[starts, strata.size])
+    columns = [
+        rng.integers(0, size, size=(resamples, size)) + start
+        for start, size in zip(starts, sizes, strict=True)
+    ]
+    medians: FloatArray = np.median(values[np.hstack(columns)], axis=1)
+    return medians
+
+
+def _stratified_ratio_bootstrap(
+    chosen: Mapping[Arm, Sequence[Sample]], resamples: int, rng: np.random.Generator
+) -> FloatArray:
+    spec = _stratified_medians(chosen["speculative"], resamples, rng)
+    base = _stratified_medians(chosen["baseline"], resamples, rng)
+    ratio: FloatArray = spec / base
+    return ratio
+
+
+def _strata(chosen: Mapping[Arm, Sequence[Sample]]) -> tuple[StratumCount, ...]:
+    counts: dict[tuple[int, int], dict[str, int]] = {}
+    for arm in ARMS:
+        for s in chosen[arm]:
+            slot = counts.setdefault(stratum_of(s.concurrency), dict.fromkeys(ARMS, 0))
+            slot[arm] += 1
+    return tuple(
+        StratumCount(low, high, c["speculative"], c["baseline"])
+        for (low, high), c in sorted(counts.items())
+    )
+
+
+def _pod_concurrency(samples: Sequence[Sample]) -> dict[str, float]:
+    by_pod: dict[str, list[int]] = {}
+    for s in samples:
+        by_pod.setdefault(s.pod, []).append(s.concurrency)
+    return {pod: float(np.median(c)) for pod, c in sorted(by_pod.items())}
+
+
+def _domains(chosen: Mapping[Arm, Sequence[Sample]], minimum: int) -> tuple[DomainRatio, ...]:
+    by_domain: dict[str, dict[str, list[float]]] = {}
+    for arm in ARMS:
+        for s in chosen[arm]:
+            by_domain.setdefault(s.domain, {a: [] for a in ARMS})[arm].append(s.tpot_s or 0.0)
+    result = []
+    for domain, arms in sorted(by_domain.items()):
+        spec, base = arms["speculative"], arms["baseline"]
+        ratio = None
+        if len(spec) >= minimum and len(base) >= minimum:
+            ratio = float(np.median(spec) / np.median(base))
+        result.append(DomainRatio(domain, len(spec), len(base), ratio))
+    return tuple(result)
+
+
+__all__ = [
+    "BASIS_ROUTER",
+    "OUTCOMES",
+    "DomainRatio",
+    "JudgeSettings",
+    "Method",
+    "Outcome",
+    "StratumCount",
+    "Verdict",
+    "classify",
+    "judge",
+    "stratum_of",
+]

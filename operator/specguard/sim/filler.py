@@ -1,0 +1,34 @@
+"""Generated text: filler words, never the prompt.
+
+Every token is a short plain-ASCII word with a leading space, so a run of tokens is a
+valid JSON string body without escaping (the server splices it into pre-encoded chunks).
+"""
+
+from __future__ import annotations
+
+import random
+
+_TEXT = """
+the of and to in is that for it as with was on be by this are from at or an
+model token step batch draft value state result system output signal vector
+graph layer cache queue metric window sample latency stream verify accept
+alpha beta gamma delta omega theta lambda sigma kappa rho
+"""
+WORDS: tuple[str, ...] = tuple(" " + w for w in _TEXT.split())
+
+# Tool-call arguments: an opening fragment, filler words, a closing fragment, each one
+# token, so the arguments are valid JSON when the call finishes naturally.
+TOOL_OPEN = '{"query": "'
+TOOL_CLOSE = '"}'
+
+
+def tool_tokens(rng: random.Random, n: int) -> list[str]:
+    """``n`` tokens of tool-call arguments (valid JSON once all ``n`` are joined)."""
+    if n <= 0:
+        return []
+    if n == 1:
+        return ["{}"]
+    middle = [w.strip() + " " for w in rng.choices(WORDS, k=n - 2)]
+    if middle:
+        middle[-1] = middle[-1].rstrip()
+    return [TOOL_OPEN, *middle, TOOL_CLOSE]

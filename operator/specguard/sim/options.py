@@ -1,0 +1,176 @@
+"""The simulator's command line: vLLM's serve flags plus the simulator's own."""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+from dataclasses import dataclass
+
+from specguard.sim.metrics import ITL_BUCKETS
+from specguard.sim.profiles import DEFAULT_PROFILE, PROFILES, Profile
+from specguard.sim.specconfig import SpecConfig, SpecConfigError, parse_spec_config
+
+
+class OptionError(ValueError):
+    """Bad command line; the message names the flag."""
+
+
+@dataclass(frozen=True, slots=True)
+class SimOptions:
+    model: str
+    served_model_names: tuple[str, ...]
+    host: str
+    port: int
+    tensor_parallel_size: int
+    max_num_seqs: int
+    max_model_len: int
+    spec: SpecConfig | None
+    itl_buckets: tuple[float, ...]
+    force_include_usage: bool
+    profile: Profile
+    time_scale: float
+    seed: int | None
+    startup_delay: float
+    fail_after: int | None
+    error_rate: float
+    port_file: str | None
+    unknown: tuple[str, ...]
+
+    @property
+    def served_model_name(self) -> str:
+        return self.served_model_names[0]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="specguard sim",
+        description="vLLM simulator with speculative-decoding economics "
+        "(accepts `vllm serve` flags; unknown vLLM flags are ignored with a warning).",
+    )
+    p.add_argument("model_tag", nargs="?", help="model name (as `vllm serve MODEL`)")
+    p.add_argument("--model", dest="model_flag")
+    p.add_argument("--served-model-name", nargs="+")
+    p.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
+    p.add_argument("--host", default="0.0.0.0")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--max-num-seqs", type=int, default=256)
+    p.add_argument("--max-model-len", type=int, default=32768)
+    p.add_argument("--speculative-config", "-sc")
+    p.add_argument("--custom-histogram-buckets")
+    p.add_argument("--enable-force-include-usage", action="store_true")
+    sim = p.add_argument_group("simulator")
+    sim.add_argument("--profile", default=DEFAULT_PROFILE, help=f"one of {', '.join(PROFILES)}")
+    sim.add_argument(
+        "--time-scale", type=float, default=1.0,
+        help="multiply every simulated duration (engine steps, prefill) by this factor",
+    )  # fmt: skip
+    sim.add_argument("--seed", type=int, default=None)
+    sim.add_argument(
+        "--startup-delay", type=float, default=0.0,
+        help="seconds (wall clock, not scaled) during which the port is bound but nothing "
+        "is answered, like a loading vLLM",
+    )  # fmt: skip
+    sim.add_argument(
+        "--fail-after", type=int, default=None,
+        help="after N completion requests the engine is dead: /health 503, requests 500",
+    )  # fmt: skip
+    sim.add_argument(
+        "--error-rate", type=float, default=0.0,
+        help="fraction of completion requests answered with a 500 error",
+    )  # fmt: skip
+    sim.add_argument("--port-file", help=argparse.SUPPRESS)
+    return p
+
+
+def _buckets(text: str | None) -> tuple[float, ...]:
+    if text is None:
+        return ITL_BUCKETS
+    flag = "--custom-histogram-buckets"
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise OptionError(f"{flag}: invalid JSON: {exc.msg}") from None
+    if isinstance(raw, dict):
+        unknown = sorted(set(raw) - {"inter_token_latency"})
+        if unknown:
+            raise OptionError(
+                f"{flag}: unknown histogram family {unknown[0]!r} (known: inter_token_latency)"
+            )
+        raw = raw.get("inter_token_latency", list(ITL_BUCKETS))
+    if (
+        not isinstance(raw, list)
+        or not raw
+        or not all(isinstance(x, int | float) and not isinstance(x, bool) for x in raw)
+    ):
+        raise OptionError(f"{flag}: expected a non-empty list of numbers")
+    values = [float(x) for x in raw]
+    if any(not math.isfinite(v) or v <= 0 for v in values):
+        raise OptionError(f"{flag}: bucket bounds must be finite and > 0")
+    if any(b <= a for a, b in itertools.pairwise(values)):
+        raise OptionError(f"{flag}: bucket bounds must be strictly increasing")
+    return tuple(values)
+
+
+def parse_options(argv: list[str]) -> SimOptions:
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    model = args.model_flag or args.model_tag
+    if args.model_flag and args.model_tag and args.model_tag != args.model_flag:
+        # A stray value of an unknown flag landed in the positional slot.
+        unknown.append(args.model_tag)
+    if args.profile not in PROFILES:
+        raise OptionError(
+            f"--profile: unknown profile {args.profile!r}; one of {', '.join(PROFILES)}"
+        )
+    profile = PROFILES[args.profile]
+    model = model or profile.model
+    if args.tensor_parallel_size not in (1, 2, 4, 8, 16):
+        raise OptionError(
+            f"--tensor-parallel-size: must be a power of two <= 16, got {args.tensor_parallel_size}"
+        )
+    if args.max_num_seqs < 1:
+        raise OptionError(f"--max-num-seqs: must be >= 1, got {args.max_num_seqs}")
+    if not 0 <= args.port <= 65535:
+        raise OptionError(f"--port: must be in 0..65535, got {args.port}")
+    if not (args.time_scale > 0 and math.isfinite(args.time_scale)):
+        raise OptionError(f"--time-scale: must be > 0, got {args.time_scale}")
+    if args.startup_delay < 0:
+        raise OptionError(f"--startup-delay: must be >= 0, got {args.startup_delay}")
+    if args.fail_after is not None and args.fail_after < 0:
+        raise OptionError(f"--fail-after: must be >= 0, got {args.fail_after}")
+    if not 0 <= args.error_rate <= 1:
+        raise OptionError(f"--error-rate: must be in [0, 1], got {args.error_rate}")
+    spec = None
+    if args.speculative_config is not None:
+        try:
+            spec = parse_spec_config(args.speculative_config, default_k=profile.ref_k)
+        except SpecConfigError as exc:
+            raise OptionError(f"--speculative-config: {exc}") from None
+        dtp = json.loads(args.speculative_config).get("draft_tensor_parallel_size")
+        if dtp is not None and dtp not in (1, args.tensor_parallel_size):
+            raise OptionError(
+                "--speculative-config: draft_tensor_parallel_size must be 1 or the target's "
+                f"--tensor-parallel-size {args.tensor_parallel_size}, got {dtp}"
+            )
+    return SimOptions(
+        model=model,
+        served_model_names=tuple(args.served_model_name or [model]),
+        host=args.host,
+        port=args.port,
+        tensor_parallel_size=args.tensor_parallel_size,
+        max_num_seqs=args.max_num_seqs,
+        max_model_len=args.max_model_len,
+        spec=spec,
+        itl_buckets=_buckets(args.custom_histogram_buckets),
+        force_include_usage=args.enable_force_include_usage,
+        profile=profile,
+        time_scale=args.time_scale,
+        seed=args.seed,
+        startup_delay=args.startup_delay,
+        fail_after=args.fail_after,
+        error_rate=args.error_rate,
+        port_file=args.port_file,
+        unknown=tuple(unknown),
+    )

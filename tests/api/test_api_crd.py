@@ -1,0 +1,194 @@
+"""The generated CRD: committed copy up to date, structural, described, CEL by version."""
+
+from __future__ import annotations
+
+import copy
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+from specguard.api.command import crd_yaml, main
+from specguard.api.crd import crd, open_api_schema
+from specguard.api.rules import RULES
+from specguard.api.spec import Spec
+
+from .conftest import BASE_SPEC, resource
+
+ROOT = Path(__file__).resolve().parents[2]
+COMMITTED = ROOT / "crds" / "specguard.io_speculativedeployments.yaml"
+EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
+
+
+def walk(node: dict[str, Any], path: str = "") -> list[tuple[str, dict[str, Any]]]:
+    found = [(path, node)]
+    for name, child in node.get("properties", {}).items():
+        found += walk(child, f"{path}.{name}")
+    if isinstance(node.get("items"), dict):
+        found += walk(node["items"], f"{path}[]")
+    if isinstance(node.get("additionalProperties"), dict):
+        found += walk(node["additionalProperties"], f"{path}{{}}")
+    return found
+
+
+def test_committed_crd_matches_models() -> None:
+    assert COMMITTED.read_text() == crd_yaml(), (
+        "crds/ is stale: run `specguard crd > crds/specguard.io_speculativedeployments.yaml`"
+    )
+
+
+def test_schema_is_structural() -> None:
+    schema = open_api_schema()
+    for path, node in walk(schema):
+        assert "$ref" not in node and "allOf" not in node and "title" not in node, path
+        assert node.get("additionalProperties") not in (True, False), path
+        if "anyOf" in node:
+            # Only int-or-string may use anyOf, and only with types in the branches.
+            assert node.get("x-kubernetes-int-or-string") is True, path
+            assert node["anyOf"] == [{"type": "integer"}, {"type": "string"}], path
+        elif not node.get("x-kubernetes-preserve-unknown-fields"):
+            assert node.get("type") in {"object", "array", "string", "integer", "number", "boolean"}, path
+        assert not ("properties" in node and "additionalProperties" in node), path
+
+
+def test_every_field_is_described() -> None:
+    schema = open_api_schema()
+    undescribed = [
+        path
+        for path, node in walk(schema)
+        if path.count(".") >= 1
+        and not path.endswith(("[]", "{}"))
+        and path not in {".metadata"}
+        and not node.get("description")
+    ]
+    assert undescribed == []
+
+
+def test_defaults_mirror_the_models() -> None:
+    spec_schema = open_api_schema()["properties"]["spec"]
+    assert spec_schema["properties"]["runtime"]["default"] == {}
+    assert spec_schema["properties"]["evaluation"]["properties"]["window"]["default"] == "1m"
+    assert spec_schema["properties"]["rollback"]["properties"]["startupDeadline"]["default"] == "20m"
+    assert spec_schema["properties"]["runtime"]["properties"]["tensorParallelSize"]["enum"] == [1, 2, 4, 8]
+    # Defaulting as the API server does it gives what pydantic gives.
+    defaulted = apply_defaults(spec_schema, copy.deepcopy(BASE_SPEC))
+    model = Spec.model_validate(BASE_SPEC).to_wire()
+    assert_defaults_within(defaulted, model, "spec")
+
+
+def assert_defaults_within(defaulted: Any, model: Any, path: str) -> None:
+    """Every value the API server would fill in equals the model's (the models may also
+    fill empty lists and maps, which the CRD leaves absent)."""
+    if isinstance(defaulted, dict):
+        for key, value in defaulted.items():
+            assert key in model, f"{path}.{key}"
+            assert_defaults_within(value, model[key], f"{path}.{key}")
+    else:
+        assert defaulted == model, path
+
+
+def apply_defaults(schema: dict[str, Any], value: Any) -> Any:
+    if isinstance(value, dict):
+        for name, child in schema.get("properties", {}).items():
+            if name not in value and "default" in child:
+                value[name] = copy.deepcopy(child["default"])
+            if name in value:
+                value[name] = apply_defaults(child, value[name])
+    return value
+
+
+def count_rules(schema: dict[str, Any]) -> list[dict[str, Any]]:
+    return [rule for _, node in walk(schema) for rule in node.get("x-kubernetes-validations", [])]
+
+
+@pytest.mark.parametrize(("version", "cel", "field_path"), [
+    ("1.20", False, False), ("1.24", False, False), ("1.25", True, False),
+    ("1.27", True, False), ("1.28", True, True), ("v1.33.1", True, True),
+])  # fmt: skip
+def test_cel_rules_follow_server_version(version: str, cel: bool, field_path: bool) -> None:
+    rules = count_rules(crd(version)["spec"]["versions"][0]["schema"]["openAPIV3Schema"])
+    assert len(rules) == (len(RULES) + 1 if cel else 0)
+    assert any("fieldPath" in rule for rule in rules) == field_path
+    for rule in rules:
+        assert rule["message"].split(":")[0].startswith(("spec", "metadata"))
+
+
+def test_names_columns_and_subresource() -> None:
+    obj = crd()
+    names = obj["spec"]["names"]
+    assert obj["metadata"]["name"] == "speculativedeployments.specguard.io"
+    assert (names["kind"], names["plural"], names["shortNames"]) == (
+        "SpeculativeDeployment", "speculativedeployments", ["sd"]
+    )
+    assert "specguard" in names["categories"]
+    version = obj["spec"]["versions"][0]
+    assert version["name"] == "v1alpha1" and version["subresources"] == {"status": {}}
+    columns = {c["name"]: c["jsonPath"] for c in version["additionalPrinterColumns"]}
+    assert list(columns) == ["Mode", "Drafter", "Ratio", "Concurrency", "Ready", "Age"]
+    schema = version["schema"]["openAPIV3Schema"]
+    # Every column's path exists in the schema (or is standard metadata).
+    for path in columns.values():
+        if path.startswith(".metadata"):
+            continue
+        node = schema
+        for part in re.sub(r"\[.*?\]", "[]", path).lstrip(".").split("."):
+            node = node["properties"][part.removesuffix("[]")]
+            if part.endswith("[]"):
+                node = node["items"]
+    conditions = schema["properties"]["status"]["properties"]["conditions"]
+    assert conditions["x-kubernetes-list-type"] == "map"
+
+
+def _validator() -> jsonschema.Draft4Validator:
+    # OpenAPI v3.0 schemas are close to draft 4 (boolean exclusiveMinimum); the x-kubernetes
+    # keys are ignored, so this checks shapes, enums, bounds and patterns.
+    return jsonschema.Draft4Validator(open_api_schema())
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
+def test_examples_fit_the_schema(path: Path) -> None:
+    errors = list(_validator().iter_errors(yaml.safe_load(path.read_text())))
+    assert errors == []
+
+
+@pytest.mark.parametrize(("section", "value"), [
+    ("runtime", {"tensorParallelSize": 3}),
+    ("evaluation", {"tolerance": 0.6}),
+    ("evaluation", {"confidence": 1.0}),
+    ("evaluation", {"window": "1d"}),
+    ("drafter", {"numSpeculativeTokens": 33}),
+    ("drafter", {"method": "medusa"}),
+    ("runtime", {"shmSize": "lots"}),
+    ("evaluation", {"concurrencyMatch": 0}),
+])  # fmt: skip
+def test_schema_refuses_what_models_refuse(section: str, value: dict[str, Any]) -> None:
+    spec = copy.deepcopy(BASE_SPEC)
+    spec.setdefault(section, {}).update(value)
+    assert list(_validator().iter_errors(resource(spec)))
+    with pytest.raises(ValueError):
+        Spec.model_validate(spec)
+
+
+def test_crd_command_prints_yaml(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--kube-version", "1.20"]) == 0
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert printed == crd("1.20")
+    assert "x-kubernetes-validations" not in yaml.safe_dump(printed)
+
+
+def test_crd_command_bad_version_exits_2() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "specguard", "crd", "--kube-version", "twenty"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "specguard crd: --kube-version: invalid Kubernetes version 'twenty': use MAJOR.MINOR like 1.31"
+    ]

@@ -1,0 +1,344 @@
+"""Every cross-field rule, in Python and as the CRD's CEL, on valid and invalid specs.
+
+Each case breaks exactly one rule (or none). The Python check must name the field path
+in its message; the CEL twin, evaluated with cel-python, must refuse exactly the same
+objects (both as written and after defaulting, as the API server would see them).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from specguard.api import SpecError, parse_resource
+from specguard.api.resource import check_rules
+from specguard.api.rules import RULES
+from specguard.api.spec import Spec
+
+from .conftest import BASE_SPEC, CelRules, resource
+
+
+def patched(**sections: Any) -> dict[str, Any]:
+    """BASE_SPEC with the given sections merged in (None deletes a key)."""
+    spec = copy.deepcopy(BASE_SPEC)
+    for section, value in sections.items():
+        if isinstance(value, dict) and isinstance(spec.get(section), dict):
+            for key, item in value.items():
+                if item is None:
+                    spec[section].pop(key, None)
+                else:
+                    spec[section][key] = item
+        else:
+            spec[section] = value
+    return spec
+
+
+EAGLE = {"method": "eagle3", "model": "org/eagle3", "adaptiveVerification": False}
+NGRAM = {"method": "ngram", "model": None, "adaptiveVerification": False}
+PERIODIC = {"schedule": "periodic", "every": "6h", "activeFor": "30m"}
+
+# (rule that must fail, spec, path the Python message names, fragment of that message)
+INVALID: list[tuple[str, dict[str, Any], str, str]] = [
+    (
+        "adaptive-only-dspark",
+        patched(drafter={**EAGLE, "adaptiveVerification": True}),
+        "spec.drafter.adaptiveVerification",
+        "only supported with method dspark, got eagle3",
+    ),
+    ("model-required", patched(drafter={**EAGLE, "model": None}), "spec.drafter.model", "eagle3"),
+    (
+        "model-required",
+        patched(drafter={"method": "draft_model", "model": None, "adaptiveVerification": False}),
+        "spec.drafter.model",
+        "needs a drafter model",
+    ),
+    ("model-refused", patched(drafter={**NGRAM, "model": "x/y"}), "spec.drafter.model", "ngram"),
+    (
+        "model-refused",
+        patched(drafter={"method": "suffix", "model": "x/y", "adaptiveVerification": False}),
+        "spec.drafter.model",
+        "takes no drafter model",
+    ),
+    (
+        "draft-tp",
+        patched(drafter={"draftTensorParallelSize": 4}),
+        "spec.drafter.draftTensorParallelSize",
+        "must be 1 or spec.runtime.tensorParallelSize (2), got 4",
+    ),
+    (
+        "per-batch-ordered",
+        patched(
+            drafter={
+                "perBatchSize": [
+                    {"minBatchSize": 1, "maxBatchSize": 8, "numSpeculativeTokens": 4},
+                    {"minBatchSize": 20, "maxBatchSize": 10, "numSpeculativeTokens": 2},
+                ]
+            }
+        ),
+        "spec.drafter.perBatchSize[1]",
+        "minBatchSize (20) is above maxBatchSize (10)",
+    ),
+    (
+        "per-batch-starts-at-one",
+        patched(
+            drafter={
+                "perBatchSize": [{"minBatchSize": 2, "maxBatchSize": 8, "numSpeculativeTokens": 4}]
+            }
+        ),
+        "spec.drafter.perBatchSize",
+        "must start at batch size 1, got 2",
+    ),
+    (
+        "per-batch-no-overlap",
+        patched(
+            drafter={
+                "perBatchSize": [
+                    {"minBatchSize": 1, "maxBatchSize": 8, "numSpeculativeTokens": 4},
+                    {"minBatchSize": 8, "maxBatchSize": 16, "numSpeculativeTokens": 2},
+                ]
+            }
+        ),
+        "spec.drafter.perBatchSize",
+        "ranges 0 (1-8) and 1 (8-16) overlap",
+    ),
+    (
+        "per-batch-no-overlap",
+        patched(
+            drafter={
+                "perBatchSize": [
+                    {"minBatchSize": 1, "maxBatchSize": 8, "numSpeculativeTokens": 4},
+                    {"minBatchSize": 1, "maxBatchSize": 8, "numSpeculativeTokens": 4},
+                ]
+            }
+        ),
+        "spec.drafter.perBatchSize",
+        "overlap",
+    ),
+    (
+        "per-batch-needs-k",
+        patched(
+            drafter={
+                "numSpeculativeTokens": None,
+                "perBatchSize": [{"minBatchSize": 1, "maxBatchSize": 8, "numSpeculativeTokens": 4}],
+            }
+        ),
+        "spec.drafter.numSpeculativeTokens",
+        "required when spec.drafter.perBatchSize is set",
+    ),
+    (
+        "per-batch-k-bounded",
+        patched(
+            drafter={
+                "perBatchSize": [{"minBatchSize": 1, "maxBatchSize": 8, "numSpeculativeTokens": 9}]
+            }
+        ),
+        "spec.drafter.perBatchSize[0].numSpeculativeTokens",
+        "9 is above spec.drafter.numSpeculativeTokens (8)",
+    ),
+    (
+        "extra-config-owned",
+        patched(drafter={"extraConfig": {"num_speculative_tokens": 3}}),
+        "spec.drafter.extraConfig",
+        "key num_speculative_tokens is owned by specguard; set spec.drafter.numSpeculativeTokens",
+    ),
+    (
+        "gpu-in-resources",
+        patched(runtime={"resources": {"requests": {"nvidia.com/gpu": 2}}}),
+        "spec.runtime.resources.requests",
+        "nvidia.com/gpu is set from spec.runtime.tensorParallelSize",
+    ),
+    (
+        "gpu-in-resources",
+        patched(runtime={"gpuResource": "amd.com/gpu", "resources": {"limits": {"amd.com/gpu": 1}}}),
+        "spec.runtime.resources.limits",
+        "amd.com/gpu is set from",
+    ),
+    (
+        "hf-token-env",
+        patched(runtime={"hfTokenSecret": {"name": "hf"}, "env": [{"name": "HF_TOKEN", "value": "x"}]}),
+        "spec.runtime.env[0].name",
+        "HF_TOKEN is set from spec.runtime.hfTokenSecret",
+    ),
+    (
+        "shadow-not-above-replicas",
+        patched(replicas=2, shadow={"replicas": 3}),
+        "spec.shadow.replicas",
+        "3 is above spec.replicas (2)",
+    ),
+    (
+        "periodic-needs-times",
+        patched(shadow={"schedule": "periodic", "every": "6h"}),
+        "spec.shadow.activeFor",
+        "required when schedule is periodic",
+    ),
+    (
+        "continuous-refuses-times",
+        patched(shadow={"every": "6h"}),
+        "spec.shadow.every",
+        "only used when schedule is periodic",
+    ),
+    (
+        "active-shorter-than-every",
+        patched(shadow={**PERIODIC, "every": "1h", "activeFor": "1h"}),
+        "spec.shadow.activeFor",
+        "must be shorter than spec.shadow.every (1h), got 1h",
+    ),
+    (
+        "active-covers-window",
+        patched(shadow={**PERIODIC, "activeFor": "2m"}, evaluation={"window": "5m"}),
+        "spec.shadow.activeFor",
+        "must be at least spec.evaluation.window (5m), got 2m",
+    ),
+    (
+        "prometheus-url",
+        {**BASE_SPEC, "metricsSource": {"type": "prometheus"}},
+        "spec.metricsSource.prometheusUrl",
+        "required when type is prometheus",
+    ),
+    ("duration-window", patched(evaluation={"window": "5s"}), "spec.evaluation.window", "10s"),
+    ("duration-window", patched(evaluation={"window": "25h"}), "spec.evaluation.window", "25h"),
+    ("duration-cooldown", patched(rollback={"cooldown": "200h"}), "spec.rollback.cooldown", "168h"),
+    (
+        "duration-startupDeadline",
+        patched(rollback={"startupDeadline": "30s"}),
+        "spec.rollback.startupDeadline",
+        "between 1m and 24h, got 30s",
+    ),
+    (
+        "duration-every",
+        patched(shadow={**PERIODIC, "every": "30s", "activeFor": "10s"}, evaluation={"window": "10s"}),
+        "spec.shadow.every",
+        "between 1m and 168h",
+    ),
+]
+
+# Owned `vllm serve` flags, each as users might write it, with the field to use instead.
+OWNED_ARGS: list[tuple[str, str, str]] = [
+    ("--tensor-parallel-size=4", "tensor-parallel", "--tensor-parallel-size is owned by specguard; set spec.runtime.tensorParallelSize instead"),
+    ("--tensor_parallel_size", "tensor-parallel", "set spec.runtime.tensorParallelSize"),
+    ("-tp", "tensor-parallel", "-tp is owned by specguard"),
+    ("-tp=8", "tensor-parallel", "-tp is owned by specguard"),
+    ("--speculative-config={}", "speculative-config", "--speculative-config is owned by specguard; set spec.drafter instead"),
+    ("--speculative-config.method=ngram", "speculative-config", "set spec.drafter instead"),
+    ("-sc", "speculative-config", "-sc is owned"),
+    ("--spec-method=eagle3", "speculative-config", "--spec-method is owned"),
+    ("--spec-model", "speculative-config", "--spec-model is owned"),
+    ("--spec-tokens=4", "speculative-config", "--spec-tokens is owned"),
+    ("--port=9000", "port", "--port is owned by specguard; set spec.runtime.port instead"),
+    ("--served-model-name", "served-model-name", "set spec.model.servedModelName instead"),
+    ("--model=org/other", "model", "set spec.model.name instead"),
+    ("--revision=main", "revision", "set spec.model.revision instead"),
+    ("--host=0.0.0.0", "host", "--host is owned by specguard"),
+    ("--custom-histogram-buckets={}", "histogram-buckets", "--custom-histogram-buckets is owned"),
+]  # fmt: skip
+
+VALID: list[tuple[str, dict[str, Any]]] = [
+    ("base", copy.deepcopy(BASE_SPEC)),
+    ("eagle3 with model", patched(drafter=EAGLE)),
+    ("mtp without model", patched(drafter={"method": "mtp", "model": None, "adaptiveVerification": False})),
+    ("dspark without model", patched(drafter={"model": None})),
+    ("ngram", patched(drafter={**NGRAM, "extraConfig": {"prompt_lookup_max": 5}})),
+    ("draft tp 1", patched(drafter={"draftTensorParallelSize": 1})),
+    ("draft tp = target", patched(drafter={"draftTensorParallelSize": 2})),
+    (
+        "per batch, unordered, k=0 above 64",
+        patched(
+            drafter={
+                "perBatchSize": [
+                    {"minBatchSize": 65, "maxBatchSize": 1024, "numSpeculativeTokens": 0},
+                    {"minBatchSize": 1, "maxBatchSize": 16, "numSpeculativeTokens": 8},
+                    {"minBatchSize": 17, "maxBatchSize": 64, "numSpeculativeTokens": 3},
+                ]
+            }
+        ),
+    ),
+    ("single-point range", patched(drafter={"perBatchSize": [{"minBatchSize": 1, "maxBatchSize": 1, "numSpeculativeTokens": 8}]})),
+    ("other gpu resource in requests", patched(runtime={"gpuResource": "amd.com/gpu", "resources": {"requests": {"nvidia.com/gpu": 1, "cpu": "4"}}})),
+    ("HF_TOKEN env without secret", patched(runtime={"env": [{"name": "HF_TOKEN", "value": "x"}]})),
+    ("secret without HF_TOKEN env", patched(runtime={"hfTokenSecret": {"name": "hf"}, "env": [{"name": "A", "value": "1"}]})),
+    ("shadow = replicas", patched(replicas=2, shadow={"replicas": 2})),
+    ("periodic", patched(shadow=PERIODIC)),
+    ("periodic, active = window", patched(shadow={**PERIODIC, "activeFor": "2m"}, evaluation={"window": "2m"})),
+    ("prometheus with url", {**BASE_SPEC, "metricsSource": {"type": "prometheus", "prometheusUrl": "http://p:9090"}}),
+    ("scrape", {**BASE_SPEC, "metricsSource": {"type": "scrape"}}),
+    ("durations at bounds", patched(evaluation={"window": "24h"}, rollback={"cooldown": "0s", "startupDeadline": "1m"})),
+    ("compound durations", patched(evaluation={"window": "1h30m"}, rollback={"cooldown": "1h0m30s"})),
+    (
+        "look-alike args",
+        patched(runtime={"extraArgs": ["--max-model-len=32768", "--model-impl=vllm", "--hostname-x", "--portal", "--tp", "-tpx", "--enable-expert-parallel"]}),
+    ),
+]  # fmt: skip
+
+
+def python_failing(spec_obj: dict[str, Any]) -> set[str]:
+    spec = Spec.model_validate(spec_obj)
+    return {rule.name for rule in RULES if list(rule.check(spec))}
+
+
+@pytest.mark.parametrize(("rule", "spec", "path", "fragment"), INVALID, ids=[c[0] for c in INVALID])
+def test_invalid_spec_names_field(rule: str, spec: dict[str, Any], path: str, fragment: str) -> None:
+    assert python_failing(spec) == {rule}
+    with pytest.raises(SpecError) as caught:
+        parse_resource(resource(spec))
+    messages = [str(problem) for problem in caught.value.problems]
+    assert any(m.startswith(f"{path}: ") and fragment in m for m in messages), messages
+
+
+@pytest.mark.parametrize(("arg", "group", "fragment"), OWNED_ARGS, ids=[a[0] for a in OWNED_ARGS])
+def test_owned_flag_refused_with_field_to_use(arg: str, group: str, fragment: str) -> None:
+    spec = patched(runtime={"extraArgs": ["--max-model-len=1024", arg]})
+    assert python_failing(spec) == {f"extra-args-{group}"}
+    with pytest.raises(SpecError) as caught:
+        parse_resource(resource(spec))
+    assert [p.path for p in caught.value.problems] == ["spec.runtime.extraArgs"]
+    assert fragment in caught.value.problems[0].message
+
+
+@pytest.mark.parametrize(("label", "spec"), VALID, ids=[v[0] for v in VALID])
+def test_valid_spec_passes(label: str, spec: dict[str, Any]) -> None:
+    parsed = parse_resource(resource(spec))
+    assert check_rules(parsed.spec) == []
+
+
+@pytest.mark.parametrize(("rule", "spec", "path", "fragment"), INVALID, ids=[c[0] for c in INVALID])
+def test_cel_refuses_what_python_refuses(
+    cel: CelRules, rule: str, spec: dict[str, Any], path: str, fragment: str
+) -> None:
+    assert cel.failing(resource(spec)) == {rule}
+    # After defaulting, as the API server evaluates it.
+    assert cel.failing(resource(Spec.model_validate(spec).to_wire())) == {rule}
+
+
+@pytest.mark.parametrize(("arg", "group", "fragment"), OWNED_ARGS, ids=[a[0] for a in OWNED_ARGS])
+def test_cel_refuses_owned_flags(cel: CelRules, arg: str, group: str, fragment: str) -> None:
+    spec = patched(runtime={"extraArgs": ["--max-model-len=1024", arg]})
+    assert cel.failing(resource(spec)) == {f"extra-args-{group}"}
+
+
+@pytest.mark.parametrize(("label", "spec"), VALID, ids=[v[0] for v in VALID])
+def test_cel_accepts_what_python_accepts(cel: CelRules, label: str, spec: dict[str, Any]) -> None:
+    assert cel.failing(resource(spec)) == set()
+    assert cel.failing(resource(Spec.model_validate(spec).to_wire())) == set()
+
+
+def test_every_rule_has_an_invalid_case() -> None:
+    covered = {case[0] for case in INVALID} | {f"extra-args-{a[1]}" for a in OWNED_ARGS}
+    assert covered == {rule.name for rule in RULES}
+
+
+@pytest.mark.parametrize("name", ["Qwen", "qwen_1", "1qwen", "a" * 57, "qwen-"])
+def test_bad_names_refused_by_python_and_cel(cel: CelRules, name: str) -> None:
+    obj = resource(copy.deepcopy(BASE_SPEC), name=name)
+    with pytest.raises(SpecError) as caught:
+        parse_resource(obj)
+    assert [p.path for p in caught.value.problems] == ["metadata.name"]
+    assert cel.failing(obj) == {"metadata-name"}
+
+
+@pytest.mark.parametrize("name", ["qwen", "q", "qwen-3-6", "a" * 56])
+def test_good_names_accepted(cel: CelRules, name: str) -> None:
+    obj = resource(copy.deepcopy(BASE_SPEC), name=name)
+    assert parse_resource(obj).name == name
+    assert cel.failing(obj) == set()

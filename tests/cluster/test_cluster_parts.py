@@ -1,0 +1,168 @@
+"""The local cluster's parts that need no control plane: image mapping, env expansion,
+Prometheus targets, loopback addresses, probe budgets, and the orphan reaper (with real
+processes)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from specguard.testing.images import HOST_IMAGE, Launch, UnknownImageError, resolve_argv
+from specguard.testing.loopback import LoopbackPool, listening_addresses
+from specguard.testing.podenv import expand
+from specguard.testing.probes import parse_probe
+from specguard.testing.procs import group_members, reap_orphans
+from specguard.testing.prometheus import pod_targets
+from specguard.testing.wait import wait_until
+
+PY = "/opt/python"
+
+
+def launch(image: str, command: list[str], args: list[str]) -> Launch:
+    return Launch(image=image, command=tuple(command), args=tuple(args), pod_ip="127.0.9.3")
+
+
+def test_vllm_image_runs_the_simulator_with_args_extra_sim_args_and_pod_host() -> None:
+    argv = resolve_argv(
+        launch("vllm/vllm-openai:v0.33.0", ["vllm", "serve"], ["m", "--port", "8000"]),
+        sim_args=("--time-scale", "0.05"),
+        python=PY,
+    )
+    assert argv == [PY, "-m", "specguard", "sim", "m", "--port", "8000",
+                    "--time-scale", "0.05", "--host", "127.0.9.3"]  # fmt: skip
+
+
+def test_vllm_model_in_command_is_kept() -> None:
+    argv = resolve_argv(launch("docker.io/vllm/vllm-openai", ["vllm", "serve", "m"], []), python=PY)
+    assert argv[:5] == [PY, "-m", "specguard", "sim", "m"]
+
+
+def test_specguard_image_replaces_the_leading_command() -> None:
+    argv = resolve_argv(
+        launch("ghcr.io/specguard/specguard:0.1.0", ["specguard", "router"], ["--port", "8080"]),
+        python=PY,
+    )
+    assert argv == [PY, "-m", "specguard", "router", "--port", "8080"]
+    entrypoint = resolve_argv(launch("ghcr.io/specguard/specguard:0.1.0", [], ["run"]), python=PY)
+    assert entrypoint == [PY, "-m", "specguard", "run"]
+
+
+def test_host_image_and_table_and_unknown() -> None:
+    assert resolve_argv(launch(HOST_IMAGE, ["python3", "x.py"], ["1"]), python=PY) == [
+        PY, "x.py", "1",
+    ]  # fmt: skip
+    table = {"busybox": lambda spec: ["echo", *spec.args]}
+    assert resolve_argv(launch("busybox:1.36", [], ["hi"]), images=table) == ["echo", "hi"]
+    try:
+        resolve_argv(launch("nginx:1.25", [], []))
+    except UnknownImageError as exc:
+        assert "nginx:1.25" in str(exc)
+    else:
+        raise AssertionError("an unknown image must not run")
+
+
+def test_expand_follows_kubernetes_rules() -> None:
+    env = {"A": "1", "POD_IP": "127.0.5.2"}
+    assert expand("--host=$(POD_IP) $(A)$(B) $$(A)", env) == "--host=127.0.5.2 1$(B) $(A)"
+
+
+def test_long_probe_periods_are_shortened_keeping_the_budget() -> None:
+    probe = parse_probe({"httpGet": {"path": "/health", "port": 8000}, "periodSeconds": 10,
+                         "failureThreshold": 120}, max_period=1.0)  # fmt: skip
+    assert probe is not None
+    assert (probe.period, probe.failure_threshold) == (1.0, 1200)
+
+
+def test_prometheus_targets_from_running_pods() -> None:
+    pod = {
+        "metadata": {"name": "p", "namespace": "ns", "labels": {"specguard.io/arm": "baseline"},
+                     "annotations": {"prometheus.io/path": "/m"}},
+        "spec": {"nodeName": "n", "containers": [
+            {"name": "c", "ports": [{"containerPort": 8000, "name": "http"},
+                                    {"containerPort": 53, "protocol": "UDP"}]}]},
+        "status": {"phase": "Running", "podIP": "127.0.7.2"},
+    }  # fmt: skip
+    pending = {**pod, "status": {"phase": "Pending", "podIP": "127.0.7.3"}}
+    skipped = {**pod, "metadata": {**pod["metadata"],  # type: ignore[dict-item]
+                                   "annotations": {"prometheus.io/scrape": "false"}}}  # fmt: skip
+    groups = pod_targets([pod, pending, skipped])
+    assert [g["targets"] for g in groups] == [["127.0.7.2:8000"]]
+    labels = groups[0]["labels"]
+    assert labels["namespace"] == "ns" and labels["pod"] == "p" and labels["container"] == "c"
+    assert labels["__meta_kubernetes_pod_label_specguard_io_arm"] == "baseline"
+    assert labels["__metrics_path__"] == "/m"
+
+
+def test_loopback_pool_hands_out_distinct_free_addresses() -> None:
+    pool = LoopbackPool("127.0.77")
+    first, second = pool.allocate(), pool.allocate()
+    assert first != second and first.startswith("127.0.77.")
+    pool.release(first)
+    assert pool.allocate() not in {first, second}  # round robin: no immediate reuse
+    assert "127.0.0.1" in listening_addresses() or listening_addresses() is not None
+
+
+SPAWNER = textwrap.dedent(
+    """
+    import os, signal, sys, time
+    from pathlib import Path
+    from specguard.testing.procs import ProcessGroups, install_exit_handlers
+    groups = ProcessGroups(directory=Path(sys.argv[1]))
+    install_exit_handlers(groups)
+    for n in range(2):
+        # each group: a leader that forks a grandchild, like a server with workers
+        groups.spawn(["sh", "-c", "sleep 300 & sleep 300"], name=f"g{n}",
+                     log_path=Path(sys.argv[1]) / f"g{n}.log")
+    print(" ".join(str(g.pgid) for g in groups.groups()), flush=True)
+    if sys.argv[2] == "sigkill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(300)
+    """
+)
+
+
+def _spawn_owner(tmp_path: Path, mode: str) -> tuple[subprocess.Popen[str], list[int]]:
+    owner = subprocess.Popen(
+        [sys.executable, "-c", SPAWNER, str(tmp_path), mode], stdout=subprocess.PIPE, text=True
+    )
+    assert owner.stdout is not None
+    pgids = [int(p) for p in owner.stdout.readline().split()]
+    assert len(pgids) == 2
+    wait_until(lambda: all(len(group_members(g)) >= 2 for g in pgids), timeout=10,
+               what="leaders and grandchildren running")  # fmt: skip
+    return owner, pgids
+
+
+def test_orphans_of_a_killed_owner_are_reaped(tmp_path: Path) -> None:
+    owner, pgids = _spawn_owner(tmp_path, "sigkill")
+    owner.wait(timeout=10)
+    assert owner.returncode == -signal.SIGKILL
+    assert all(group_members(g) for g in pgids), "SIGKILL leaves the groups behind"
+    reaped = reap_orphans(tmp_path)
+    assert sorted(r.pgid for r in reaped) == sorted(pgids)
+    wait_until(lambda: not any(group_members(g) for g in pgids), timeout=10,
+               what="orphaned groups gone")  # fmt: skip
+    assert not list(tmp_path.glob("*.json"))
+
+
+def test_live_owner_is_left_alone_and_sigterm_kills_its_groups(tmp_path: Path) -> None:
+    owner, pgids = _spawn_owner(tmp_path, "wait")
+    try:
+        assert reap_orphans(tmp_path) == []
+        assert all(group_members(g) for g in pgids)
+        owner.send_signal(signal.SIGTERM)
+        owner.wait(timeout=10)
+        wait_until(lambda: not any(group_members(g) for g in pgids), timeout=10,
+                   what="groups killed by the SIGTERM handler")  # fmt: skip
+    finally:
+        if owner.poll() is None:
+            owner.kill()
+        for pgid in pgids:
+            if group_members(pgid):
+                os.killpg(pgid, signal.SIGKILL)
+    time.sleep(0)

@@ -1,0 +1,70 @@
+"""Rendered objects equal the committed YAML, and every object is valid Kubernetes.
+
+Regenerate the golden files after an intended change with
+
+    SPECGUARD_UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/render -q
+
+and review the diff (`git diff tests/render/golden`) before committing it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+
+from specguard.render import render_all
+from specguard.render.command import dump_yaml, load_resources
+
+ROOT = Path(__file__).resolve().parents[2]
+GOLDEN = Path(__file__).resolve().parent / "golden"
+UPDATE = os.environ.get("SPECGUARD_UPDATE_GOLDEN") == "1"
+# A current Kubernetes release whose schemas kubernetes-validate ships.
+KUBE_VERSION = "1.33"
+
+CASES = [
+    ("qwen3.6-dspark-tp2.yaml", "speculative"),
+    ("qwen3.6-dspark-tp2.yaml", "baseline"),
+    ("gemma-4-dspark-tp4.yaml", "speculative"),
+    ("eagle3-tp8.yaml", "speculative"),
+    ("ngram-tp1.yaml", "speculative"),
+]
+
+
+def golden_path(example: str, mode: str) -> Path:
+    stem = example.removesuffix(".yaml")
+    return GOLDEN / (f"{stem}.yaml" if mode == "speculative" else f"{stem}.{mode}.yaml")
+
+
+@pytest.mark.parametrize(("example", "mode"), CASES, ids=[f"{e}-{m}" for e, m in CASES])
+def test_render_matches_golden(example: str, mode: str) -> None:
+    (sd,) = load_resources(str(ROOT / "examples" / example))
+    rendered = dump_yaml(render_all(sd, mode))
+    path = golden_path(example, mode)
+    if UPDATE:
+        path.write_text(rendered)
+    assert path.exists(), f"{path} missing: run with SPECGUARD_UPDATE_GOLDEN=1"
+    assert rendered == path.read_text()
+
+
+def test_every_example_has_a_golden() -> None:
+    examples = {p.name for p in (ROOT / "examples").glob("*.yaml")}
+    assert examples == {example for example, _ in CASES}
+    assert {p.name for p in GOLDEN.glob("*.yaml")} == {golden_path(e, m).name for e, m in CASES}
+
+
+@pytest.mark.parametrize(("example", "mode"), CASES, ids=[f"{e}-{m}" for e, m in CASES])
+def test_rendered_objects_are_valid_kubernetes(example: str, mode: str) -> None:
+    (sd,) = load_resources(str(ROOT / "examples" / example))
+    for obj in render_all(sd, mode):
+        # strict: unknown fields are errors too (a typo would be pruned silently).
+        kubernetes_validate.validate(obj, KUBE_VERSION, strict=True)
+
+
+def test_crd_is_valid_kubernetes() -> None:
+    from specguard.api.crd import crd
+
+    kubernetes_validate.validate(crd(), KUBE_VERSION, strict=True)
+    kubernetes_validate.validate(crd("1.20"), KUBE_VERSION, strict=True)

@@ -1,0 +1,91 @@
+"""The /samples feed: cursors, epochs, eviction and `missed`, in memory and over HTTP."""
+
+from __future__ import annotations
+
+import aiohttp
+import pytest
+
+from specguard.judge.sample import Sample
+from specguard.router.feed import CursorError, SampleFeed
+from specguard.router.proxy import RouterConfig
+
+
+def sample(n: int) -> Sample:
+    return Sample(arm="speculative", role="serving", pod="p", domain="chat", started_at=float(n),
+                  concurrency=1, output_tokens=n, e2e_s=0.1)
+
+
+def tokens(page_samples: list[Sample]) -> list[int]:
+    return [s.output_tokens for s in page_samples]
+
+
+def test_reader_follows_with_next_cursor() -> None:
+    feed = SampleFeed(10, epoch="e1")
+    for n in range(1, 4):
+        feed.add(sample(n))
+    first = feed.read(None, 2)
+    assert tokens(first.samples) == [1, 2] and first.next == "e1:2" and first.missed == 0
+    second = feed.read(first.next, 100)
+    assert tokens(second.samples) == [3] and second.next == "e1:3"
+    empty = feed.read(second.next, 100)
+    assert empty.samples == [] and empty.next == "e1:3"
+    feed.add(sample(4))
+    assert tokens(feed.read(empty.next, 100).samples) == [4]
+
+
+def test_eviction_is_counted_as_missed() -> None:
+    feed = SampleFeed(3, epoch="e")
+    feed.add(sample(1))
+    cursor = feed.read(None, 10).next  # saw 1
+    for n in range(2, 8):
+        feed.add(sample(n))  # keeps 5, 6, 7; 2, 3, 4 are gone unseen
+    page = feed.read(cursor, 10)
+    assert tokens(page.samples) == [5, 6, 7] and page.missed == 3 and page.next == "e:7"
+    assert len(feed) == 3
+
+
+def test_cursor_from_another_epoch_restarts_from_oldest() -> None:
+    feed = SampleFeed(2, epoch="new")
+    for n in range(1, 5):
+        feed.add(sample(n))
+    page = feed.read("old:123", 10)
+    assert tokens(page.samples) == [3, 4]
+    assert page.missed == 2  # this epoch's samples 1 and 2 were evicted before it came back
+    assert page.epoch == "new" and page.next == "new:4"
+    # A cursor ahead of this epoch's numbering also restarts.
+    assert tokens(feed.read("new:99", 10).samples) == [3, 4]
+
+
+def test_bad_cursor_is_an_error() -> None:
+    feed = SampleFeed(2)
+    for bad in ("nocolon", "e:x", ":3"):
+        with pytest.raises(CursorError):
+            feed.read(bad, 10)
+
+
+def test_epochs_differ_between_feeds() -> None:
+    assert SampleFeed(1).epoch != SampleFeed(1).epoch
+
+
+async def test_samples_endpoint(upstream, start_router, h) -> None:
+    up = await upstream()
+    rt = await start_router(h.topology([up.url]), RouterConfig(samples_capacity=3))
+    async with aiohttp.ClientSession() as s:
+        for _ in range(5):
+            async with s.post(rt.url + "/v1/completions",
+                              json={"model": "m", "prompt": "p", "max_tokens": 2, "stream": True}) as r:
+                await r.read()
+        async with s.get(rt.url + "/samples", params={"limit": "2"}) as r:
+            page = await r.json()
+        assert set(page) == {"epoch", "next", "samples", "missed"}
+        assert len(page["samples"]) == 2 and page["missed"] == 0
+        assert [Sample.from_dict(d).output_tokens for d in page["samples"]] == [2, 2]
+        async with s.get(rt.url + "/samples", params={"after": page["next"]}) as r:
+            rest = await r.json()
+        assert len(rest["samples"]) == 1 and rest["next"].endswith(":5")
+        async with s.get(rt.url + "/samples", params={"after": f"{page['epoch']}:0"}) as r:
+            assert (await r.json())["missed"] == 2
+        async with s.get(rt.url + "/samples", params={"after": "garbage"}) as r:
+            assert r.status == 400
+        async with s.get(rt.url + "/metrics") as r:
+            assert "specguard_router_samples_evicted_total 2.0" in await r.text()

@@ -1,0 +1,205 @@
+"""The proxy against a scriptable upstream: passthrough, stripping, errors, cancellation."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import aiohttp
+
+from specguard.router.proxy import RouterConfig
+
+
+async def post(url: str, body: dict[str, Any], **kw: Any) -> tuple[int, dict[str, str], bytes]:
+    async with (
+        aiohttp.ClientSession(auto_decompress=False) as s,
+        s.post(url, json=body, **kw) as r,
+    ):
+        return r.status, dict(r.headers), await r.read()
+
+
+CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 6}
+
+
+async def test_stream_without_usage_is_byte_identical_to_direct(upstream, start_router, h) -> None:
+    up = await upstream()
+    rt = await start_router(h.topology([up.url]))
+    body = {**CHAT, "stream": True}
+    direct = await post(up.url + "/v1/chat/completions", body)
+    routed = await post(rt.url + "/v1/chat/completions", body)
+    assert routed[0] == direct[0] == 200
+    assert routed[2] == direct[2]  # the fake upstream is deterministic: no normalising
+    assert b'"usage"' not in routed[2]
+    assert routed[1]["Content-Type"] == direct[1]["Content-Type"]
+    assert routed[1]["X-Upstream"] == "yes"
+    # ... while the upstream was asked for continuous usage, so the sample is exact.
+    assert up.bodies[-1]["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
+    [sample] = rt.router.feed.read(None, 10).samples
+    assert sample.measurement == "stream_usage"
+    assert sample.output_tokens == 6
+    assert sample.role == "serving" and sample.arm == "speculative" and sample.domain == "chat"
+    assert sample.pod == "serve-0" and sample.concurrency == 1 and sample.pair_id is None
+    assert sample.ttft_s is not None and sample.chunk_tpot_s is not None
+
+
+async def test_stream_with_include_usage_keeps_final_usage_only(upstream, start_router, h) -> None:
+    up = await upstream()
+    rt = await start_router(h.topology([up.url]))
+    body = {**CHAT, "stream": True, "stream_options": {"include_usage": True}}
+    direct = await post(up.url + "/v1/chat/completions", body)
+    routed = await post(rt.url + "/v1/chat/completions", body)
+    assert routed[2] == direct[2]
+    assert routed[2].count(b'"usage"') == 1
+
+
+async def test_client_asking_continuous_usage_is_forwarded_untouched(upstream, start_router, h) -> None:
+    up = await upstream()
+    rt = await start_router(h.topology([up.url]))
+    raw = json.dumps({**CHAT, "stream": True, "stream_options": {
+        "include_usage": True, "continuous_usage_stats": True}}).encode()
+    async with aiohttp.ClientSession() as s:
+        async with s.post(up.url + "/v1/chat/completions", data=raw,
+                          headers={"Content-Type": "application/json"}) as r:
+            direct = await r.read()
+        async with s.post(rt.url + "/v1/chat/completions", data=raw,
+                          headers={"Content-Type": "application/json"}) as r:
+            routed = await r.read()
+    assert up.raw_bodies[-1] == raw
+    assert routed == direct
+
+
+async def test_completion_stream_and_tool_calls(upstream, start_router, h) -> None:
+    up = await upstream()
+    rt = await start_router(h.topology([up.url]))
+    comp = {"model": "m", "prompt": "p", "max_tokens": 4, "stream": True}
+    assert (await post(rt.url + "/v1/completions", comp))[2] == (await post(up.url + "/v1/completions", comp))[2]
+    tools = {**CHAT, "stream": True, "tools": [{"type": "function", "function": {"name": "f"}}]}
+    assert (await post(rt.url + "/v1/chat/completions", tools))[2] == (
+        await post(up.url + "/v1/chat/completions", tools))[2]
+    samples = rt.router.feed.read(None, 10).samples
+    assert [s.domain for s in samples] == ["completion", "tool_call"]
+    assert [s.output_tokens for s in samples] == [4, 6]
+
+
+async def test_domain_header_overrides(upstream, start_router, h) -> None:
+    up = await upstream()
+    rt = await start_router(h.topology([up.url]))
+    await post(rt.url + "/v1/chat/completions", {**CHAT, "stream": True},
+               headers={"X-Specguard-Domain": "math"})
+    assert rt.router.feed.read(None, 10).samples[0].domain == "math"
+    assert up.headers[-1]["X-Specguard-Domain"] == "math"  # the simulator reads it too
+
+
+async def test_non_stream_passthrough_and_honest_measure(upstream, start_router, h) -> None:
+    up = await upstream()
+    rt = await start_router(h.topology([up.url]))
+    direct = await post(up.url + "/v1/chat/completions", CHAT)
+    routed = await post(rt.url + "/v1/chat/completions", CHAT)
+    assert routed[0] == 200 and routed[2] == direct[2]
+    assert routed[1]["X-Upstream"] == "yes"
+    assert "stream_options" not in up.bodies[-1]
+    [sample] = rt.router.feed.read(None, 10).samples
+    assert sample.measurement == "non_stream" and sample.ttft_s is None
+    assert sample.output_tokens == 6 and sample.tpot_s is not None
+
+
+async def test_upstream_error_comes_back_as_it_was(upstream, start_router, h) -> None:
+    up = await upstream("error")
+    rt = await start_router(h.topology([up.url]))
+    direct = await post(up.url + "/v1/chat/completions", {**CHAT, "stream": True})
+    routed = await post(rt.url + "/v1/chat/completions", {**CHAT, "stream": True})
+    assert routed[0] == direct[0] == 500
+    assert routed[2] == direct[2]
+    assert routed[1]["X-Upstream"] == "err"
+    [sample] = rt.router.feed.read(None, 10).samples
+    assert sample.status == 500 and not sample.ok
+
+
+async def test_get_models_passes_through_without_sample(upstream, start_router, h) -> None:
+    up = await upstream()
+    rt = await start_router(h.topology([up.url]))
+    async with aiohttp.ClientSession() as s, s.get(rt.url + "/v1/models?x=1") as r:
+        assert r.status == 200
+    assert len(rt.router.feed) == 0
+
+
+async def test_no_ready_pod_is_502_openai_shaped(start_router, h) -> None:
+    rt = await start_router(h.topology([]))
+    status, _, body = await post(rt.url + "/v1/chat/completions", CHAT)
+    assert status == 502
+    assert json.loads(body)["error"]["type"] == "service_unavailable"
+
+
+async def test_unreachable_pod_falls_over_to_another(upstream, start_router, h) -> None:
+    up = await upstream()
+    dead = f"http://127.0.0.1:{h.free_port()}"
+    rt = await start_router(h.topology([dead, up.url]))
+    for _ in range(4):
+        status, _, _ = await post(rt.url + "/v1/chat/completions", CHAT)
+        assert status == 200
+    only_dead = await start_router(h.topology([dead]))
+    status, _, body = await post(only_dead.url + "/v1/chat/completions", CHAT)
+    assert status == 502 and b"unreachable" in body
+
+
+async def test_body_over_limit_is_413(upstream, start_router, h) -> None:
+    up = await upstream()
+    rt = await start_router(h.topology([up.url]), RouterConfig(max_body_bytes=1000))
+    status, _, body = await post(rt.url + "/v1/chat/completions", {**CHAT, "pad": "x" * 2000})
+    assert status == 413 and json.loads(body)["error"]["code"] == 413
+    assert up.started == 0
+
+
+async def test_hop_by_hop_headers_are_not_forwarded(upstream, start_router, h) -> None:
+    up = await upstream()
+    rt = await start_router(h.topology([up.url]))
+    await post(rt.url + "/v1/chat/completions", CHAT,
+               headers={"Authorization": "Bearer k", "Keep-Alive": "timeout=5",
+                        "Connection": "keep-alive, X-Drop", "X-Drop": "1", "X-Keep": "2"})
+    got = {k.lower(): v for k, v in up.headers[-1].items()}
+    assert got["authorization"] == "Bearer k" and got["x-keep"] == "2"
+    assert "keep-alive" not in got and "x-drop" not in got
+
+
+async def test_client_disconnect_cancels_upstream(upstream, start_router, h) -> None:
+    up = await upstream(tokens=1000, gap_s=0.01)
+    rt = await start_router(h.topology([up.url]))
+    async with aiohttp.ClientSession() as s:
+        r = await s.post(rt.url + "/v1/chat/completions", json={**CHAT, "max_tokens": 1000, "stream": True})
+        await r.content.readany()
+        r.close()  # drop the connection mid-stream
+    await h.wait_for(lambda: up.finished == 1, timeout=5)
+    assert up.cancelled == 1
+    await h.wait_for(lambda: rt.router.topology.pods["speculative"][0].in_flight == 0)
+    assert len(rt.router.feed) == 0  # a cut-off request is not a sample
+
+
+async def test_upstream_break_mid_stream_cuts_client(upstream, start_router, h) -> None:
+    up = await upstream("break", tokens=10)
+    rt = await start_router(h.topology([up.url]))
+    async with aiohttp.ClientSession() as s:
+        r = await s.post(rt.url + "/v1/chat/completions", json={**CHAT, "stream": True})
+        try:
+            await r.read()
+            cut = False
+        except aiohttp.ClientPayloadError:
+            cut = True
+    assert cut, "a broken upstream stream must not look complete to the client"
+    [sample] = rt.router.feed.read(None, 10).samples
+    assert sample.status == 502
+
+
+async def test_least_in_flight_and_concurrency(upstream, start_router, h) -> None:
+    slow = await upstream(tokens=50, gap_s=0.02)
+    rt = await start_router(h.topology([slow.url, slow.url]))
+    pods = rt.router.topology.pods["speculative"]
+    assert len(pods) == 2 and pods[0] is not pods[1]
+    body = {**CHAT, "stream": True, "max_tokens": 50}
+    tasks = [asyncio.create_task(post(rt.url + "/v1/chat/completions", body)) for _ in range(4)]
+    await h.wait_for(lambda: sum(p.in_flight for p in pods) == 4)
+    assert [p.in_flight for p in pods] == [2, 2]
+    await asyncio.gather(*tasks)
+    samples = rt.router.feed.read(None, 10).samples
+    assert sorted(s.concurrency for s in samples) == [1, 1, 2, 2]
+    assert {s.pod for s in samples} == {"serve-0", "serve-1"}
