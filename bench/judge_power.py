@@ -29,8 +29,10 @@ def main() -> None:
     args = parser.parse_args()
     settings = JudgeSettings(min_requests_per_arm=min(200, args.n))
     shapes: tuple[Shape, ...] = (*SHAPES, "bimodal-valley")
-    print(f"{args.windows} windows per cell, {args.n} requests per arm, tolerance "
-          f"{settings.tolerance}, confidence {settings.confidence}, {settings.resamples} resamples")
+    print(
+        f"{args.windows} windows per cell, {args.n} requests per arm, tolerance "
+        f"{settings.tolerance}, confidence {settings.confidence}, {settings.resamples} resamples"
+    )
     header = " ".join(f"{f - 1:>+6.0%}" for f in FACTORS)
     print(f"{'shape':<15} {'pairing':<8} {header}   A/A@δ=0  A/A improved")
     started = time.perf_counter()
@@ -51,8 +53,10 @@ def main() -> None:
                         aa_improved += v.outcome == "improved"
                 cells.append(hits / args.windows)
             row = " ".join(f"{c:>6.1%}" for c in cells)
-            print(f"{shape:<15} {'paired' if paired else 'unpaired':<8} {row}   "
-                  f"{aa_strict / args.windows:>7.1%}  {aa_improved / args.windows:>7.1%}")
+            print(
+                f"{shape:<15} {'paired' if paired else 'unpaired':<8} {row}   "
+                f"{aa_strict / args.windows:>7.1%}  {aa_improved / args.windows:>7.1%}"
+            )
     elapsed = time.perf_counter() - started
     print(f"{verdicts} verdicts in {elapsed:.1f}s ({1000 * elapsed / verdicts:.1f} ms each)")
 

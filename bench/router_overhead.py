@@ -340,7 +340,9 @@ def ms(x: float) -> str:
 # -- parts ---------------------------------------------------------------------------------
 
 
-def part_latency(levels: list[int], tokens: int, time_scale: float, rounds: int) -> list[dict[str, Any]]:
+def part_latency(
+    levels: list[int], tokens: int, time_scale: float, rounds: int
+) -> list[dict[str, Any]]:
     rows = []
     with sim_proc(time_scale) as sim, router_proc(sim.url) as router:
         body = {"model": "m", "prompt": "benchmark prompt", "max_tokens": tokens,
@@ -394,21 +396,28 @@ def part_transit(levels: list[int], via: Callable[[str], Any], label: str,
                 "added_transit_p50": pct(r.transit, 0.5) - pct(d.transit, 0.5),
                 "added_transit_p99": pct(r.transit, 0.99) - pct(d.transit, 0.99),
                 "added_tpot_p50": pct(r.tpot, 0.5) - pct(d.tpot, 0.5),
+                "added_ttft_p50": pct(r.ttft, 0.5) - pct(d.ttft, 0.5),
             }  # fmt: skip
             rows.append(row)
             print(
                 f"{label:28s} c={c:4d} added per-chunk transit p50 {row['added_transit_p50'] * 1e6:8.1f} us"
                 f" p99 {row['added_transit_p99'] * 1e6:9.1f} us | added TPOT p50 "
-                f"{row['added_tpot_p50'] * 1e6:8.1f} us",
+                f"{row['added_tpot_p50'] * 1e6:8.1f} us | added TTFT p50 "
+                f"{row['added_ttft_p50'] * 1e6:8.1f} us",
                 flush=True,
             )
     return rows
 
 
-def part_capacity(via: Callable[[str], Any], label: str, streams: int = 256,
-                  tokens: int = 400, gap_ms: float = 1.0) -> dict[str, Any]:  # fmt: skip
+def part_capacity(
+    via: Callable[[str], Any], label: str, streams: int = 256, tokens: int = 400,
+    gap_ms: float = 1.0, direct: bool = False,
+) -> dict[str, Any]:  # fmt: skip
     with upstream_proc("up") as up, via(up.url) as proxy:
         transit(proxy.url, 2, 4, 5, 1)
+        if direct:  # what the upstream and client manage alone: the ceiling of this setup
+            d = transit(up.url, streams, streams, tokens, gap_ms)
+            print(f"{'direct (no proxy)':28s} {d.chunks / d.seconds:9.0f} chunks/s wall", flush=True)
         cpu0 = proxy.cpu_seconds()
         r = transit(proxy.url, streams, streams, tokens, gap_ms)
         cpu = proxy.cpu_seconds() - cpu0
@@ -433,7 +442,9 @@ def part_memory(streams: int = 512, tokens: int = 120, gap_ms: float = 50.0) -> 
 
         async def go() -> Result:
             nonlocal peak_in_flight
-            task = asyncio.create_task(run_load(router.url + "/v1/completions", body, streams, streams))
+            task = asyncio.create_task(
+                run_load(router.url + "/v1/completions", body, streams, streams)
+            )
             async with aiohttp.ClientSession() as s:
                 while not task.done():
                     await asyncio.sleep(0.5)
@@ -464,7 +475,7 @@ def stacks(levels: list[int]) -> dict[str, Any]:
         ("min aiohttp client, asyncio", lambda u: minimal_proxy_proc(u, "aiohttp", False)),
         ("min httpx client + uvloop", lambda u: minimal_proxy_proc(u, "httpx", True)),
         ("min httpx client, asyncio", lambda u: minimal_proxy_proc(u, "httpx", False)),
-        ("router (aiohttp) + uvloop", lambda u: router_proc(u)),
+        ("router (aiohttp) + uvloop", router_proc),
         ("router (aiohttp), asyncio", lambda u: router_proc(u, uvloop_on=False)),
     ]
     out: dict[str, Any] = {"transit": [], "capacity": []}
@@ -506,9 +517,9 @@ def main() -> int:
         results["latency"] = part_latency(levels, 24 if args.quick else 64, args.time_scale,
                                           rounds=1 if args.quick else 2)  # fmt: skip
         print("== per-chunk transit against a stamped upstream (20 ms between chunks)", flush=True)
-        results["transit"] = part_transit(levels, lambda u: router_proc(u), "router")
+        results["transit"] = part_transit(levels, router_proc, "router")
         print("== capacity: 256 streams, chunks 1 ms apart", flush=True)
-        results["capacity"] = part_capacity(lambda u: router_proc(u), "router")
+        results["capacity"] = part_capacity(router_proc, "router")
         print("== memory at 512 concurrent streams, all mirrored", flush=True)
         results["memory"] = part_memory(256 if args.quick else 512)
     if args.json:

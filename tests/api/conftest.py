@@ -74,6 +74,7 @@ class CelRules:
         failed = {
             rule.name
             for rule in rules
+            if rule.cel is not None
             for node in self.nodes(obj, rule.scope)
             if not self.evaluate(rule.cel, node)
         }

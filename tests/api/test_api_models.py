@@ -66,9 +66,19 @@ def test_defaults_and_both_spellings() -> None:
         ("runtime", {"shmSize": "lots"}, "spec.runtime.shmSize", "invalid quantity"),
         ("runtime", {"extraArgs": [""]}, "spec.runtime.extraArgs[0]", "at least 1 character"),
         ("drafter", {"method": "medusa"}, "spec.drafter.method", "dspark"),
-        ("drafter", {"numSpeculativeTokens": 0}, "spec.drafter.numSpeculativeTokens", "greater than or equal to 1"),
+        (
+            "drafter",
+            {"numSpeculativeTokens": 0},
+            "spec.drafter.numSpeculativeTokens",
+            "greater than or equal to 1",
+        ),
         ("drafter", {"numSpeculativeTokens": 33}, "spec.drafter.numSpeculativeTokens", "32"),
-        ("drafter", {"numSpeculativeToken": 3}, "spec.drafter.numSpeculativeToken", "unknown field"),
+        (
+            "drafter",
+            {"numSpeculativeToken": 3},
+            "spec.drafter.numSpeculativeToken",
+            "unknown field",
+        ),
         ("evaluation", {"tolerance": 0.6}, "spec.evaluation.tolerance", "0.5"),
         ("evaluation", {"tolerance": -0.1}, "spec.evaluation.tolerance", "0"),
         ("evaluation", {"confidence": 1.0}, "spec.evaluation.confidence", "0.999"),
@@ -77,9 +87,14 @@ def test_defaults_and_both_spellings() -> None:
         ("evaluation", {"window": 60.5}, "spec.evaluation.window", "a duration is a string"),
         ("evaluation", {"minOutputTokens": 1}, "spec.evaluation.minOutputTokens", "2"),
         ("rollback", {"policy": "maybe"}, "spec.rollback.policy", "auto"),
-        ("metricsSource", {"type": "prometheus", "prometheusUrl": "p:9090"}, "spec.metricsSource.prometheusUrl", "http"),
+        (
+            "metricsSource",
+            {"type": "prometheus", "prometheusUrl": "p:9090"},
+            "spec.metricsSource.prometheusUrl",
+            "http",
+        ),
     ],
-)  # fmt: skip
+)
 def test_shape_errors_name_the_field(
     section: str, value: dict[str, Any], path: str, fragment: str
 ) -> None:
@@ -88,7 +103,9 @@ def test_shape_errors_name_the_field(
     with pytest.raises(SpecError) as caught:
         validate_spec(spec)
     messages = [str(p) for p in caught.value.problems]
-    assert any(m.startswith(f"{path}: ") and fragment.lower() in m.lower() for m in messages), messages
+    assert any(m.startswith(f"{path}: ") and fragment.lower() in m.lower() for m in messages), (
+        messages
+    )
 
 
 def test_all_problems_reported_at_once() -> None:
@@ -118,13 +135,51 @@ def test_all_problems_reported_at_once() -> None:
     ("obj", "path"),
     [
         ([], "(root)"),
-        ({"apiVersion": "v1", "kind": "SpeculativeDeployment", "metadata": {"name": "a"}, "spec": BASE_SPEC}, "apiVersion"),
-        ({"apiVersion": "specguard.io/v1alpha1", "kind": "SpeculativeDeployment", "spec": BASE_SPEC}, "metadata.name"),
-        ({"apiVersion": "specguard.io/v1alpha1", "kind": "SpeculativeDeployment", "metadata": {"name": "a"}}, "spec"),
-        ({"apiVersion": "specguard.io/v1alpha1", "kind": "SpeculativeDeployment", "metadata": {"name": "a"}, "spec": []}, "spec"),
-        ({"apiVersion": "specguard.io/v1alpha1", "kind": "SpeculativeDeployment", "metadata": {"name": "a"}, "spec": {"drafter": {"method": "ngram"}}}, "spec.model"),
+        (
+            {
+                "apiVersion": "v1",
+                "kind": "SpeculativeDeployment",
+                "metadata": {"name": "a"},
+                "spec": BASE_SPEC,
+            },
+            "apiVersion",
+        ),
+        (
+            {
+                "apiVersion": "specguard.io/v1alpha1",
+                "kind": "SpeculativeDeployment",
+                "spec": BASE_SPEC,
+            },
+            "metadata.name",
+        ),
+        (
+            {
+                "apiVersion": "specguard.io/v1alpha1",
+                "kind": "SpeculativeDeployment",
+                "metadata": {"name": "a"},
+            },
+            "spec",
+        ),
+        (
+            {
+                "apiVersion": "specguard.io/v1alpha1",
+                "kind": "SpeculativeDeployment",
+                "metadata": {"name": "a"},
+                "spec": [],
+            },
+            "spec",
+        ),
+        (
+            {
+                "apiVersion": "specguard.io/v1alpha1",
+                "kind": "SpeculativeDeployment",
+                "metadata": {"name": "a"},
+                "spec": {"drafter": {"method": "ngram"}},
+            },
+            "spec.model",
+        ),
     ],
-)  # fmt: skip
+)
 def test_envelope_problems(obj: Any, path: str) -> None:
     with pytest.raises(SpecError) as caught:
         parse_resource(obj)
@@ -138,21 +193,53 @@ def test_resource_keeps_metadata_and_status() -> None:
         "observedGeneration": 3,
         "mode": "baseline",
         "conditions": [
-            {"type": "Ready", "status": "True", "reason": "ArmsReady", "lastTransitionTime": "2026-01-01T00:00:00Z"}
+            {
+                "type": "Ready",
+                "status": "True",
+                "reason": "ArmsReady",
+                "lastTransitionTime": "2026-01-01T00:00:00Z",
+            }
         ],
-        "lastVerdict": {"outcome": "regressed", "ratio": 1.12, "ciLower": 1.05, "ciUpper": 1.2,
-                        "samples": {"speculative": 300, "baseline": 280},
-                        "concurrency": {"speculative": 41.5, "baseline": 40.2},
-                        "domains": {"tool_call": 1.3}},
-        "transitions": [{"time": "2026-01-01T00:00:00Z", "from": "speculative", "to": "baseline", "reason": "Regressed"}],
+        "lastVerdict": {
+            "outcome": "regressed",
+            "ratio": 1.12,
+            "ciLower": 1.05,
+            "ciUpper": 1.2,
+            "samples": {"speculative": 300, "baseline": 280},
+            "concurrency": {"speculative": 41.5, "baseline": 40.2},
+            "domains": {"tool_call": 1.3},
+        },
+        "transitions": [
+            {
+                "time": "2026-01-01T00:00:00Z",
+                "from": "speculative",
+                "to": "baseline",
+                "reason": "Regressed",
+            }
+        ],
         "arms": {
-            "serving": {"arm": "baseline", "deployment": "qwen-base", "replicas": 4, "readyReplicas": 4},
-            "shadow": {"arm": "speculative", "deployment": "qwen-spec", "replicas": 1, "readyReplicas": 1},
+            "serving": {
+                "arm": "baseline",
+                "deployment": "qwen-base",
+                "replicas": 4,
+                "readyReplicas": 4,
+            },
+            "shadow": {
+                "arm": "speculative",
+                "deployment": "qwen-spec",
+                "replicas": 1,
+                "readyReplicas": 1,
+            },
             "mirrorShare": 0.25,
         },
-    }  # fmt: skip
+    }
     sd = parse_resource(obj)
-    assert (sd.name, sd.namespace, sd.metadata.uid, sd.metadata.generation) == ("qwen", "llm", "u-1", 3)
+    assert (sd.name, sd.namespace, sd.metadata.uid, sd.metadata.generation) == (
+        "qwen",
+        "llm",
+        "u-1",
+        3,
+    )
     assert sd.status is not None and sd.status.mode == "baseline"
     assert sd.status.arms is not None and sd.status.arms.serving.deployment == "qwen-base"
     assert sd.status.transitions[0].from_mode == "speculative"
@@ -173,10 +260,22 @@ def test_transitions_are_bounded() -> None:
     history: list[Transition] = []
     for i in range(MAX_TRANSITIONS + 5):
         t = Transition.model_validate(
-            {"time": f"2026-01-01T00:00:{i % 60:02d}Z", "from": "speculative", "to": "baseline", "reason": f"R{i}"}
+            {
+                "time": f"2026-01-01T00:00:{i % 60:02d}Z",
+                "from": "speculative",
+                "to": "baseline",
+                "reason": f"R{i}",
+            }
         )
         history = append_transition(history, t)
     assert len(history) == MAX_TRANSITIONS
     assert history[0].reason == "R5" and history[-1].reason == f"R{MAX_TRANSITIONS + 4}"
     with pytest.raises(ValueError, match="at most"):
         Status.model_validate({"transitions": [t.to_wire()] * (MAX_TRANSITIONS + 1)})
+
+
+def test_initial_mirror_share() -> None:
+    spec = Spec.model_validate({**BASE_SPEC, "replicas": 4, "shadow": {"replicas": 1}})
+    assert spec.initial_mirror_share == 0.25
+    spec = Spec.model_validate({**BASE_SPEC, "replicas": 2, "shadow": {"replicas": 2}})
+    assert spec.initial_mirror_share == 1.0

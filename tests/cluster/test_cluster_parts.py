@@ -12,6 +12,9 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
+from specguard.testing.binaries import MissingBinariesError, find_binaries
 from specguard.testing.images import HOST_IMAGE, Launch, UnknownImageError, resolve_argv
 from specguard.testing.loopback import LoopbackPool, listening_addresses
 from specguard.testing.podenv import expand
@@ -166,3 +169,46 @@ def test_live_owner_is_left_alone_and_sigterm_kills_its_groups(tmp_path: Path) -
             if group_members(pgid):
                 os.killpg(pgid, signal.SIGKILL)
     time.sleep(0)
+
+
+def _fake_binaries(directory: Path, *names: str) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        path = directory / name
+        path.write_text("#!/bin/sh\necho Kubernetes v1.30.0\n")
+        path.chmod(0o755)
+
+
+def test_kubebuilder_assets_first_then_cache_for_what_envtest_lacks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assets, cache = tmp_path / "assets", tmp_path / "cache"
+    _fake_binaries(assets, "kube-apiserver", "etcd", "kubectl")
+    _fake_binaries(cache / "control-plane" / "bin", "kube-apiserver", "kube-controller-manager",
+                   "kube-scheduler")  # fmt: skip
+    monkeypatch.setenv("KUBEBUILDER_ASSETS", str(assets))
+    monkeypatch.setenv("SPECGUARD_CACHE_DIR", str(cache))
+    found = find_binaries()
+    assert found.kube_apiserver == assets / "kube-apiserver" and found.etcd == assets / "etcd"
+    assert found.kube_scheduler == cache / "control-plane" / "bin" / "kube-scheduler"
+    assert found.minor_version(found.kube_apiserver) == 30
+    (assets / "kube-apiserver").unlink()
+    with pytest.raises(MissingBinariesError, match="KUBEBUILDER_ASSETS"):
+        find_binaries()
+
+
+def test_missing_binaries_fail_the_cluster_tier_with_a_clear_message(tmp_path: Path) -> None:
+    (tmp_path / "test_needs_cluster.py").write_text(
+        "def test_it(local_cluster):\n    pass\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "KUBEBUILDER_ASSETS"}
+    env["SPECGUARD_CACHE_DIR"] = str(tmp_path / "empty-cache")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "specguard.testing.pytest_plugin",
+         "-p", "no:cacheprovider", "test_needs_cluster.py"],
+        check=False, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stdout
+    assert "1 error" in proc.stdout and "skipped" not in proc.stdout
+    assert "local control plane unavailable" in proc.stdout
+    assert "build-control-plane.sh" in proc.stdout

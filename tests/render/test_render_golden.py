@@ -61,10 +61,3 @@ def test_rendered_objects_are_valid_kubernetes(example: str, mode: str) -> None:
     for obj in render_all(sd, mode):
         # strict: unknown fields are errors too (a typo would be pruned silently).
         kubernetes_validate.validate(obj, KUBE_VERSION, strict=True)
-
-
-def test_crd_is_valid_kubernetes() -> None:
-    from specguard.api.crd import crd
-
-    kubernetes_validate.validate(crd(), KUBE_VERSION, strict=True)
-    kubernetes_validate.validate(crd("1.20"), KUBE_VERSION, strict=True)

@@ -77,7 +77,11 @@ class Upstream:
                     "created": 1,
                     "model": "m",
                     "choices": [{"index": 0, "text": "x" * tokens, "finish_reason": "length"}],
-                    "usage": {"prompt_tokens": 3, "completion_tokens": tokens, "total_tokens": 3 + tokens},
+                    "usage": {
+                        "prompt_tokens": 3,
+                        "completion_tokens": tokens,
+                        "total_tokens": 3 + tokens,
+                    },
                 },
                 headers={"X-Upstream": "yes"},
             )
@@ -92,14 +96,22 @@ class Upstream:
         head = b'{"id":"chatcmpl-fixed","object":"chat.completion.chunk","created":1,"model":"m","choices":'
 
         def usage(n: int) -> bytes:
-            return b'"usage":{"prompt_tokens":3,"total_tokens":%d,"completion_tokens":%d}' % (3 + n, n)
+            return b'"usage":{"prompt_tokens":3,"total_tokens":%d,"completion_tokens":%d}' % (
+                3 + n,
+                n,
+            )
 
         def send(choices: bytes, n: int) -> bytes:
             tail = b"," + usage(n) if continuous else b""
             return b"data: " + head + choices + tail + b"}\n\n"
 
         if chat:
-            await response.write(send(b'[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]', 0))
+            await response.write(
+                send(
+                    b'[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]',
+                    0,
+                )
+            )
         for i in range(tokens):
             if self.gap_s:
                 await asyncio.sleep(self.gap_s)
@@ -108,14 +120,24 @@ class Upstream:
                 request.transport.close()
                 return response
             if tools:
-                piece = json.dumps({"tool_calls": [{"index": 0, "function": {"arguments": f"a{i}"}}]})
-                choice = b'[{"index":0,"delta":%s,"logprobs":null,"finish_reason":null}]' % piece.encode()
+                piece = json.dumps(
+                    {"tool_calls": [{"index": 0, "function": {"arguments": f"a{i}"}}]}
+                )
+                choice = (
+                    b'[{"index":0,"delta":%s,"logprobs":null,"finish_reason":null}]'
+                    % piece.encode()
+                )
             elif chat:
-                choice = b'[{"index":0,"delta":{"content":"t%d \xc3\xa9\\"q\\""},"logprobs":null,"finish_reason":null}]' % i
+                choice = (
+                    b'[{"index":0,"delta":{"content":"t%d \xc3\xa9\\"q\\""},"logprobs":null,"finish_reason":null}]'
+                    % i
+                )
             else:
                 choice = b'[{"index":0,"text":"t%d","logprobs":null,"finish_reason":null}]' % i
             await response.write(send(choice, i + 1))
-        await response.write(send(b'[{"index":0,"delta":{},"logprobs":null,"finish_reason":"length"}]', tokens))
+        await response.write(
+            send(b'[{"index":0,"delta":{},"logprobs":null,"finish_reason":"length"}]', tokens)
+        )
         if include:
             await response.write(b"data: " + head + b"[]," + usage(tokens) + b"}\n\n")
         await response.write(b"data: [DONE]\n\n")
@@ -163,7 +185,10 @@ async def upstream() -> AsyncIterator[UpstreamFactory]:
 
 
 def topology(
-    serving: list[str], shadow: list[str] | None = None, share: float = 0.0, arm: str = "speculative"
+    serving: list[str],
+    shadow: list[str] | None = None,
+    share: float = 0.0,
+    arm: str = "speculative",
 ) -> Topology:
     top = Topology()
     serving_arm: Any = arm

@@ -39,11 +39,16 @@ def test_bad_input_is_one_line_exit_2(argv: list[str], flag: str, capsys) -> Non
 
 
 def test_bad_input_through_the_specguard_command() -> None:
-    proc = subprocess.run([sys.executable, "-m", "specguard", "router", "--serving", "nope"],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "specguard", "router", "--serving", "nope"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines() == [
-        "specguard router: --serving: expected an http(s)://host:port URL, got 'nope'"]
+        "specguard router: --serving: expected an http(s)://host:port URL, got 'nope'"
+    ]
 
 
 def test_static_topology_defaults() -> None:
@@ -92,8 +97,12 @@ async def test_no_prompt_or_completion_text_in_logs_metrics_samples(sim, h, tmp_
                 await asyncio.sleep(0.1)
             texts: list[str] = []
             for stream in (True, False):
-                body = {"model": "m", "messages": [{"role": "user", "content": SECRET}],
-                        "max_tokens": 40, "stream": stream}
+                body = {
+                    "model": "m",
+                    "messages": [{"role": "user", "content": SECRET}],
+                    "max_tokens": 40,
+                    "stream": stream,
+                }
                 async with s.post(url + "/v1/chat/completions", json=body) as r:
                     raw = await r.read()
                 if stream:
@@ -104,8 +113,11 @@ async def test_no_prompt_or_completion_text_in_logs_metrics_samples(sim, h, tmp_
                 else:
                     texts.append(json.loads(raw)["choices"][0]["message"]["content"])
             # A request the upstream rejects (bad JSON) goes through the error paths too.
-            async with s.post(url + "/v1/completions", data=SECRET.encode(),
-                              headers={"Content-Type": "application/json"}) as r:
+            async with s.post(
+                url + "/v1/completions",
+                data=SECRET.encode(),
+                headers={"Content-Type": "application/json"},
+            ) as r:
                 await r.read()
             await asyncio.sleep(0.3)  # let the shadow copies fail and be recorded
             async with s.get(url + "/metrics") as r:

@@ -11,8 +11,16 @@ from specguard.router.proxy import RouterConfig
 
 
 def sample(n: int) -> Sample:
-    return Sample(arm="speculative", role="serving", pod="p", domain="chat", started_at=float(n),
-                  concurrency=1, output_tokens=n, e2e_s=0.1)
+    return Sample(
+        arm="speculative",
+        role="serving",
+        pod="p",
+        domain="chat",
+        started_at=float(n),
+        concurrency=1,
+        output_tokens=n,
+        e2e_s=0.1,
+    )
 
 
 def tokens(page_samples: list[Sample]) -> list[int]:
@@ -72,8 +80,10 @@ async def test_samples_endpoint(upstream, start_router, h) -> None:
     rt = await start_router(h.topology([up.url]), RouterConfig(samples_capacity=3))
     async with aiohttp.ClientSession() as s:
         for _ in range(5):
-            async with s.post(rt.url + "/v1/completions",
-                              json={"model": "m", "prompt": "p", "max_tokens": 2, "stream": True}) as r:
+            async with s.post(
+                rt.url + "/v1/completions",
+                json={"model": "m", "prompt": "p", "max_tokens": 2, "stream": True},
+            ) as r:
                 await r.read()
         async with s.get(rt.url + "/samples", params={"limit": "2"}) as r:
             page = await r.json()

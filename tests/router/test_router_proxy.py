@@ -34,7 +34,10 @@ async def test_stream_without_usage_is_byte_identical_to_direct(upstream, start_
     assert routed[1]["Content-Type"] == direct[1]["Content-Type"]
     assert routed[1]["X-Upstream"] == "yes"
     # ... while the upstream was asked for continuous usage, so the sample is exact.
-    assert up.bodies[-1]["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
+    assert up.bodies[-1]["stream_options"] == {
+        "include_usage": True,
+        "continuous_usage_stats": True,
+    }
     [sample] = rt.router.feed.read(None, 10).samples
     assert sample.measurement == "stream_usage"
     assert sample.output_tokens == 6
@@ -53,17 +56,26 @@ async def test_stream_with_include_usage_keeps_final_usage_only(upstream, start_
     assert routed[2].count(b'"usage"') == 1
 
 
-async def test_client_asking_continuous_usage_is_forwarded_untouched(upstream, start_router, h) -> None:
+async def test_client_asking_continuous_usage_is_forwarded_untouched(
+    upstream, start_router, h
+) -> None:
     up = await upstream()
     rt = await start_router(h.topology([up.url]))
-    raw = json.dumps({**CHAT, "stream": True, "stream_options": {
-        "include_usage": True, "continuous_usage_stats": True}}).encode()
+    raw = json.dumps(
+        {
+            **CHAT,
+            "stream": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        }
+    ).encode()
     async with aiohttp.ClientSession() as s:
-        async with s.post(up.url + "/v1/chat/completions", data=raw,
-                          headers={"Content-Type": "application/json"}) as r:
+        async with s.post(
+            up.url + "/v1/chat/completions", data=raw, headers={"Content-Type": "application/json"}
+        ) as r:
             direct = await r.read()
-        async with s.post(rt.url + "/v1/chat/completions", data=raw,
-                          headers={"Content-Type": "application/json"}) as r:
+        async with s.post(
+            rt.url + "/v1/chat/completions", data=raw, headers={"Content-Type": "application/json"}
+        ) as r:
             routed = await r.read()
     assert up.raw_bodies[-1] == raw
     assert routed == direct
@@ -73,10 +85,13 @@ async def test_completion_stream_and_tool_calls(upstream, start_router, h) -> No
     up = await upstream()
     rt = await start_router(h.topology([up.url]))
     comp = {"model": "m", "prompt": "p", "max_tokens": 4, "stream": True}
-    assert (await post(rt.url + "/v1/completions", comp))[2] == (await post(up.url + "/v1/completions", comp))[2]
+    assert (await post(rt.url + "/v1/completions", comp))[2] == (
+        await post(up.url + "/v1/completions", comp)
+    )[2]
     tools = {**CHAT, "stream": True, "tools": [{"type": "function", "function": {"name": "f"}}]}
     assert (await post(rt.url + "/v1/chat/completions", tools))[2] == (
-        await post(up.url + "/v1/chat/completions", tools))[2]
+        await post(up.url + "/v1/chat/completions", tools)
+    )[2]
     samples = rt.router.feed.read(None, 10).samples
     assert [s.domain for s in samples] == ["completion", "tool_call"]
     assert [s.output_tokens for s in samples] == [4, 6]
@@ -85,8 +100,11 @@ async def test_completion_stream_and_tool_calls(upstream, start_router, h) -> No
 async def test_domain_header_overrides(upstream, start_router, h) -> None:
     up = await upstream()
     rt = await start_router(h.topology([up.url]))
-    await post(rt.url + "/v1/chat/completions", {**CHAT, "stream": True},
-               headers={"X-Specguard-Domain": "math"})
+    await post(
+        rt.url + "/v1/chat/completions",
+        {**CHAT, "stream": True},
+        headers={"X-Specguard-Domain": "math"},
+    )
     assert rt.router.feed.read(None, 10).samples[0].domain == "math"
     assert up.headers[-1]["X-Specguard-Domain"] == "math"  # the simulator reads it too
 
@@ -154,9 +172,17 @@ async def test_body_over_limit_is_413(upstream, start_router, h) -> None:
 async def test_hop_by_hop_headers_are_not_forwarded(upstream, start_router, h) -> None:
     up = await upstream()
     rt = await start_router(h.topology([up.url]))
-    await post(rt.url + "/v1/chat/completions", CHAT,
-               headers={"Authorization": "Bearer k", "Keep-Alive": "timeout=5",
-                        "Connection": "keep-alive, X-Drop", "X-Drop": "1", "X-Keep": "2"})
+    await post(
+        rt.url + "/v1/chat/completions",
+        CHAT,
+        headers={
+            "Authorization": "Bearer k",
+            "Keep-Alive": "timeout=5",
+            "Connection": "keep-alive, X-Drop",
+            "X-Drop": "1",
+            "X-Keep": "2",
+        },
+    )
     got = {k.lower(): v for k, v in up.headers[-1].items()}
     assert got["authorization"] == "Bearer k" and got["x-keep"] == "2"
     assert "keep-alive" not in got and "x-drop" not in got
@@ -166,7 +192,9 @@ async def test_client_disconnect_cancels_upstream(upstream, start_router, h) -> 
     up = await upstream(tokens=1000, gap_s=0.01)
     rt = await start_router(h.topology([up.url]))
     async with aiohttp.ClientSession() as s:
-        r = await s.post(rt.url + "/v1/chat/completions", json={**CHAT, "max_tokens": 1000, "stream": True})
+        r = await s.post(
+            rt.url + "/v1/chat/completions", json={**CHAT, "max_tokens": 1000, "stream": True}
+        )
         await r.content.readany()
         r.close()  # drop the connection mid-stream
     await h.wait_for(lambda: up.finished == 1, timeout=5)

@@ -53,11 +53,25 @@ async def test_stream_through_router_matches_direct_simulator(sims, start_router
     try:
         rt = await start_router(h.topology([serving.url]))
         cases = [
-            ("/v1/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "hi"}],
-                                      "max_tokens": 24, "stream": True}),
-            ("/v1/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "hi"}],
-                                      "max_tokens": 24, "stream": True,
-                                      "stream_options": {"include_usage": True}}),
+            (
+                "/v1/chat/completions",
+                {
+                    "model": "m",
+                    "messages": [{"role": "user", "content": "hi"}],
+                    "max_tokens": 24,
+                    "stream": True,
+                },
+            ),
+            (
+                "/v1/chat/completions",
+                {
+                    "model": "m",
+                    "messages": [{"role": "user", "content": "hi"}],
+                    "max_tokens": 24,
+                    "stream": True,
+                    "stream_options": {"include_usage": True},
+                },
+            ),
             ("/v1/completions", {"model": "m", "prompt": "x", "max_tokens": 24, "stream": True}),
         ]
         for path, body in cases:
@@ -76,9 +90,16 @@ async def test_stream_through_router_matches_direct_simulator(sims, start_router
 async def test_openai_sdk_streaming_tools_through_router(sims, start_router, h) -> None:
     rt = await start_router(h.topology([sims["serving"].url], [sims["shadow"].url], share=1.0))
     client = openai.AsyncOpenAI(base_url=rt.url + "/v1", api_key="unused")
-    tools = [{"type": "function", "function": {
-        "name": "get_weather", "description": "weather",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "get_weather",
+                "description": "weather",
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+            },
+        }
+    ]
     stream = await client.chat.completions.create(
         model="m", messages=[{"role": "user", "content": "weather in Paris?"}], tools=tools,
         max_tokens=32, stream=True, stream_options={"include_usage": True},

@@ -55,7 +55,8 @@ def test_streaming_chat_counts_tokens_per_chunk(client: openai.OpenAI) -> None:
         messages=[{"role": "user", "content": "Solve the equation 3x + 5 = 20."}],
         max_tokens=64,
         stream=True,
-        stream_options={"include_usage": True, "continuous_usage_stats": True},  # type: ignore[typeddict-unknown-key]
+        # continuous_usage_stats is vLLM's extension, not in the SDK's types
+        extra_body={"stream_options": {"include_usage": True, "continuous_usage_stats": True}},
     )
     chunks = list(stream)
     first, *content, usage_chunk = chunks

@@ -16,15 +16,22 @@ import pytest
 
 from specguard.sim.launch import start_sim
 from specguard.sim.loadclient import StreamRecord, stream_once
-from specguard.sim.scrape import scrape, value
+from specguard.sim.scrape import Samples, scrape, value
 
-DSPARK_K8 = json.dumps({"method": "dspark", "model": "org/kimi-dspark", "num_speculative_tokens": 8})
+DRAFTS = "vllm:spec_decode_num_drafts_total"
+ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
+
+DSPARK_K8 = json.dumps(
+    {"method": "dspark", "model": "org/kimi-dspark", "num_speculative_tokens": 8}
+)
 MATH_PROMPT = "Solve the equation 12x + 7 = 91 and prove the answer is unique."
 
 
 async def _sequential(url: str, n: int, max_tokens: int) -> list[StreamRecord]:
-    body = json.dumps({"prompt": MATH_PROMPT, "max_tokens": max_tokens, "stream": True,
-                       "stream_options": {"include_usage": True, "continuous_usage_stats": True}})  # fmt: skip
+    usage = {"include_usage": True, "continuous_usage_stats": True}
+    body = json.dumps(
+        {"prompt": MATH_PROMPT, "max_tokens": max_tokens, "stream": True, "stream_options": usage}
+    )
     headers = {"Content-Type": "application/json"}
     async with aiohttp.ClientSession() as session:
         return [await stream_once(session, url, body.encode(), headers) for _ in range(n)]
@@ -32,7 +39,8 @@ async def _sequential(url: str, n: int, max_tokens: int) -> list[StreamRecord]:
 
 def _tokens_per_second(args: list[str], scale: float, n: int, max_tokens: int) -> float:
     """Single-stream per-user speed in simulated tok/s: 1 / client-measured TPOT."""
-    with start_sim([*args, "--profile", "kimi-k3", "--time-scale", str(scale), "--seed", "7"]) as sim:
+    flags = ["--profile", "kimi-k3", "--time-scale", str(scale), "--seed", "7"]
+    with start_sim([*args, *flags]) as sim:
         records = asyncio.run(_sequential(sim.url, n, max_tokens))
     tpots = [r.tpot for r in records if r.tpot is not None]
     assert len(tpots) == n
@@ -80,14 +88,14 @@ def test_tool_calls_accept_about_43_percent_of_math_extra_tokens() -> None:
         asyncio.run(_chat_batch(sim.url, [tool_body] * 60, 12))
         s2 = scrape(sim.url)
 
-    def extra_per_step(a: dict[object, float], b: dict[object, float]) -> float:
-        drafts = value(b, "vllm:spec_decode_num_drafts_total") - value(a, "vllm:spec_decode_num_drafts_total")  # type: ignore[arg-type]
-        accepted = value(b, "vllm:spec_decode_num_accepted_tokens_total") - value(a, "vllm:spec_decode_num_accepted_tokens_total")  # type: ignore[arg-type]
+    def extra_per_step(a: Samples, b: Samples) -> float:
+        drafts = value(b, DRAFTS) - value(a, DRAFTS)
+        accepted = value(b, ACCEPTED) - value(a, ACCEPTED)
         assert drafts > 300  # enough draft steps for a ~3% standard error
         return accepted / drafts
 
-    math_extra = extra_per_step(s0, s1)  # type: ignore[arg-type]
-    tool_extra = extra_per_step(s1, s2)  # type: ignore[arg-type]
+    math_extra = extra_per_step(s0, s1)
+    tool_extra = extra_per_step(s1, s2)
     # published Kimi K3: 5.42 (math) vs 2.33 (tool calling) extra tokens per step
     assert math_extra == pytest.approx(5.42, rel=0.08)
     assert tool_extra / math_extra == pytest.approx(0.43, abs=0.10)

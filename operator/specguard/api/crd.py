@@ -118,7 +118,7 @@ def model_schema(model: type[Spec] | type[Status]) -> Schema:
     return _structural(raw, raw.get("$defs", {}))
 
 
-def _node_at(root: Schema, scope: str) -> Schema:
+def node_at(root: Schema, scope: str) -> Schema:
     """The schema node of a rule scope: "spec.drafter.perBatchSize[]" -> its items."""
     node = root
     for part in scope.split("."):
@@ -137,13 +137,14 @@ def _add_rules(root: Schema, version: tuple[int, int]) -> None:
         return item
 
     for rule in RULES:
-        node = _node_at(root, rule.scope)
+        if rule.cel is None:
+            continue
+        node = node_at(root, rule.scope)
         node.setdefault("x-kubernetes-validations", []).append(
             entry(rule.cel, rule.message, rule.field_path)
         )
-    root.setdefault("x-kubernetes-validations", []).append(
-        entry(NAME_CEL, NAME_MESSAGE, ".metadata.name")
-    )
+    # No fieldPath: it must resolve in the schema, which leaves metadata's fields out.
+    root.setdefault("x-kubernetes-validations", []).append(entry(NAME_CEL, NAME_MESSAGE, ""))
 
 
 def _status_schema() -> Schema:

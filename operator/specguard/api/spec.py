@@ -7,7 +7,7 @@ together live in :mod:`specguard.api.rules`, where each has a CEL twin for the C
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Literal, get_args
 
 from pydantic import Field, StringConstraints
 
@@ -224,13 +224,11 @@ class Drafter(WireModel):
         "ranges that start at batch size 1 and do not overlap; each k is at most "
         "numSpeculativeTokens.",
     )
-    extra_config: dict[str, Any] = Field(
+    # Kept as an opaque object in the CRD: a current API server cannot see the keys of a
+    # preserve-unknown-fields map from CEL, so the owned-keys rule is checked by the operator.
+    extra_config: Passthrough = Field(
         default_factory=dict,
         max_length=64,
-        json_schema_extra={
-            "additionalProperties": {"x-kubernetes-preserve-unknown-fields": True},
-            "maxProperties": 64,
-        },
         description="Further --speculative-config keys passed through as given (snake_case, "
         "e.g. prompt_lookup_max). Keys specguard sets from other fields are refused.",
     )
@@ -374,3 +372,9 @@ class Spec(WireModel):
     metrics_source: MetricsSource = Field(
         default_factory=MetricsSource, description="Where the measurements come from."
     )
+
+    @property
+    def initial_mirror_share(self) -> float:
+        """Share of requests mirrored to the shadow arm before any measurement: a shadow pod
+        then sees the per-pod concurrency a serving pod sees."""
+        return min(1.0, self.shadow.replicas / self.replicas)

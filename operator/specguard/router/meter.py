@@ -34,6 +34,9 @@ from specguard.judge.sample import Arm, Measurement, Role, Sample, tpot
 # parsing (the proxy still forwards the bytes) rather than buffer without bound.
 MAX_LINE_BYTES = 1 << 20
 
+# JSONDecoder.decode on str skips json.loads' bytes-encoding sniffing (hot path).
+_DECODE = json.JSONDecoder().decode
+
 _DOMAIN_RE = re.compile(r"[a-z0-9][a-z0-9_.-]{0,31}")
 
 
@@ -175,15 +178,22 @@ class StreamMeter:
             self._done = True
             return
         try:
-            chunk = json.loads(payload)
-        except ValueError:
+            chunk = _DECODE(payload.decode())
+        except ValueError:  # UnicodeDecodeError is one
             return
         if isinstance(chunk, dict):
-            self._chunk(chunk, now)
+            self.observe_chunk(chunk, now)
 
     # -- chunk semantics ---------------------------------------------------------------
 
-    def _chunk(self, chunk: dict[str, Any], now: float) -> None:
+    def observe_done(self) -> None:
+        """``data: [DONE]`` seen by a caller that frames the stream itself."""
+        self._done = True
+
+    def observe_chunk(self, chunk: dict[str, Any], now: float) -> None:
+        """One parsed event, for a caller that frames and parses the stream itself (the
+        router's usage stripper does, so each chunk is parsed once). Do not mix with
+        `feed` on the same meter."""
         if "error" in chunk and "choices" not in chunk:
             self._error = True
             return

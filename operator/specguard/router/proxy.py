@@ -302,17 +302,22 @@ class Router:
         meter = StreamMeter(started) if measured else None
         clock = time.perf_counter
         try:
-            async for data in upstream.content.iter_any():
-                now = clock()
-                out = stripper.feed(data) if stripper is not None else data
-                if out:
-                    await response.write(out)
-                if meter is not None:
-                    meter.feed(data, now)
             if stripper is not None:
-                rest = stripper.finish()
+                # The stripper frames and parses each event once and feeds the meter.
+                stripper.attach(meter)
+                async for data in upstream.content.iter_any():
+                    out = stripper.feed(data, clock())
+                    if out:
+                        await response.write(out)
+                rest = stripper.finish(clock())
                 if rest:
                     await response.write(rest)
+            else:
+                async for data in upstream.content.iter_any():
+                    now = clock()
+                    await response.write(data)
+                    if meter is not None:
+                        meter.feed(data, now)
         except ConnectionResetError:
             # The client went away: stop reading (closing upstream cancels generation).
             return response, "client_closed"

@@ -17,104 +17,131 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from specguard.router.meter import StreamMeter
+
 _KEY = b'"usage"'
+# JSONDecoder.decode on str skips json.loads' bytes-encoding sniffing (hot path).
+_DECODE = json.JSONDecoder().decode
 _WHITESPACE = b" \t\r\n"
 
 
 class UsageStripper:
-    """Rewrites an SSE byte stream event by event; partial events wait for their end."""
+    """Rewrites an SSE byte stream event by event; partial events wait for their end.
 
-    __slots__ = ("_buffer", "_keep_final")
+    Given a `StreamMeter`, it also hands the meter each parsed event, so a chunk is framed
+    and parsed once on the router's hot path instead of twice.
+    """
 
-    def __init__(self, keep_final: bool) -> None:
+    __slots__ = ("_buffer", "_keep_final", "_meter")
+
+    def __init__(self, keep_final: bool, meter: StreamMeter | None = None) -> None:
         self._keep_final = keep_final
+        self._meter = meter
         self._buffer = b""
 
-    def feed(self, data: bytes) -> bytes:
-        """The bytes to pass on now (whole events only)."""
+    def attach(self, meter: StreamMeter | None) -> None:
+        self._meter = meter
+
+    def feed(self, data: bytes, now: float = 0.0) -> bytes:
+        """The bytes to pass on now (whole events only); ``now`` is when they arrived."""
         buffer = self._buffer + data if self._buffer else data
         end = _event_end(buffer)
         if end < 0:
             self._buffer = buffer
             return b""
-        if end == len(buffer) and _KEY not in buffer:
+        if self._meter is None and end == len(buffer) and _KEY not in buffer:
             self._buffer = b""
             return buffer
         out: list[bytes] = []
         start = 0
         while end >= 0:
-            out.append(self._event(buffer[start:end]))
+            out.append(self._event(buffer[start:end], now))
             start = end
             end = _event_end(buffer, start)
         self._buffer = buffer[start:]
         return b"".join(out)
 
-    def finish(self) -> bytes:
-        """Whatever is left at the end of the stream, passed on as it is."""
+    def finish(self, now: float = 0.0) -> bytes:
+        """Whatever is left at the end of the stream, passed on as it is (and measured)."""
         rest, self._buffer = self._buffer, b""
+        if rest and self._meter is not None:
+            self._measure(_payload(rest), now)
         return rest
 
-    def _event(self, event: bytes) -> bytes:
-        if _KEY not in event or not event.startswith(b"data:"):
-            return event
-        body_end = len(event.rstrip(b"\r\n"))
-        if b"\n" in event[:body_end]:
-            return event  # multi-line events are not what vLLM sends; leave them alone
-        offset = 6 if event.startswith(b"data: ") else 5
-        payload = event[offset:body_end]
+    def _measure(self, payload: bytes | None, now: float) -> Any:
+        if payload is None:
+            return None
+        if payload == b"[DONE]":
+            if self._meter is not None:
+                self._meter.observe_done()
+            return None
         try:
-            chunk = json.loads(payload)
-        except ValueError:
+            chunk = _DECODE(payload.decode())
+        except (ValueError, UnicodeDecodeError):
+            return None
+        if self._meter is not None and isinstance(chunk, dict):
+            self._meter.observe_chunk(chunk, now)
+        return chunk
+
+    def _event(self, event: bytes, now: float) -> bytes:
+        if self._meter is None and _KEY not in event:
             return event
-        if not isinstance(chunk, dict) or not isinstance(chunk.get("usage"), dict):
+        payload = _payload(event)
+        chunk = self._measure(payload, now)
+        if payload is None or _KEY not in payload or not isinstance(chunk, dict):
+            return event
+        if not isinstance(chunk.get("usage"), dict):
             return event
         if not chunk.get("choices"):
             return event if self._keep_final else b""
-        stripped = remove_member(payload, chunk)
-        return event[:offset] + stripped + event[body_end:]
+        offset = 6 if event.startswith(b"data: ") else 5
+        body_end = offset + len(payload)
+        if event[offset:body_end] != payload:
+            return event  # a multi-line event: not what vLLM sends; leave it alone
+        return event[:offset] + remove_member(payload, chunk) + event[body_end:]
+
+
+def _payload(event: bytes) -> bytes | None:
+    """The data of one SSE event (data lines joined), or None when it has none."""
+    if event.startswith(b"data: ") and event.count(b"\n") <= 2 and b"\r" not in event:
+        return event[6:].rstrip(b"\n")  # the usual single-line event
+    lines = [line[:-1] if line.endswith(b"\r") else line for line in event.split(b"\n")]
+    data = [line[5:] for line in lines if line.startswith(b"data:")]
+    if not data:
+        return None
+    return b"\n".join(d[1:] if d.startswith(b" ") else d for d in data)
 
 
 def remove_member(payload: bytes, chunk: dict[str, Any]) -> bytes:
     """``payload`` without its top-level ``"usage"`` member, other bytes unchanged.
 
     Falls back to compact re-serialisation (vLLM's own format) if the text is not laid out
-    as expected; the result is checked against the parsed chunk either way.
+    as expected.
     """
-    expected = {key: value for key, value in chunk.items() if key != "usage"}
-    cut = _cut(payload)
+    cut = _cut(payload, chunk["usage"])
     if cut is not None:
-        try:
-            if json.loads(cut) == expected:
-                return cut
-        except ValueError:
-            pass
+        return cut
+    expected = {key: value for key, value in chunk.items() if key != "usage"}
     return json.dumps(expected, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def _cut(payload: bytes) -> bytes | None:
+def _cut(payload: bytes, usage: Any) -> bytes | None:
     at = payload.find(_KEY)
-    # Inside a JSON string a quote is escaped, so an unescaped "usage" is a key. More than
-    # one means a nested object also has one: not the layout this expects.
+    # Inside a JSON string a quote is escaped, so an unescaped "usage" is a key; the caller
+    # parsed the chunk and found a top-level one. More than one: not the expected layout.
     if at < 0 or payload.find(_KEY, at + 1) >= 0:
         return None
     i = _skip(payload, at + len(_KEY))
     if payload[i : i + 1] != b":":
         return None
     i = _skip(payload, i + 1)
-    if payload[i : i + 1] != b"{":
-        return None
-    depth = 0
-    end = -1
-    for j in range(i, len(payload)):
-        byte = payload[j]
-        if byte == 0x7B:  # {
-            depth += 1
-        elif byte == 0x7D:  # }
-            depth -= 1
-            if depth == 0:
-                end = j + 1
-                break
+    end = _object_end(payload, i)
     if end < 0:
+        return None
+    try:
+        if _DECODE(payload[i:end].decode()) != usage:  # the value we cut is the usage, exactly
+            return None
+    except (ValueError, UnicodeDecodeError):
         return None
     before = at
     while before > 0 and payload[before - 1] in _WHITESPACE:
@@ -125,6 +152,25 @@ def _cut(payload: bytes) -> bytes | None:
     if payload[after : after + 1] == b",":
         return payload[:at] + payload[_skip(payload, after + 1) :]
     return payload[:at] + payload[end:]
+
+
+def _object_end(payload: bytes, i: int) -> int:
+    """Index past the JSON object starting at ``i`` (objects of numbers, nulls, objects)."""
+    if payload[i : i + 1] != b"{":
+        return -1
+    close = payload.find(b"}", i)
+    if close >= 0 and payload.find(b"{", i + 1, close) < 0:
+        return close + 1  # flat, the usual case
+    depth = 0
+    for j in range(i, len(payload)):
+        byte = payload[j]
+        if byte == 0x7B:  # {
+            depth += 1
+        elif byte == 0x7D:  # }
+            depth -= 1
+            if depth == 0:
+                return j + 1
+    return -1
 
 
 def _skip(data: bytes, i: int) -> int:

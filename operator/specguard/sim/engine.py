@@ -21,6 +21,8 @@ from specguard.sim.metrics import SimMetrics
 from specguard.sim.profiles import Profile
 from specguard.sim.specconfig import SpecConfig
 
+CATCH_UP_LIMIT_S = 0.020
+
 
 @dataclass(eq=False)
 class Sequence:
@@ -175,8 +177,8 @@ class Engine:
             step_s = step_ms / 1000.0 * self.time_scale
             m.running.set(len(self.running))
             m.waiting.set(len(self.waiting))
-            if now - deadline > step_s:
-                deadline = now  # fell behind: re-anchor rather than burst
+            if now - deadline > max(4 * step_s, CATCH_UP_LIMIT_S):
+                deadline = now  # far behind: re-anchor rather than burst
             deadline += step_s
             delay = deadline - loop.time()
             if delay > 0:
@@ -196,8 +198,9 @@ class Engine:
         spec_on = k > 0 and m.spec_enabled
         generated = 0
         if spec_on:
-            m.spec_drafts.inc(len(decoders))
-            m.spec_draft_tokens.inc(len(decoders) * k)
+            live = sum(1 for s in decoders if not s.cancelled)
+            m.spec_drafts.inc(live)
+            m.spec_draft_tokens.inc(live * k)
         accepted_total = 0
         per_pos = [0] * k
         for s in decoders:

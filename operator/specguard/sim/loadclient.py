@@ -23,6 +23,7 @@ class StreamRecord:
     """One streamed request as the client saw it (monotonic clock seconds)."""
 
     started: float
+    worker: int = 0
     chunk_times: list[float] = field(default_factory=list)
     chunk_tokens: list[int] = field(default_factory=list)
     done: bool = False
@@ -51,6 +52,8 @@ class LoadResult:
     window_tokens: int
     window_chunks: int
     records: list[StreamRecord]
+    w0: float = 0.0
+    w1: float = 0.0
 
     @property
     def throughput(self) -> float:
@@ -60,6 +63,23 @@ class LoadResult:
     @property
     def chunk_rate(self) -> float:
         return self.window_chunks / self.window_s
+
+    @property
+    def stream_throughput(self) -> float:
+        """Sum over workers of (tokens after its first chunk in the window) / (time from
+        that chunk to its last in the window): chunk-aligned, so free of the +-1 step
+        quantisation of counting tokens in a fixed window when steps are long."""
+        per_worker: dict[int, list[tuple[float, int]]] = {}
+        for r in self.records:
+            per_worker.setdefault(r.worker, []).extend(
+                zip(r.chunk_times, r.chunk_tokens, strict=True)
+            )
+        total = 0.0
+        for chunks in per_worker.values():
+            inside = sorted(c for c in chunks if self.w0 <= c[0] <= self.w1)
+            if len(inside) >= 2 and inside[-1][0] > inside[0][0]:
+                total += sum(n for _, n in inside[1:]) / (inside[-1][0] - inside[0][0])
+        return total
 
     def tpots(self) -> list[float]:
         return [t for r in self.records if r.done and (t := r.tpot) is not None]
@@ -137,13 +157,13 @@ async def closed_loop(
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
 
-        async def worker() -> None:
+        async def worker(index: int) -> None:
             while time.monotonic() < w1:
-                record = StreamRecord(time.monotonic())
+                record = StreamRecord(time.monotonic(), index)
                 records.append(record)
                 await stream_once(session, url, payload, headers, record)
 
-        tasks = [asyncio.create_task(worker()) for _ in range(concurrency)]
+        tasks = [asyncio.create_task(worker(i)) for i in range(concurrency)]
         await asyncio.sleep(max(0.0, w1 - time.monotonic()))
         for task in tasks:
             task.cancel()
@@ -156,4 +176,4 @@ async def closed_loop(
             if w0 <= t <= w1:
                 tokens += n
                 chunks += 1
-    return LoadResult(concurrency, duration, tokens, chunks, records)
+    return LoadResult(concurrency, duration, tokens, chunks, records, w0, w1)

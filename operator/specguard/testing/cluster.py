@@ -414,8 +414,10 @@ class LocalCluster:
         self._addons.append(server)
         return server
 
-    def logs(self, namespace: str, pod: str, container: str | None = None) -> str:
-        """What a pod's container printed (its current run), from the kubelet."""
+    def logs(
+        self, namespace: str, pod: str, container: str | None = None, *, previous: bool = False
+    ) -> str:
+        """What a pod's container printed: its current run, or the one before."""
         if self.kubelet is None:
             raise RuntimeError("no kubelet runs for this cluster")
-        return self.kubelet.logs(namespace, pod, container)
+        return self.kubelet.logs(namespace, pod, container, previous=previous)

@@ -170,7 +170,10 @@ class ContainerRunner:
             "POD_NAMESPACE": pod.namespace,
             "NODE_NAME": pod.node,
         }
-        env = await container_env(pod.client, pod.pod, self.spec, initial)
+        # The downward API must see this pod's address before its status says so.
+        status = {**(pod.pod.get("status") or {}), "podIP": pod.ip, "hostIP": HOST_IP}
+        view = {**pod.pod, "status": status}
+        env = await container_env(pod.client, view, self.spec, initial)
         token = await service_account_token(pod.client, pod.pod, self.spec)
         process_env = {**_inherited_env(), "PYTHONUNBUFFERED": "1", **env}
         if token is not None:

@@ -1,0 +1,105 @@
+"""`specguard render`: YAML out for a good file; one line per problem and exit 2 otherwise."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from specguard.render.command import main
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "qwen3.6-dspark-tp2.yaml"
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "specguard", "render", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def test_render_example_prints_objects() -> None:
+    proc = run(str(EXAMPLE))
+    assert proc.returncode == 0, proc.stderr
+    docs = list(yaml.safe_load_all(proc.stdout))
+    assert [d["metadata"]["name"] for d in docs if d["kind"] == "Deployment"] == [
+        "qwen-spec",
+        "qwen-base",
+        "qwen-router",
+    ]
+
+
+def test_baseline_mode_swaps_replicas(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([str(EXAMPLE), "--mode", "baseline"]) == 0
+    docs = {d["metadata"]["name"]: d for d in yaml.safe_load_all(capsys.readouterr().out)}
+    assert docs["qwen-spec"]["spec"]["replicas"] == 1
+    assert docs["qwen-base"]["spec"]["replicas"] == 4
+
+
+def test_invalid_file_lists_every_problem(tmp_path: Path) -> None:
+    bad = yaml.safe_load(EXAMPLE.read_text())
+    bad["spec"]["drafter"]["method"] = "eagle3"
+    bad["spec"]["runtime"]["extraArgs"] = ["--tensor-parallel-size=2"]
+    bad["spec"]["evaluation"]["tolerance"] = 0.9
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(bad))
+    proc = run(str(path))
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.splitlines() == [
+        f"{path}: spec.evaluation.tolerance: Input should be less than or equal to 0.5",
+        f"{path}: spec.drafter.adaptiveVerification: only supported with method dspark, got eagle3",
+        f"{path}: spec.runtime.extraArgs: --tensor-parallel-size is owned by specguard; "
+        "set spec.runtime.tensorParallelSize instead",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        (None, "cannot read"),
+        ("spec: [unclosed\n", "not valid YAML (line 2)"),
+        ("", "no SpeculativeDeployment in the file"),
+        ("- a\n- b\n", "(root): a SpeculativeDeployment must be a mapping"),
+    ],
+)
+def test_unusable_files_get_one_clear_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str | None, expected: str
+) -> None:
+    path = tmp_path / "in.yaml"
+    if content is not None:
+        path.write_text(content)
+    assert main([str(path)]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"{path}: ") and expected in line
+
+
+def test_binary_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "weights.bin"
+    path.write_bytes(b"\xff\xfe\x00\x81")
+    assert main([str(path)]) == 2
+    assert capsys.readouterr().err.strip() == f"{path}: not a text file (UTF-8)"
+
+
+def test_two_documents_render_both(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    first = yaml.safe_load(EXAMPLE.read_text())
+    second = yaml.safe_load(EXAMPLE.read_text())
+    second["metadata"]["name"] = "qwen-b"
+    second["spec"]["replicas"] = 0
+    path = tmp_path / "two.yaml"
+    path.write_text(yaml.safe_dump_all([first, second]))
+    assert main([str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"{path} (document 2): spec.replicas:")
+    second["spec"]["replicas"] = 2
+    path.write_text(yaml.safe_dump_all([first, second]))
+    assert main([str(path)]) == 0
+    names = [d["metadata"]["name"] for d in yaml.safe_load_all(capsys.readouterr().out)]
+    assert "qwen-router" in names and "qwen-b-router" in names

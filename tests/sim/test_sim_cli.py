@@ -1,0 +1,128 @@
+"""`specguard sim` command line: vLLM's flags, its --speculative-config checks, exit 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from specguard.sim.launch import start_sim
+from specguard.sim.options import OptionError, parse_options
+from specguard.sim.specconfig import SpecConfigError, parse_spec_config
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "specguard", "sim", *args],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("config", "needle"),
+    [
+        ("{not json", "invalid JSON"),
+        ('["dspark"]', "must be a JSON object"),
+        ('{"method": "medusa", "model": "m"}', "no longer supported"),
+        ('{"method": "warp", "model": "m"}', "unknown speculative method 'warp'"),
+        ('{"method": "dspark", "model": "m", "num_speculative_tokens": 0}', "must be > 0"),
+        ('{"method": "dspark", "model": "m", "num_speculative_tokens": "8"}', "valid integer"),
+        ('{"method": "eagle3", "model": "m", "num_speculative_tokens": 3, '
+         '"enable_adaptive_verification": true}', "only supported with method 'dspark'"),
+        ('{"method": "dspark", "num_speculative_tokens": 3}', "draft model is required"),
+        ('{"method": "ngram"}', "num_speculative_tokens: required"),
+        ('{"method": "dspark", "model": "m", "num_speculative_tokens": 3, "bogus": 1}',
+         "bogus: Extra inputs are not permitted"),
+        ('{"method": "dspark", "model": "m", "num_speculative_tokens": 4, '
+         '"num_speculative_tokens_per_batch_size": [[2, 8, 4]]}', "must start at 1"),
+        ('{"method": "dspark", "model": "m", "num_speculative_tokens": 4, '
+         '"num_speculative_tokens_per_batch_size": [[1, 8, 4], [8, 16, 2]]}', "overlaps"),
+        ('{"method": "dspark", "model": "m", "num_speculative_tokens": 4, '
+         '"num_speculative_tokens_per_batch_size": [[1, 8, 5]]}', "between 0 and"),
+        ('{"method": "dspark", "model": "m", "num_speculative_tokens": 4, '
+         '"num_speculative_tokens_per_batch_size": [[1, 8]]}', "[start, end, k]"),
+    ],
+)  # fmt: skip
+def test_bad_speculative_config_is_refused(config: str, needle: str) -> None:
+    with pytest.raises(SpecConfigError, match=None) as info:
+        parse_spec_config(config, default_k=8)
+    assert needle in str(info.value)
+
+
+def test_bad_speculative_config_exits_2_with_one_line() -> None:
+    proc = _run("m", "--speculative-config", '{"method": "dspark", "model": "m", '
+                '"num_speculative_tokens": -1}')  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "specguard sim: --speculative-config: num_speculative_tokens: must be > 0, got -1"
+    ]
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--custom-histogram-buckets", "[0.1, 0.05]"], "strictly increasing"),
+        (["--custom-histogram-buckets", '{"ttft": [1]}'], "unknown histogram family"),
+        (["--custom-histogram-buckets", "nope"], "invalid JSON"),
+        (["--profile", "gpt-9"], "--profile: unknown profile 'gpt-9'"),
+        (["--time-scale", "0"], "--time-scale"),
+        (["--error-rate", "1.5"], "--error-rate"),
+        (["--max-num-seqs", "0"], "--max-num-seqs"),
+        (["-tp", "2", "--speculative-config",
+          '{"method": "dspark", "model": "m", "draft_tensor_parallel_size": 4}'],
+         "draft_tensor_parallel_size must be 1 or"),
+    ],
+)  # fmt: skip
+def test_bad_flags_name_the_flag(args: list[str], needle: str) -> None:
+    with pytest.raises(OptionError) as info:
+        parse_options(["m", *args])
+    assert needle in str(info.value)
+
+
+def test_bad_flag_exit_code_is_2() -> None:
+    proc = _run("--custom-histogram-buckets", "[0.5, 0.1]")
+    assert proc.returncode == 2
+    assert "--custom-histogram-buckets" in proc.stderr
+
+
+def test_vllm_flags_and_model_forms() -> None:
+    o = parse_options(["--model", "org/m", "--served-model-name", "a", "b", "-tp", "4",
+                       "--max-num-seqs", "32", "--port", "9000"])  # fmt: skip
+    assert (o.model, o.served_model_names, o.tensor_parallel_size) == ("org/m", ("a", "b"), 4)
+    assert (o.max_num_seqs, o.port, o.spec) == (32, 9000, None)
+    positional = parse_options(["org/m"])
+    assert positional.served_model_name == "org/m"
+    spec = parse_options(["org/m", "-sc", json.dumps({"model": "org/m-dspark"})]).spec
+    assert spec is not None
+    assert (spec.method, spec.num_speculative_tokens) == ("dspark", 8)  # inferred; profile k
+
+
+def test_per_batch_size_ranges_pick_k() -> None:
+    spec = parse_spec_config(json.dumps({
+        "method": "dspark", "model": "m", "num_speculative_tokens": 6,
+        "num_speculative_tokens_per_batch_size": [[1, 4, 6], [5, 32, 3], [33, 64, 0]],
+    }), default_k=8)  # fmt: skip
+    assert [spec.k_for_batch(b) for b in (1, 4, 5, 32, 33, 64, 500)] == [6, 6, 3, 3, 0, 0, 0]
+
+
+def test_unknown_vllm_flags_are_accepted_with_a_warning() -> None:
+    args = ["org/m", "--gpu-memory-utilization", "0.9", "--enforce-eager",
+            "--trust-remote-code", "--time-scale", "0.01"]  # fmt: skip
+    with start_sim(args) as sim:
+        assert sim.alive()
+        log = sim.log_tail()
+    assert "ignoring vLLM arguments" in log
+    assert "--gpu-memory-utilization" in log
+
+
+def test_stop_leaves_no_process_behind() -> None:
+    sim = start_sim(["--time-scale", "0.01"])
+    pid = sim.pid
+    assert sim.stop() == 0  # SIGTERM: clean exit
+    with pytest.raises(ProcessLookupError):
+        import os
+
+        os.kill(pid, 0)
