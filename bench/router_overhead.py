@@ -519,7 +519,7 @@ def main() -> int:
         print("== per-chunk transit against a stamped upstream (20 ms between chunks)", flush=True)
         results["transit"] = part_transit(levels, router_proc, "router")
         print("== capacity: 256 streams, chunks 1 ms apart", flush=True)
-        results["capacity"] = part_capacity(router_proc, "router")
+        results["capacity"] = part_capacity(router_proc, "router", direct=True)
         print("== memory at 512 concurrent streams, all mirrored", flush=True)
         results["memory"] = part_memory(256 if args.quick else 512)
     if args.json:

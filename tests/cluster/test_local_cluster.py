@@ -6,6 +6,7 @@ teardown leaves no process behind."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,22 @@ def get_pod(cluster: LocalCluster, namespace: str, name: str) -> dict[str, Any] 
         response.raise_for_status()
         pod: dict[str, Any] = response.json()
         return pod
+
+
+def pod_when(
+    cluster: LocalCluster, namespace: str, name: str, predicate: Callable[[dict[str, Any]], bool]
+) -> Callable[[], dict[str, Any] | None]:
+    """A probe for wait_until: the pod once ``predicate`` holds for it."""
+
+    def probe() -> dict[str, Any] | None:
+        pod = get_pod(cluster, namespace, name)
+        return pod if pod is not None and predicate(pod) else None
+
+    return probe
+
+
+def phase_in(*phases: str) -> Callable[[dict[str, Any]], bool]:
+    return lambda pod: (pod.get("status") or {}).get("phase") in phases
 
 
 def is_ready(pod: dict[str, Any]) -> bool:
@@ -220,11 +237,8 @@ def test_pod_process_has_exactly_its_service_accounts_rbac(
         },
     }  # fmt: skip
     create_pod(local_cluster, ns, pod)
-    done = wait_until(
-        lambda: (p := get_pod(local_cluster, ns, "rbac-probe"))
-        and p["status"].get("phase") in ("Succeeded", "Failed") and p,
-        timeout=60, what="rbac probe pod finished",
-    )  # fmt: skip
+    done = wait_until(pod_when(local_cluster, ns, "rbac-probe", phase_in("Succeeded", "Failed")),
+                      timeout=60, what="rbac probe pod finished")  # fmt: skip
     output = local_cluster.logs(ns, "rbac-probe")
     assert done["status"]["phase"] == "Succeeded", output
     assert "pods: 1" in output
@@ -262,8 +276,7 @@ def test_gpu_capacity_is_honoured_by_the_scheduler(
     with local_cluster.access.client() as api:
         api.delete(f"/api/v1/namespaces/{ns}/pods/{running[0]}").raise_for_status()
     name = pending["metadata"]["name"]
-    wait_until(lambda: (p := get_pod(local_cluster, ns, name)) and
-               p["status"].get("phase") == "Running", timeout=60,
+    wait_until(pod_when(local_cluster, ns, name, phase_in("Running")), timeout=60,
                what="pending TP-4 pod running once GPUs were freed")  # fmt: skip
 
 
@@ -306,13 +319,12 @@ def test_startup_and_readiness_probes_gate_readiness(
         "readinessProbe": health,
     })  # fmt: skip
     create_pod(local_cluster, ns, pod)
-    running = wait_until(lambda: (p := get_pod(local_cluster, ns, "slow")) and
-                         p["status"].get("phase") == "Running" and p, timeout=30,
+    running = wait_until(pod_when(local_cluster, ns, "slow", phase_in("Running")), timeout=30,
                          what="pod running")  # fmt: skip
     status = running["status"]["containerStatuses"][0]
     assert not is_ready(running) and status["started"] is False
-    ready = wait_until(lambda: (p := get_pod(local_cluster, ns, "slow")) and is_ready(p) and p,
-                       timeout=30, what="pod ready")  # fmt: skip
+    ready = wait_until(pod_when(local_cluster, ns, "slow", is_ready), timeout=30,
+                       what="pod ready")  # fmt: skip
     container = ready["status"]["containerStatuses"][0]
     assert container["started"] is True and container["restartCount"] == 0
     # /health answers 200 only 3 s after the server started; times have 1 s resolution.
@@ -333,8 +345,11 @@ def test_delete_sends_sigterm_then_sigkill_after_the_grace_period(
     polite = standin_pod("polite", "y", terminationGracePeriodSeconds=30)
     for pod in (stubborn, polite):
         create_pod(local_cluster, ns, pod)
-    pids = wait_until(lambda: (found := pids_of(kubelet, ns)) and len(found) == 2 and found,
-                      timeout=30, what="both processes started")  # fmt: skip
+    def both_started() -> dict[str, int] | None:
+        found = pids_of(kubelet, ns)
+        return found if len(found) == 2 else None
+
+    pids = wait_until(both_started, timeout=30, what="both processes started")
     wait_until(lambda: all("listening" in local_cluster.logs(ns, n) for n in pids), timeout=30,
                what="both servers listening")  # fmt: skip
     began = time.monotonic()
@@ -356,6 +371,7 @@ def test_delete_sends_sigterm_then_sigkill_after_the_grace_period(
     assert "stopped by SIGTERM" in local_cluster.logs(ns, "polite")
 
 
+@pytest.mark.prometheus
 def test_prometheus_scrapes_a_pods_metrics(
     local_cluster: LocalCluster,
     kubelet: ProcessKubelet,
@@ -425,8 +441,7 @@ def test_env_is_resolved_from_secrets_configmaps_and_the_downward_api(
         }]},
     }  # fmt: skip
     create_pod(local_cluster, ns, pod)
-    done = wait_until(lambda: (p := get_pod(local_cluster, ns, "env")) and
-                      p["status"].get("phase") == "Succeeded" and p, timeout=30,
+    done = wait_until(pod_when(local_cluster, ns, "env", phase_in("Succeeded")), timeout=30,
                       what="env pod finished")  # fmt: skip
     ip = done["status"]["podIP"]
     lines = dict(line.split("=", 1) for line in local_cluster.logs(ns, "env").splitlines())
@@ -435,3 +450,28 @@ def test_env_is_resolved_from_secrets_configmaps_and_the_downward_api(
     assert lines["MY_IP"] == ip == lines["POD_IP"]
     assert lines["EXPANDED"] == f"http://{ip}:8000"
     assert lines["KUBECONFIG"].endswith("env.kubeconfig")
+
+
+def test_init_containers_run_to_completion_first(
+    local_cluster: LocalCluster, kubelet: ProcessKubelet, cluster_namespace: str
+) -> None:
+    ns = cluster_namespace
+    # Containers of one pod share its working directory, like a shared emptyDir.
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "init"},
+        "spec": {
+            "restartPolicy": "Never",
+            "initContainers": [{"name": "fetch", "image": HOST_IMAGE, "command": [
+                "python", "-c", "import time; time.sleep(1); open('weights', 'w').write('w1')"]}],
+            "containers": [{"name": "serve", "image": HOST_IMAGE, "command": [
+                "python", "-c", "print('serving', open('weights').read())"]}],
+        },
+    }  # fmt: skip
+    create_pod(local_cluster, ns, pod)
+    done = wait_until(pod_when(local_cluster, ns, "init", phase_in("Succeeded", "Failed")),
+                      timeout=30, what="init pod finished")  # fmt: skip
+    assert done["status"]["phase"] == "Succeeded"
+    assert done["status"]["initContainerStatuses"][0]["state"]["terminated"]["exitCode"] == 0
+    assert "serving w1" in local_cluster.logs(ns, "init", "serve")

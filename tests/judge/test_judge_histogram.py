@@ -12,11 +12,13 @@ from specguard.judge.histogram import (
     interpolated_median,
     judge_histograms,
 )
+from specguard.judge.verdict import JudgeSettings
 
 VLLM_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0,
                 7.5, 10.0, 20.0, 40.0, 80.0, math.inf)
 FINE_BUCKETS = (*np.round(np.arange(0.001, 0.101, 0.001), 3).tolist(), math.inf)
 MATCHED = {"speculative": 200.0, "baseline": 200.0}
+PODS = {"speculative": {"spec-0": 200.0}, "baseline": {"base-0": 200.0}}
 
 
 def histogram(values: np.ndarray, bounds: tuple[float, ...]) -> Histogram:
@@ -53,11 +55,14 @@ def test_addition_needs_the_same_buckets() -> None:
 def test_fine_buckets_detect_a_big_regression() -> None:
     spec = histogram(lognormal(0.034, 2000, 1), FINE_BUCKETS)
     base = histogram(lognormal(0.026, 2000, 2), FINE_BUCKETS)
-    v = judge_histograms(spec, base, concurrency=MATCHED, acceptance_length=2.6)
+    v = judge_histograms(
+        spec, base, concurrency=MATCHED, pod_concurrency=PODS, acceptance_length=2.6
+    )
     assert v.outcome == "regressed", v.sentence()
     assert v.method == "histogram" and "prometheus histogram" in v.basis
     assert v.ratio == pytest.approx(0.034 / 0.026, rel=0.05)
-    assert v.ci_low is not None and v.ci_high is not None and v.ci_low <= v.ratio <= v.ci_high
+    assert v.ci_low is not None and v.ci_high is not None and v.ratio is not None
+    assert v.ci_low <= v.ratio <= v.ci_high
     assert "coarser" in v.sentence() and "acceptance length 2.60" in v.sentence()
 
 
@@ -66,7 +71,7 @@ def test_ci_includes_the_bucket_width() -> None:
     # leaves about ±3% on each arm, so the interval is at least that wide.
     values = lognormal(0.030, 5000, 3)
     h = histogram(values, FINE_BUCKETS)
-    v = judge_histograms(h, h, concurrency=MATCHED)
+    v = judge_histograms(h, h, concurrency=MATCHED, pod_concurrency=PODS)
     assert v.ratio == 1.0
     assert v.ci_low is not None and v.ci_high is not None
     assert v.ci_low < 0.97 and v.ci_high > 1.03
@@ -77,7 +82,7 @@ def test_vllm_default_buckets_cannot_resolve_thirty_percent() -> None:
     # apart, and says so instead of calling it neutral.
     spec = histogram(lognormal(0.034, 2000, 4), VLLM_BUCKETS)
     base = histogram(lognormal(0.026, 2000, 5), VLLM_BUCKETS)
-    v = judge_histograms(spec, base, concurrency=MATCHED)
+    v = judge_histograms(spec, base, concurrency=MATCHED, pod_concurrency=PODS)
     assert v.outcome == "inconclusive"
     assert any("cannot resolve" in r for r in v.reasons)
 
@@ -85,21 +90,28 @@ def test_vllm_default_buckets_cannot_resolve_thirty_percent() -> None:
 def test_missing_and_mismatched_inputs_are_inconclusive() -> None:
     empty = Histogram((), ())
     some = histogram(lognormal(0.03, 500, 6), FINE_BUCKETS)
-    assert judge_histograms(empty, empty, concurrency=MATCHED).outcome == "inconclusive"
-    assert judge_histograms(some, empty, concurrency=MATCHED).outcome == "inconclusive"
-    assert judge_histograms(some, some).outcome == "inconclusive"  # concurrency unknown
-    v = judge_histograms(some, some, concurrency={"speculative": 256.0, "baseline": 32.0})
-    assert v.outcome == "inconclusive" and "mismatched concurrency" in v.reasons[0]
+    for spec, base in ((empty, empty), (some, empty)):
+        v = judge_histograms(spec, base, concurrency=MATCHED, pod_concurrency=PODS)
+        assert v.outcome == "inconclusive"
+    v = judge_histograms(some, some)
+    assert v.outcome == "inconclusive" and "load of an arm is unknown" in v.reasons[0]
+    four = {"speculative": {"s": 1.0}, "baseline": {"b0": 1.0, "b1": 1.0, "b2": 1.0, "b3": 1.0}}
+    v = judge_histograms(some, some, concurrency=MATCHED, pod_concurrency=four)
+    assert v.outcome == "inconclusive" and "mismatched load" in v.reasons[0]
     coarse = histogram(lognormal(0.03, 500, 7), VLLM_BUCKETS)
-    v = judge_histograms(some, coarse, concurrency=MATCHED)
+    v = judge_histograms(some, coarse, concurrency=MATCHED, pod_concurrency=PODS)
     assert "buckets differ" in " ".join(v.reasons)
     inf = Histogram((0.01, math.inf), (0, 500))
-    v = judge_histograms(inf, inf, concurrency=MATCHED)
+    v = judge_histograms(inf, inf, concurrency=MATCHED, pod_concurrency=PODS)
     assert v.outcome == "inconclusive" and "+Inf" in v.reasons[-1]
 
 
 def test_nan_concurrency_and_acceptance_are_treated_as_unknown() -> None:
     h = histogram(lognormal(0.03, 500, 8), FINE_BUCKETS)
     v = judge_histograms(h, h, concurrency={"speculative": math.nan, "baseline": 3.0},
-                         acceptance_length=math.nan)
-    assert v.outcome == "inconclusive" and v.acceptance_length is None
+                         pod_concurrency=PODS, acceptance_length=math.nan)
+    assert v.acceptance_length is None and v.concurrency["speculative"] is None
+    strict = JudgeSettings(concurrency_match="in_flight")
+    v = judge_histograms(h, h, strict, concurrency={"speculative": math.nan, "baseline": 3.0},
+                         pod_concurrency=PODS)
+    assert v.outcome == "inconclusive" and "concurrency of an arm is unknown" in v.reasons

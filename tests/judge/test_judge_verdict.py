@@ -102,23 +102,39 @@ def test_duplicate_pair_ids_are_not_paired() -> None:
     assert judge(w, SMALL).n_pairs == 30
 
 
-def test_mismatched_concurrency_is_inconclusive_with_the_numbers() -> None:
+def test_mismatched_load_per_pod_is_inconclusive_with_the_numbers() -> None:
+    # A wrong mirror share: the shadow's single pod gets a quarter of a serving pod's traffic.
     rng = np.random.default_rng(15)
-    spec = samples("speculative", 0.03 * np.exp(rng.normal(0, 0.1, 300)), concurrency=256)
-    base = samples("baseline", 0.03 * np.exp(rng.normal(0, 0.1, 300)) / 2, concurrency=64)
+    spec = samples("speculative", 0.03 * np.exp(rng.normal(0, 0.1, 800)), pods=2)
+    base = samples("baseline", 0.02 * np.exp(rng.normal(0, 0.1, 200)), pods=2)
     v = judge(spec + base)
     assert v.outcome == "inconclusive"
     assert v.ratio is None and v.ci_low is None
-    assert any("mismatched concurrency" in r for r in v.reasons)
-    assert v.concurrency == {"speculative": 256.0, "baseline": 64.0}
-    assert "256" in v.sentence() and "64" in v.sentence()
+    assert any("mismatched load" in r for r in v.reasons)
+    assert v.requests_per_pod == {"speculative": 400.0, "baseline": 100.0}
+    assert "400" in v.sentence() and "100" in v.sentence()
 
 
-def test_small_concurrency_difference_within_slack_is_accepted() -> None:
+def test_a_slower_arm_holds_more_in_flight_and_is_still_judged() -> None:
+    # Same arrivals per pod, the drafter 40% slower: Little's law puts 40% more of its
+    # requests in flight. The default (load) rule judges it; the in-flight rule cannot.
+    rng = np.random.default_rng(15)
+    spec = samples("speculative", 0.042 * np.exp(rng.normal(0, 0.1, 300)), concurrency=70)
+    base = samples("baseline", 0.030 * np.exp(rng.normal(0, 0.1, 300)), concurrency=50)
+    v = judge(spec + base)
+    assert v.outcome == "regressed"
+    assert v.concurrency == {"speculative": 70.0, "baseline": 50.0}
+    strict = judge(spec + base, JudgeSettings(concurrency_match="in_flight"))
+    assert strict.outcome == "inconclusive"
+    assert any("mismatched concurrency" in r for r in strict.reasons)
+    assert judge(spec + base, JudgeSettings(concurrency_match="off")).outcome == "regressed"
+
+
+def test_small_in_flight_difference_within_slack_is_accepted() -> None:
     rng = np.random.default_rng(16)
     spec = samples("speculative", 0.03 * np.exp(rng.normal(0, 0.1, 250)), concurrency=3)
     base = samples("baseline", 0.03 * np.exp(rng.normal(0, 0.1, 250)), concurrency=1)
-    assert judge(spec + base).outcome == "neutral"
+    assert judge(spec + base, JudgeSettings(concurrency_match="in_flight")).outcome == "neutral"
 
 
 def test_strata_and_pod_concurrency_are_reported() -> None:

@@ -8,11 +8,12 @@ from collections.abc import Iterator
 
 import openai
 import pytest
+from openai.types.chat import ChatCompletionToolParam
 
 from specguard.sim.launch import SimProcess, start_sim
 
 SPEC = json.dumps({"method": "dspark", "model": "org/kimi-dspark", "num_speculative_tokens": 8})
-TOOLS = [
+TOOLS: list[ChatCompletionToolParam] = [
     {
         "type": "function",
         "function": {
@@ -81,7 +82,7 @@ def test_streaming_chat_with_tools_returns_tool_calls(client: openai.OpenAI) -> 
     stream = client.chat.completions.create(
         model="kimi",
         messages=[{"role": "user", "content": "What is the weather in Paris?"}],
-        tools=TOOLS,  # type: ignore[arg-type]
+        tools=TOOLS,
         stream=True,
     )
     name, arguments, finish = None, "", None
@@ -120,7 +121,7 @@ def test_non_streaming_chat_and_tools(client: openai.OpenAI) -> None:
     tool = client.chat.completions.create(
         model="kimi",
         messages=[{"role": "user", "content": "weather?"}],
-        tools=TOOLS,  # type: ignore[arg-type]
+        tools=TOOLS,
     )
     calls = tool.choices[0].message.tool_calls or []
     assert tool.choices[0].finish_reason == "tool_calls"

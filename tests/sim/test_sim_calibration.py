@@ -74,14 +74,18 @@ async def _chat_batch(url: str, bodies: list[dict[str, object]], concurrency: in
 
 
 def test_tool_calls_accept_about_43_percent_of_math_extra_tokens() -> None:
-    args = ["--speculative-config", DSPARK_K8, "--profile", "kimi-k3", "--time-scale", "0.02",
-            "--seed", "11"]  # fmt: skip
+    args = ["--speculative-config", DSPARK_K8, "--profile", "kimi-k3", "--time-scale", "0.02"]
     math_body: dict[str, object] = {
-        "messages": [{"role": "user", "content": MATH_PROMPT}], "max_tokens": 300, "stream": True}  # fmt: skip
+        "messages": [{"role": "user", "content": MATH_PROMPT}],
+        "max_tokens": 300,
+        "stream": True,
+    }
     tool_body: dict[str, object] = {
-        "messages": [{"role": "user", "content": "Find the order status."}], "tools": TOOLS,
-        "stream": True}  # fmt: skip
-    with start_sim(args) as sim:
+        "messages": [{"role": "user", "content": "Find the order status."}],
+        "tools": TOOLS,
+        "stream": True,
+    }
+    with start_sim([*args, "--seed", "11"]) as sim:
         s0 = scrape(sim.url)
         asyncio.run(_chat_batch(sim.url, [math_body] * 12, 6))
         s1 = scrape(sim.url)

@@ -34,6 +34,8 @@ from specguard.judge.verdict import JudgeSettings, Verdict, judge
 Action = Literal["keep", "keep_adaptive", "off_above", "off"]
 ALL = "all"
 TOOL_SUBSET, MATH_SUBSET = "tool_call", "math_reasoning"
+# Tool-call gain is reported as a share of math's only where math gains at least this much.
+MIN_MATH_GAIN = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +97,11 @@ class Crossover:
             return "none in the swept range"
         if self.at_first_level:
             return f"at or below {self.step}"
-        return f"{self.step} (interpolated {self.interpolated:.0f})" if self.interpolated else str(self.step)
+        return (
+            f"{self.step} (interpolated {self.interpolated:.0f})"
+            if self.interpolated
+            else str(self.step)
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,12 +139,12 @@ def _quantile(values: Sequence[float], q: float) -> float | None:
     return float(np.quantile(np.asarray(values, dtype=np.float64), q)) if values else None
 
 
-def arm_stats(runs: Sequence[ArmRun]) -> ArmStats:
+def arm_stats(runs: Sequence[ArmRun], concurrency: int) -> ArmStats:
     samples = [s for run in runs for s in run.samples]
     ok = [s for s in samples if s.ok]
     tpots = [s.tpot_s for s in ok if s.tpot_s is not None and s.tpot_s > 0]
     ttfts = [s.ttft_s for s in ok if s.ttft_s is not None]
-    rates = [t for t in (run.throughput() for run in runs) if t is not None]
+    rates = [t for t in (run.throughput(concurrency) for run in runs) if t is not None]
     return ArmStats(
         n=len(samples),
         errors=len(samples) - len(ok),
@@ -158,13 +164,22 @@ def _acceptance(cells: Sequence[Cell]) -> float | None:
     return 1.0 + accepted / drafts if drafts > 0 else None
 
 
-def _row(subset: str, concurrency: int, cells: Sequence[Cell], settings: JudgeSettings | None) -> Row:
-    arms = {arm: arm_stats([c.arms[arm] for c in cells if arm in c.arms]) for arm in ARMS}
+def _row(
+    subset: str, concurrency: int, cells: Sequence[Cell], settings: JudgeSettings | None
+) -> Row:
+    arms = {
+        arm: arm_stats([c.arms[arm] for c in cells if arm in c.arms], concurrency) for arm in ARMS
+    }
     acceptance = _acceptance(cells)
     verdict = None
     if settings is not None:
         samples: list[Sample] = [s for c in cells for run in c.arms.values() for s in run.samples]
-        verdict = judge(samples, settings, acceptance_length=acceptance, basis="evaluate sweep (per-request TPOT)")
+        verdict = judge(
+            samples,
+            settings,
+            acceptance_length=acceptance,
+            basis="evaluate sweep (per-request TPOT)",
+        )
     return Row(subset, concurrency, arms, acceptance, sum(c.wall_s for c in cells), verdict)
 
 
@@ -181,7 +196,9 @@ def crossover(subset: str, rows: Sequence[Row]) -> Crossover:
             g_a = previous.gain
             assert g_a is not None
             t = g_a / (g_a - gain)
-            log_c = math.log(previous.concurrency) + t * (math.log(row.concurrency) - math.log(previous.concurrency))
+            log_c = math.log(previous.concurrency) + t * (
+                math.log(row.concurrency) - math.log(previous.concurrency)
+            )
             return Crossover(subset, row.concurrency, math.exp(log_c), at_first_level=False)
         previous = row
     return Crossover(subset, None, None, at_first_level=False)
@@ -196,10 +213,18 @@ def tool_vs_math(rows: Sequence[Row]) -> ToolVsMath | None:
         if subset != TOOL_SUBSET or (MATH_SUBSET, concurrency) not in by_key:
             continue
         math_gain, tool_gain = by_key[(MATH_SUBSET, concurrency)].gain, tool.gain
-        shares[concurrency] = tool_gain / math_gain if tool_gain is not None and math_gain and math_gain > 0 else None
+        # A share of a gain near zero is noise, not a fraction: only where math gains.
+        if tool_gain is not None and math_gain is not None and math_gain >= MIN_MATH_GAIN:
+            shares[concurrency] = tool_gain / math_gain
+        else:
+            shares[concurrency] = None
     tool_al = _mean_acceptance([r for r in rows if r.subset == TOOL_SUBSET])
     math_al = _mean_acceptance([r for r in rows if r.subset == MATH_SUBSET])
-    extra = (tool_al - 1) / (math_al - 1) if tool_al is not None and math_al is not None and math_al > 1 else None
+    extra = (
+        (tool_al - 1) / (math_al - 1)
+        if tool_al is not None and math_al is not None and math_al > 1
+        else None
+    )
     return ToolVsMath(shares, extra, tool_al, math_al)
 
 
@@ -208,7 +233,9 @@ def _mean_acceptance(rows: Sequence[Row]) -> float | None:
     return float(np.mean(values)) if values else None
 
 
-def recommend(overall: Crossover, levels: Sequence[Row], drafter: DrafterInfo, max_batch: int) -> Recommendation:
+def recommend(
+    overall: Crossover, levels: Sequence[Row], drafter: DrafterInfo, max_batch: int
+) -> Recommendation:
     k = drafter.k
     k_text = str(k) if k is not None else "k"
     k_value = k if k is not None else 1
@@ -229,18 +256,26 @@ def recommend(overall: Crossover, levels: Sequence[Row], drafter: DrafterInfo, m
         suffix = " with adaptive verification" if drafter.adaptive else ""
         return Recommendation(
             action="keep",
-            sentence=f"Keep the drafter{suffix}: it is faster per token at every swept concurrency up to {top}.",
-            max_concurrency=None, k=k, schedule=[[1, max_batch, k_value]],
+            sentence=(
+                f"Keep the drafter{suffix}: it is faster per token at every swept "
+                f"concurrency up to {top}."
+            ),
+            max_concurrency=None,
+            k=k,
+            schedule=[[1, max_batch, k_value]],
             spec=drafter_fields(**({"adaptiveVerification": True} if drafter.adaptive else {})),
         )
     if overall.at_first_level:
         return Recommendation(
             action="off",
             sentence=(
-                f"Turn the drafter off: it is no faster per token even at concurrency {overall.step}, "
+                f"Turn the drafter off: it is no faster per token even at concurrency "
+                f"{overall.step}, "
                 "the lowest level swept."
             ),
-            max_concurrency=0, k=k, schedule=[[1, max_batch, 0]],
+            max_concurrency=0,
+            k=k,
+            schedule=[[1, max_batch, 0]],
             spec={"drafter": None},
         )
     below = [r.concurrency for r in levels if r.concurrency < overall.step]
@@ -248,7 +283,7 @@ def recommend(overall: Crossover, levels: Sequence[Row], drafter: DrafterInfo, m
     limit = max(last_win, math.floor(overall.interpolated or last_win))
     limit = min(limit, max_batch - 1)
     schedule = [[1, limit, k_value], [limit + 1, max_batch, 0]]
-    off_above = {
+    off_above: dict[str, Any] = {
         "action": "off_above",
         "schedule": schedule,
         "spec": drafter_fields(perBatchSize=[list(r) for r in schedule]),
@@ -258,11 +293,14 @@ def recommend(overall: Crossover, levels: Sequence[Row], drafter: DrafterInfo, m
         return Recommendation(
             action="keep_adaptive",
             sentence=(
-                f"Keep the DSpark drafter with adaptive verification: with fixed {k_text}-token verification "
-                f"it stops paying at concurrency {overall.step} ({where}); adaptive verification shrinks the "
-                f"verified budget as the batch grows. Without it, speculate only up to {limit} concurrent requests."
+                "Keep the DSpark drafter with adaptive verification: with fixed "
+                f"{k_text}-token verification it stops paying at concurrency {overall.step} "
+                f"({where}); adaptive verification shrinks the verified budget as the batch "
+                f"grows. Without it, speculate only up to {limit} concurrent requests."
             ),
-            max_concurrency=limit, k=k, schedule=schedule,
+            max_concurrency=limit,
+            k=k,
+            schedule=schedule,
             spec=drafter_fields(adaptiveVerification=True),
             alternative=off_above,
         )
@@ -272,7 +310,9 @@ def recommend(overall: Crossover, levels: Sequence[Row], drafter: DrafterInfo, m
             f"No drafter above concurrency {limit}: it is faster per token below that, "
             f"and no faster from {overall.step} on ({where})."
         ),
-        max_concurrency=limit, k=k, schedule=schedule,
+        max_concurrency=limit,
+        k=k,
+        schedule=schedule,
         spec=off_above["spec"],
     )
 
@@ -294,7 +334,8 @@ def analyse(
         if c.subset == subset and c.concurrency == level
     ]
     levels = [
-        _row(ALL, level, [c for c in cells if c.concurrency == level], judge_settings) for level in levels_swept
+        _row(ALL, level, [c for c in cells if c.concurrency == level], judge_settings)
+        for level in levels_swept
     ]
     crossovers = [crossover(subset, [r for r in rows if r.subset == subset]) for subset in subsets]
     overall = crossover(ALL, levels)

@@ -24,12 +24,13 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from specguard.evaluate import analysis, plots, preflight, promptset, report, simulate
-from specguard.evaluate.sweep import Cell, Endpoint, SweepError, SweepSettings, run_level
-from specguard.judge.sample import Arm
+from specguard.evaluate.sweep import Cell, SweepError, SweepSettings, run_level
 from specguard.judge.verdict import JudgeSettings
 
 DEFAULT_CONCURRENCY = "1,4,16,64,256"
 DEFAULT_REQUESTS = 32
+# Simulated sweeps default to fewer requests: the simulator's per-request spread is small.
+SIMULATE_REQUESTS = 16
 SIMULATE_MAX_TOKENS = 64
 
 
@@ -43,12 +44,22 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="specguard evaluate", description=__doc__.split("\n\n")[0] if __doc__ else None)
+    p = _Parser(
+        prog="specguard evaluate", description=__doc__.split("\n\n")[0] if __doc__ else None
+    )
     target = p.add_argument_group("endpoints (or --simulate)")
-    target.add_argument("--with-drafter", metavar="URL", help="OpenAI-compatible endpoint running the drafter")
-    target.add_argument("--without-drafter", metavar="URL", help="the same model without the drafter")
-    target.add_argument("--simulate", metavar="PROFILE", help="start two local simulators of PROFILE instead")
-    target.add_argument("--model", help="served model name (default: the first one /v1/models lists)")
+    target.add_argument(
+        "--with-drafter", metavar="URL", help="OpenAI-compatible endpoint running the drafter"
+    )
+    target.add_argument(
+        "--without-drafter", metavar="URL", help="the same model without the drafter"
+    )
+    target.add_argument(
+        "--simulate", metavar="PROFILE", help="start two local simulators of PROFILE instead"
+    )
+    target.add_argument(
+        "--model", help="served model name (default: the first one /v1/models lists)"
+    )
     target.add_argument(
         "--drafter-config", metavar="JSON",
         help="the with-drafter endpoint's --speculative-config (for the recommendation; with "
@@ -57,24 +68,62 @@ def build_parser() -> argparse.ArgumentParser:
     load = p.add_argument_group("load")
     load.add_argument("--subsets", help="comma-separated subsets (default: all of the prompt set)")
     load.add_argument("--concurrency", default=DEFAULT_CONCURRENCY, help="comma-separated levels")
-    load.add_argument("--prompts", metavar="FILE.jsonl", help="your own prompts instead of the shipped sets")
+    load.add_argument(
+        "--prompts", metavar="FILE.jsonl", help="your own prompts instead of the shipped sets"
+    )
     amount = load.add_mutually_exclusive_group()
-    amount.add_argument("--requests", type=int, help=f"measured requests per arm, level and subset (default {DEFAULT_REQUESTS})")
-    amount.add_argument("--duration", type=float, metavar="S", help="measure for S seconds per level and subset")
-    load.add_argument("--max-tokens", type=int, help="override every prompt's max_tokens "
-                      f"(default: the prompt's own, or 128; {SIMULATE_MAX_TOKENS} with --simulate)")
-    load.add_argument("--arm-schedule", choices=("parallel", "sequential"), default="parallel",
-                      help="run both endpoints at once (default; separate hardware) or one after the other")
-    load.add_argument("--time-scale", type=float, help="--simulate only: fixed simulator time scale "
-                      "(default: per level, max(1, concurrency/8))")
+    amount.add_argument(
+        "--requests",
+        type=int,
+        help=f"measured requests per arm, level and subset (default {DEFAULT_REQUESTS}; "
+        f"{SIMULATE_REQUESTS} with --simulate)",
+    )
+    amount.add_argument(
+        "--duration", type=float, metavar="S", help="measure for S seconds per level and subset"
+    )
+    load.add_argument(
+        "--max-tokens",
+        type=int,
+        help="override every prompt's max_tokens "
+        f"(default: the prompt's own, or 128; {SIMULATE_MAX_TOKENS} with --simulate)",
+    )
+    load.add_argument(
+        "--arm-schedule",
+        choices=("parallel", "sequential"),
+        default="parallel",
+        help="run both endpoints at once (default; separate hardware) or one after the other",
+    )
+    load.add_argument(
+        "--time-scale",
+        type=float,
+        help="--simulate only: fixed simulator time scale "
+        "(default: per level, max(1, concurrency/48))",
+    )
     load.add_argument("--seed", type=int, default=0)
     answer = p.add_argument_group("answer")
-    answer.add_argument("--out", default="specguard-evaluate", help="output directory (default ./specguard-evaluate)")
-    answer.add_argument("--tolerance", type=float, default=0.03, help="judge tolerance band (default 0.03)")
-    answer.add_argument("--confidence", type=float, default=0.95, help="judge confidence level (default 0.95)")
-    answer.add_argument("--min-requests", type=int, default=20, help="judge minimum requests per arm and level (default 20)")
-    answer.add_argument("--max-batch-size", type=int, default=1024,
-                        help="last batch size the recommended schedule covers (the engine's --max-num-seqs)")
+    answer.add_argument(
+        "--out",
+        default="specguard-evaluate",
+        help="output directory (default ./specguard-evaluate)",
+    )
+    answer.add_argument(
+        "--tolerance", type=float, default=0.03, help="judge tolerance band (default 0.03)"
+    )
+    answer.add_argument(
+        "--confidence", type=float, default=0.95, help="judge confidence level (default 0.95)"
+    )
+    answer.add_argument(
+        "--min-requests",
+        type=int,
+        default=20,
+        help="judge minimum requests per arm and level (default 20)",
+    )
+    answer.add_argument(
+        "--max-batch-size",
+        type=int,
+        default=1024,
+        help="last batch size the recommended schedule covers (the engine's --max-num-seqs)",
+    )
     return p
 
 
@@ -82,7 +131,9 @@ def _levels(text: str) -> tuple[int, ...]:
     try:
         levels = tuple(int(part) for part in text.split(",") if part.strip())
     except ValueError as exc:
-        raise UsageError(f"--concurrency: expected comma-separated whole numbers, got {text!r}") from exc
+        raise UsageError(
+            f"--concurrency: expected comma-separated whole numbers, got {text!r}"
+        ) from exc
     if not levels or any(c < 1 for c in levels):
         raise UsageError(f"--concurrency: levels must be >= 1, got {text!r}")
     return tuple(sorted(set(levels)))
@@ -91,11 +142,18 @@ def _levels(text: str) -> tuple[int, ...]:
 def _validate(args: argparse.Namespace) -> None:
     if args.simulate is not None:
         if args.with_drafter or args.without_drafter:
-            raise UsageError("--simulate: give either --simulate PROFILE or both endpoint URLs, not both")
+            raise UsageError(
+                "--simulate: give either --simulate PROFILE or both endpoint URLs, not both"
+            )
     elif not (args.with_drafter and args.without_drafter):
-        raise UsageError("--with-drafter and --without-drafter are both required (or use --simulate PROFILE)")
+        raise UsageError(
+            "--with-drafter and --without-drafter are both required (or use --simulate PROFILE)"
+        )
     else:
-        for flag, url in (("--with-drafter", args.with_drafter), ("--without-drafter", args.without_drafter)):
+        for flag, url in (
+            ("--with-drafter", args.with_drafter),
+            ("--without-drafter", args.without_drafter),
+        ):
             if not url.startswith(("http://", "https://")):
                 raise UsageError(f"{flag}: expected an http:// or https:// URL, got {url!r}")
     if args.requests is not None and args.requests < 1:
@@ -103,7 +161,10 @@ def _validate(args: argparse.Namespace) -> None:
     if args.duration is not None and args.duration <= 0:
         raise UsageError(f"--duration: must be > 0, got {args.duration}")
     if args.max_tokens is not None and args.max_tokens < 2:
-        raise UsageError(f"--max-tokens: must be >= 2 (per-token latency needs two tokens), got {args.max_tokens}")
+        raise UsageError(
+            "--max-tokens: must be >= 2 (per-token latency needs two tokens), "
+            f"got {args.max_tokens}"
+        )
     if args.time_scale is not None and (args.simulate is None or args.time_scale <= 0):
         raise UsageError("--time-scale: only with --simulate, and > 0")
     if args.min_requests < 2:
@@ -132,14 +193,17 @@ def _parse_drafter_config(text: str | None) -> dict[str, Any] | None:
     except json.JSONDecodeError as exc:
         raise UsageError(f"--drafter-config: not JSON ({exc.msg})") from exc
     if not isinstance(config, dict):
-        raise UsageError("--drafter-config: expected a JSON object like vLLM's --speculative-config")
+        raise UsageError(
+            "--drafter-config: expected a JSON object like vLLM's --speculative-config"
+        )
     return config
 
 
 @contextlib.contextmanager
 def _progress(console: Console, total: int) -> Iterator[Progress]:
     progress = Progress(
-        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+        TimeElapsedColumn(),
         console=console, transient=False,
     )  # fmt: skip
     with progress:
@@ -153,15 +217,24 @@ class Evaluation:
     def __init__(self, args: argparse.Namespace, console: Console, err: Console) -> None:
         self.args, self.console, self.err = args, console, err
         self.levels = _levels(args.concurrency)
-        subsets = [s.strip() for s in args.subsets.split(",") if s.strip()] if args.subsets else None
+        subsets = (
+            [s.strip() for s in args.subsets.split(",") if s.strip()] if args.subsets else None
+        )
         self.prompts = promptset.load(args.prompts, subsets)
         self.cells: list[Cell] = []
+        # Flags checked up front, so a mistake is one line before anything starts.
+        self.sim_profile = simulate.profile(args.simulate) if args.simulate else None
+        self.drafter_config = (
+            simulate.drafter_config(self.sim_profile, args.drafter_config)
+            if self.sim_profile is not None
+            else _parse_drafter_config(args.drafter_config)
+        )
         self.warnings: list[str] = []
         self.drafter: analysis.DrafterInfo = analysis.DrafterInfo()
         self.urls: dict[str, str] = {}
         requests = args.requests if args.duration is None and args.requests is not None else None
         if args.duration is None and requests is None:
-            requests = DEFAULT_REQUESTS
+            requests = SIMULATE_REQUESTS if args.simulate else DEFAULT_REQUESTS
         max_tokens = args.max_tokens or (SIMULATE_MAX_TOKENS if args.simulate else None)
         self.settings = SweepSettings(
             concurrency=self.levels, requests=requests, duration_s=args.duration,
@@ -172,37 +245,46 @@ class Evaluation:
         per_cell = 2 * self.settings.requests if self.settings.requests else 1
         return len(self.levels) * len(self.prompts) * per_cell
 
-    async def _sweep_endpoints(self, progress: Progress) -> None:
+    async def _preflight(self) -> preflight.Preflight:
         args = self.args
         checked = await preflight.check(args.with_drafter, args.without_drafter, args.model)
         self._warn(checked.warnings)
         self.urls = {arm: e.url for arm, e in checked.endpoints.items()}
-        self.drafter = _drafter_info(_parse_drafter_config(args.drafter_config), checked.draft_positions)
+        self.drafter = _drafter_info(self.drafter_config, checked.draft_positions)
+        return checked
+
+    async def _sweep_endpoints(self, checked: preflight.Preflight, progress: Progress) -> None:
         for level in self.levels:
             await run_level(
                 checked.endpoints, self.prompts, level, self.settings, self.cells,
                 spec_metrics=checked.spec_metrics, progress=self._advance(progress),
+                on_cell=self._reporter(progress),
             )  # fmt: skip
 
     async def _sweep_simulated(self, progress: Progress) -> None:
         args = self.args
-        prof = simulate.profile(args.simulate)
-        config = simulate.drafter_config(prof, args.drafter_config)
+        prof, config = self.sim_profile, self.drafter_config
+        assert prof is not None and config is not None
         self.drafter = _drafter_info(config, None)
-        self.urls = {"speculative": f"simulate:{prof.name} {json.dumps(config)}", "baseline": f"simulate:{prof.name}"}
+        self.urls = {
+            "speculative": f"simulate:{prof.name} {json.dumps(config)}",
+            "baseline": f"simulate:{prof.name}",
+        }
+        report_cell = self._reporter(progress)
         for level in self.levels:
             scale = args.time_scale or simulate.auto_time_scale(level)
-            start = len(self.cells)
-            # Simulators are started from this thread; a level's own pair keeps every
-            # level's engine state independent.
+
+            def rescaled(cell: Cell, scale: float = scale) -> None:
+                # Back to the simulated hardware's time before anyone reads the cell.
+                self.cells[-1] = simulate.rescale(cell, scale)
+                report_cell(self.cells[-1])
+
+            # A fresh pair per level keeps every level's engine state independent.
             with simulate.simulators(prof, config, level, scale, args.seed) as endpoints:
-                try:
-                    await run_level(
-                        endpoints, self.prompts, level, self.settings, self.cells,
-                        progress=self._advance(progress),
-                    )  # fmt: skip
-                finally:
-                    self.cells[start:] = [simulate.rescale(c, scale) for c in self.cells[start:]]
+                await run_level(
+                    endpoints, self.prompts, level, self.settings, self.cells,
+                    progress=self._advance(progress), on_cell=rescaled,
+                )  # fmt: skip
 
     def _advance(self, progress: Progress) -> Any:
         if self.settings.requests is None:
@@ -218,12 +300,34 @@ class Evaluation:
             self.warnings.append(line)
             self.err.print(f"[yellow]warning:[/yellow] {line}", highlight=False)
 
+    def _reporter(self, progress: Progress) -> Any:
+        """One line per finished cell above the bar (and in CI logs, where there is no bar)."""
+
+        def report_cell(cell: Cell) -> None:
+            spec, base = cell.arms["speculative"], cell.arms["baseline"]
+            stats = {
+                arm: analysis.arm_stats([run], cell.concurrency) for arm, run in cell.arms.items()
+            }
+            s, b = stats["speculative"].tpot_s, stats["baseline"].tpot_s
+            errors = spec.errors + base.errors
+            text = f"done: concurrency {cell.concurrency:>4} {cell.subset:<15}"
+            if s and b:
+                text += f" per-token {s * 1000:6.2f} ms with vs {b * 1000:6.2f} ms without drafter"
+                text += f" (gain {b / s - 1:+.0%})"
+            if errors:
+                text += f", {errors} failed requests"
+            progress.console.print(text, highlight=False)
+
+        return report_cell
+
     async def sweep(self) -> None:
+        # Endpoint checks come before the bar, so their one-line errors stand alone.
+        checked = None if self.args.simulate else await self._preflight()
         with _progress(self.err, self._total()) as progress:
-            if self.args.simulate:
+            if checked is None:
                 await self._sweep_simulated(progress)
             else:
-                await self._sweep_endpoints(progress)
+                await self._sweep_endpoints(checked, progress)
 
     def config(self) -> dict[str, Any]:
         a = self.args
@@ -240,8 +344,16 @@ class Evaluation:
             "max_tokens": self.settings.max_tokens,
             "arm_schedule": self.settings.arm_schedule,
             "time_scale": a.time_scale if a.time_scale else ("auto" if a.simulate else None),
-            "drafter": {"method": self.drafter.method, "k": self.drafter.k, "adaptive": self.drafter.adaptive},
-            "judge": {"tolerance": a.tolerance, "confidence": a.confidence, "min_requests_per_arm": a.min_requests},
+            "drafter": {
+                "method": self.drafter.method,
+                "k": self.drafter.k,
+                "adaptive": self.drafter.adaptive,
+            },
+            "judge": {
+                "tolerance": a.tolerance,
+                "confidence": a.confidence,
+                "min_requests_per_arm": a.min_requests,
+            },
             "max_batch_size": a.max_batch_size,
         }
 
@@ -250,21 +362,35 @@ class Evaluation:
         if not self.cells:
             return None
         a = self.args
-        settings = JudgeSettings(tolerance=a.tolerance, confidence=a.confidence, min_requests_per_arm=a.min_requests, seed=a.seed)
-        result = analysis.analyse(self.cells, drafter=self.drafter, judge_settings=settings, max_batch=a.max_batch_size)
+        settings = JudgeSettings(
+            tolerance=a.tolerance,
+            confidence=a.confidence,
+            min_requests_per_arm=a.min_requests,
+            seed=a.seed,
+        )
+        result = analysis.analyse(
+            self.cells, drafter=self.drafter, judge_settings=settings, max_batch=a.max_batch_size
+        )
         out = Path(a.out)
-        title = f"specguard evaluate: {a.simulate} (simulated)" if a.simulate else "specguard evaluate"
+        title = (
+            f"specguard evaluate: {a.simulate} (simulated)" if a.simulate else "specguard evaluate"
+        )
         written = plots.write_plots(result, out, title)
-        document = report.build(result, config=self.config(), warnings=self.warnings, partial=partial, plots=written)
+        document = report.build(
+            result, config=self.config(), warnings=self.warnings, partial=partial, plots=written
+        )
         path = report.write(out, document, self.cells)
         report.render(self.console, result, partial=partial)
-        self.console.print(f"report: {path}  plots: {', '.join(str(out / p) for p in written)}", highlight=False)
+        self.console.print(
+            f"report: {path}  plots: {', '.join(str(out / p) for p in written)}", highlight=False
+        )
         return path
 
 
 def main(argv: list[str]) -> int:
-    err = Console(stderr=True)
-    console = Console()
+    err = Console(stderr=True, soft_wrap=True)
+    # Piped output (CI logs, README excerpts) gets a table wide enough not to wrap.
+    console = Console(width=None if sys.stdout.isatty() else 132)
     try:
         args = build_parser().parse_args(argv)
         _validate(args)

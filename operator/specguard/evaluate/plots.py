@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
+import matplotlib.pyplot as plt
 
-from specguard.evaluate.analysis import Analysis, Row  # noqa: E402
+from specguard.evaluate.analysis import Analysis, Row
 
 LATENCY_PNG, GAIN_PNG = "latency.png", "gain.png"
-ARM_STYLE = {"speculative": ("with drafter", "tab:blue", "o-"), "baseline": ("without drafter", "tab:gray", "s--")}
+ARM_STYLE = {
+    "speculative": ("with drafter", "tab:blue", "o-"),
+    "baseline": ("without drafter", "tab:gray", "s--"),
+}
 
 
 def _series(rows: list[Row], arm: str) -> tuple[list[int], list[float]]:
@@ -22,7 +26,7 @@ def _series(rows: list[Row], arm: str) -> tuple[list[int], list[float]]:
     return xs, ys
 
 
-def _log_axis(ax: plt.Axes, levels: list[int]) -> None:
+def _log_axis(ax: Any, levels: list[int]) -> None:
     ax.set_xscale("log", base=2)
     ax.set_xticks(levels)
     ax.set_xticklabels([str(c) for c in levels])
@@ -59,16 +63,26 @@ def gain_plot(analysis: Analysis, path: Path, title: str) -> Path:
     """Per-token gain (baseline/speculative − 1) vs concurrency, one line per subset."""
     fig, ax = plt.subplots(figsize=(7.5, 4.6))
     groups = [(s, [r for r in analysis.rows if r.subset == s], "o-") for s in analysis.subsets]
-    groups.append(("all subsets", analysis.levels, "k^-"))
+    groups.append(("all subsets", analysis.levels, "^-"))
     for name, rows, style in groups:
         points = [(r.concurrency, r.gain) for r in rows if r.gain is not None]
         if points:
-            kwargs = {"color": "black", "linewidth": 2.2} if name == "all subsets" else {}
-            ax.plot([c for c, _ in points], [g * 100 for _, g in points], style, label=name, **kwargs)
+            kwargs: dict[str, Any] = (
+                {"color": "black", "linewidth": 2.2} if name == "all subsets" else {}
+            )
+            ax.plot(
+                [c for c, _ in points], [g * 100 for _, g in points], style, label=name, **kwargs
+            )
     ax.axhline(0.0, color="red", linewidth=1.0, linestyle=":")
-    for c in analysis.crossovers + [analysis.overall]:
+    for c in [*analysis.crossovers, analysis.overall]:
         if c.subset == "all" and c.interpolated:
-            ax.axvline(c.interpolated, color="red", alpha=0.4, linestyle="--", label=f"crossover ≈ {c.interpolated:.0f}")
+            ax.axvline(
+                c.interpolated,
+                color="red",
+                alpha=0.4,
+                linestyle="--",
+                label=f"crossover ≈ {c.interpolated:.0f}",
+            )
     _log_axis(ax, analysis.concurrency)
     ax.set_xlabel("concurrency")
     ax.set_ylabel("per-token gain with drafter (%)")

@@ -3,7 +3,6 @@ exports spec-decode counters. Each problem is one line for the user, never a tra
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -39,7 +38,7 @@ async def _models(session: aiohttp.ClientSession, arm: Arm, url: str) -> list[st
                     "(is this an OpenAI-compatible server that has finished loading?)"
                 )
             data = await resp.json(content_type=None)
-    except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+    except (TimeoutError, aiohttp.ClientError) as exc:
         reason = str(exc) or type(exc).__name__
         raise PreflightError(f"{flag} {url}: unreachable ({reason})") from exc
     except ValueError as exc:
@@ -57,12 +56,15 @@ async def _metrics(session: aiohttp.ClientSession, url: str) -> metrics.Snapshot
             if resp.status != 200:
                 return None
             return metrics.parse(await resp.text())
-    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
+    except (TimeoutError, aiohttp.ClientError, ValueError):
         return None
 
 
 async def check(with_drafter: str, without_drafter: str, model: str | None) -> Preflight:
-    urls: dict[Arm, str] = {"speculative": with_drafter.rstrip("/"), "baseline": without_drafter.rstrip("/")}
+    urls: dict[Arm, str] = {
+        "speculative": with_drafter.rstrip("/"),
+        "baseline": without_drafter.rstrip("/"),
+    }
     timeout = aiohttp.ClientTimeout(total=15, sock_connect=5)
     warnings: list[str] = []
     async with aiohttp.ClientSession(timeout=timeout) as session:

@@ -62,7 +62,9 @@ class Prompt:
     def domain(self) -> str:
         return SUBSET_DOMAINS.get(self.subset, self.subset)
 
-    def body(self, model: str, default_max_tokens: int, override_max_tokens: int | None) -> dict[str, Any]:
+    def body(
+        self, model: str, default_max_tokens: int, override_max_tokens: int | None
+    ) -> dict[str, Any]:
         """The streamed request body: usage on every chunk so tokens per chunk are exact."""
         max_tokens = override_max_tokens or self.max_tokens or default_max_tokens
         body: dict[str, Any] = {
@@ -86,7 +88,9 @@ def parse_record(data: Any, where: str) -> Prompt:
         raise PromptError(f"{where}: expected a JSON object, got {type(data).__name__}")
     has_messages, has_prompt = "messages" in data, "prompt" in data
     if has_messages == has_prompt:
-        raise PromptError(f"{where}: needs exactly one of 'messages' (chat) or 'prompt' (completion)")
+        raise PromptError(
+            f"{where}: needs exactly one of 'messages' (chat) or 'prompt' (completion)"
+        )
     messages: tuple[Mapping[str, Any], ...] | None = None
     prompt: str | None = None
     if has_messages:
@@ -98,7 +102,8 @@ def parse_record(data: Any, where: str) -> Prompt:
     subset = data.get("subset", DEFAULT_SUBSET)
     if not isinstance(subset, str) or not _SUBSET_RE.fullmatch(subset):
         raise PromptError(
-            f"{where}: subset: expected a short lower-case name (letters, digits, _ . -), got {subset!r}"
+            f"{where}: subset: expected a short lower-case name (letters, digits, _ . -), "
+            f"got {subset!r}"
         )
     tools = data.get("tools")
     if tools is not None:
@@ -108,12 +113,21 @@ def parse_record(data: Any, where: str) -> Prompt:
             raise PromptError(f"{where}: tools: expected a list of tool objects")
         tools = tuple(tools) or None
     max_tokens = data.get("max_tokens")
-    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1):
+    if max_tokens is not None and (
+        isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1
+    ):
         raise PromptError(f"{where}: max_tokens: expected a whole number >= 1, got {max_tokens!r}")
     ident = data.get("id")
     if ident is not None and not isinstance(ident, str):
         raise PromptError(f"{where}: id: expected a string")
-    return Prompt(subset=subset, messages=messages, prompt=prompt, tools=tools, max_tokens=max_tokens, id=ident)
+    return Prompt(
+        subset=subset,
+        messages=messages,
+        prompt=prompt,
+        tools=tools,
+        max_tokens=max_tokens,
+        id=ident,
+    )
 
 
 def _messages(value: Any, where: str) -> tuple[Mapping[str, Any], ...]:
@@ -125,11 +139,15 @@ def _messages(value: Any, where: str) -> tuple[Mapping[str, Any], ...]:
         role = message.get("role")
         if role not in _ROLES:
             raise PromptError(
-                f"{where}: messages[{index}].role: expected one of {', '.join(sorted(_ROLES))}, got {role!r}"
+                f"{where}: messages[{index}].role: expected one of "
+                f"{', '.join(sorted(_ROLES))}, got {role!r}"
             )
         content = message.get("content")
         if content is None and not message.get("tool_calls"):
-            raise PromptError(f"{where}: messages[{index}].content: missing (only an assistant tool call may omit it)")
+            raise PromptError(
+                f"{where}: messages[{index}].content: missing "
+                "(only an assistant tool call may omit it)"
+            )
     return tuple(value)
 
 
@@ -166,10 +184,15 @@ def load_builtin(subset: str) -> list[Prompt]:
     """One shipped prompt set."""
     if subset not in BUILTIN_SUBSETS:
         raise PromptError(
-            f"--subsets: unknown subset {subset!r}; shipped subsets are {', '.join(BUILTIN_SUBSETS)} "
+            f"--subsets: unknown subset {subset!r}; shipped subsets are "
+            f"{', '.join(BUILTIN_SUBSETS)} "
             "(use --prompts FILE.jsonl for your own)"
         )
-    text = resources.files("specguard.evaluate").joinpath("prompts", f"{subset}.jsonl").read_text("utf-8")
+    text = (
+        resources.files("specguard.evaluate")
+        .joinpath("prompts", f"{subset}.jsonl")
+        .read_text("utf-8")
+    )
     return parse_lines(text.splitlines(), f"{subset}.jsonl")
 
 

@@ -174,18 +174,34 @@ def _fmt_num(value: float | None, digits: int = 0) -> str:
 
 
 def render(console: Console, analysis: Analysis, *, partial: bool) -> None:
-    table = Table(title="Per-token latency by subset and concurrency (median ms; gain = base/spec − 1)")
+    table = Table(
+        title="Per-token latency by subset and concurrency (median ms; gain = base/spec − 1)"
+    )
     for name, justify in (
-        ("subset", "left"), ("conc", "right"), ("TPOT spec", "right"), ("TPOT base", "right"),
-        ("gain", "right"), ("TTFT spec", "right"), ("TTFT base", "right"),
-        ("tok/s spec", "right"), ("tok/s base", "right"), ("accept len", "right"),
+        ("subset", "left"),
+        ("conc", "right"),
+        ("TPOT spec", "right"),
+        ("TPOT base", "right"),
+        ("gain", "right"),
+        ("TTFT spec", "right"),
+        ("TTFT base", "right"),
+        ("tok/s spec", "right"),
+        ("tok/s base", "right"),
+        ("accept len", "right"),
     ):
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
     for row in analysis.rows:
         s, b = row.arms["speculative"], row.arms["baseline"]
         table.add_row(
-            row.subset, str(row.concurrency), _fmt_ms(s.tpot_s), _fmt_ms(b.tpot_s), _fmt_gain(row.gain),
-            _fmt_ms(s.ttft_s), _fmt_ms(b.ttft_s), _fmt_num(s.throughput), _fmt_num(b.throughput),
+            row.subset,
+            str(row.concurrency),
+            _fmt_ms(s.tpot_s),
+            _fmt_ms(b.tpot_s),
+            _fmt_gain(row.gain),
+            _fmt_ms(s.ttft_s),
+            _fmt_ms(b.ttft_s),
+            _fmt_num(s.throughput),
+            _fmt_num(b.throughput),
             _fmt_num(row.acceptance_length, 2),
         )
     console.print(table)
@@ -194,9 +210,19 @@ def render(console: Console, analysis: Analysis, *, partial: bool) -> None:
         verdicts.add_column(name)
     for row in analysis.levels:
         v = row.verdict
-        ci = "–" if v is None or v.ci_low is None or v.ci_high is None else f"{v.ci_low:.3f}–{v.ci_high:.3f}"
+        ci = (
+            "–"
+            if v is None or v.ci_low is None or v.ci_high is None
+            else f"{v.ci_low:.3f}–{v.ci_high:.3f}"
+        )
+        # The judge's own ratio (of paired medians) goes with its CI.
+        ratio = v.ratio if v is not None and v.ratio is not None else row.ratio
         verdicts.add_row(
-            str(row.concurrency), _fmt_num(row.ratio, 3), ci, _fmt_gain(row.gain), v.outcome if v else "–"
+            str(row.concurrency),
+            _fmt_num(ratio, 3),
+            ci,
+            _fmt_gain(row.gain),
+            v.outcome if v else "–",
         )
     console.print(verdicts)
     for c in analysis.crossovers:
@@ -208,7 +234,10 @@ def render(console: Console, analysis: Analysis, *, partial: bool) -> None:
             f"c{c}: {'–' if s is None else f'{s:.0%}'}" for c, s in sorted(tvm.gain_share.items())
         )
         extra = "–" if tvm.extra_tokens_share is None else f"{tvm.extra_tokens_share:.0%}"
-        console.print(f"tool-call gain as a share of math's: {shares}; extra accepted tokens per step: {extra}")
+        console.print(
+            f"tool-call gain as a share of math's: {shares}; "
+            f"extra accepted tokens per step: {extra}"
+        )
     rec = analysis.recommendation
     console.print(f"\n[bold]Recommendation ({rec.action})[/bold]: {rec.sentence}")
     if rec.schedule is not None:
@@ -221,4 +250,13 @@ def render(console: Console, analysis: Analysis, *, partial: bool) -> None:
         console.print("[yellow]partial report: the sweep was interrupted[/yellow]")
 
 
-__all__ = ["REPORT_FILE", "SAMPLES_FILE", "SCHEMA_ID", "build", "render", "schema", "spec_yaml", "write"]
+__all__ = [
+    "REPORT_FILE",
+    "SAMPLES_FILE",
+    "SCHEMA_ID",
+    "build",
+    "render",
+    "schema",
+    "spec_yaml",
+    "write",
+]

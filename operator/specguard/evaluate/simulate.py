@@ -27,7 +27,7 @@ from specguard.sim.profiles import PROFILES, Profile
 
 # Streams per simulated millisecond of step time the machine can carry; the auto scale
 # keeps concurrency / (scale * ~10 ms step) below a few hundred chunks per second per arm.
-CONCURRENCY_AT_SCALE_1 = 8
+CONCURRENCY_AT_SCALE_1 = 48
 
 
 class SimulateError(ValueError):
@@ -36,7 +36,9 @@ class SimulateError(ValueError):
 
 def profile(name: str) -> Profile:
     if name not in PROFILES:
-        raise SimulateError(f"--simulate: unknown profile {name!r}; profiles are {', '.join(PROFILES)}")
+        raise SimulateError(
+            f"--simulate: unknown profile {name!r}; profiles are {', '.join(PROFILES)}"
+        )
     return PROFILES[name]
 
 
@@ -51,7 +53,9 @@ def drafter_config(prof: Profile, override: str | None) -> dict[str, Any]:
     except json.JSONDecodeError as exc:
         raise SimulateError(f"--drafter-config: not JSON ({exc.msg})") from exc
     if not isinstance(config, dict):
-        raise SimulateError("--drafter-config: expected a JSON object like vLLM's --speculative-config")
+        raise SimulateError(
+            "--drafter-config: expected a JSON object like vLLM's --speculative-config"
+        )
     return config
 
 

@@ -89,14 +89,17 @@ class ArmRun:
     def output_tokens(self) -> int:
         return sum(s.output_tokens for s in self.samples if s.ok)
 
-    def throughput(self) -> float | None:
-        """Output tokens per second over the measured requests' span (all at the target
-        concurrency, so this is the steady-state output throughput of the endpoint)."""
+    def throughput(self, concurrency: int) -> float | None:
+        """Output tokens per second of the endpoint at this concurrency, by Little's law:
+        ``concurrency`` requests are always in flight (closed loop, fillers included), each
+        taking e2e seconds for its tokens, so the rate is concurrency × Σtokens / Σe2e over
+        the measured requests. Counting only the measured requests' own tokens over their
+        span would miss the fillers' tokens running beside them."""
         ok = [s for s in self.samples if s.ok]
-        if not ok:
+        total_e2e = sum(s.e2e_s for s in ok)
+        if not ok or total_e2e <= 0:
             return None
-        span = max(s.started_at + s.e2e_s for s in ok) - min(s.started_at for s in ok)
-        return self.output_tokens / span if span > 0 else None
+        return concurrency * self.output_tokens / total_e2e
 
 
 @dataclass(slots=True)
@@ -126,7 +129,7 @@ async def wait_idle(session: aiohttp.ClientSession, url: str, timeout_s: float) 
     while True:
         try:
             snap = await scrape(session, url)
-        except (aiohttp.ClientError, asyncio.TimeoutError, SweepError, ValueError):
+        except (TimeoutError, aiohttp.ClientError, SweepError, ValueError):
             return False
         if snap.running == 0 and snap.waiting == 0:
             return True
@@ -159,7 +162,7 @@ async def _request(
             else:
                 async for data in resp.content.iter_any():
                     meter.feed(data, time.monotonic())
-    except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+    except (TimeoutError, aiohttp.ClientError) as exc:
         status = NETWORK_ERROR_STATUS
         error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
     measured = meter.finish(time.monotonic())
@@ -177,6 +180,7 @@ class _ArmLoad:
         session: aiohttp.ClientSession,
         endpoint: Endpoint,
         prompts: Sequence[Prompt],
+        *,
         concurrency: int,
         subset: str,
         settings: SweepSettings,
@@ -252,7 +256,8 @@ class _ArmLoad:
                 if self._failures_in_a_row >= ABORT_AFTER_FAILURES and self.run.output_tokens == 0:
                     raise SweepError(
                         f"{self.endpoint.label} endpoint {self.endpoint.url}: "
-                        f"{self._failures_in_a_row} requests failed in a row ({self.run.first_error})"
+                        f"{self._failures_in_a_row} requests failed in a row "
+                        f"({self.run.first_error})"
                     )
             if self.progress is not None:
                 self.progress(1)
@@ -297,10 +302,10 @@ async def run_cell(
     session: aiohttp.ClientSession,
     endpoints: Mapping[Arm, Endpoint],
     prompts: Sequence[Prompt],
+    *,
     concurrency: int,
     subset: str,
     settings: SweepSettings,
-    *,
     spec_metrics: bool = True,
     progress: ProgressFn | None = None,
 ) -> Cell:
@@ -310,7 +315,10 @@ async def run_cell(
     spec = endpoints["speculative"]
     before = await _snapshot(session, spec.url) if spec_metrics else None
     loads = {
-        arm: _ArmLoad(session, endpoint, prompts, concurrency, subset, settings, progress)
+        arm: _ArmLoad(
+            session, endpoint, prompts,
+            concurrency=concurrency, subset=subset, settings=settings, progress=progress,
+        )
         for arm, endpoint in endpoints.items()
     }
     started = time.monotonic()
@@ -338,7 +346,7 @@ async def run_cell(
 async def _snapshot(session: aiohttp.ClientSession, url: str) -> metrics.Snapshot | None:
     try:
         return await scrape(session, url)
-    except (aiohttp.ClientError, asyncio.TimeoutError, SweepError, ValueError):
+    except (TimeoutError, aiohttp.ClientError, SweepError, ValueError):
         return None
 
 
@@ -351,6 +359,7 @@ async def run_level(
     *,
     spec_metrics: bool = True,
     progress: ProgressFn | None = None,
+    on_cell: Callable[[Cell], None] | None = None,
 ) -> None:
     """One concurrency level, every subset in turn. Finished cells are appended to
     ``cells`` as they complete, so the caller holds a partial result if interrupted."""
@@ -360,10 +369,13 @@ async def run_level(
         for subset, subset_prompts in prompts.items():
             cells.append(
                 await run_cell(
-                    session, endpoints, subset_prompts, concurrency, subset, settings,
+                    session, endpoints, subset_prompts,
+                    concurrency=concurrency, subset=subset, settings=settings,
                     spec_metrics=spec_metrics, progress=progress,
                 )
             )
+            if on_cell is not None:
+                on_cell(cells[-1])
 
 
 __all__ = [

@@ -143,13 +143,19 @@ def judge_histograms(
         "requests": dict(n),
     }
 
-    reasons = _insufficient(n, conc, settings)
+    per_pod = dict(pod_concurrency or {})
+    requests_per_pod: dict[str, float | None] = {
+        arm: n[arm] / len(per_pod[arm]) if per_pod.get(arm) else None
+        for arm in ("speculative", "baseline")
+    }
+    common["requests_per_pod"] = requests_per_pod
+    reasons = _insufficient(n, conc, requests_per_pod, settings)
     if spec.total and base.total and spec.bounds != base.bounds:
         reasons.append("the arms' histogram buckets differ")
     for arm in ("speculative", "baseline"):
         if n[arm] and med[arm] is None:
             reasons.append(f"{arm} median is in the +Inf bucket")
-    if any(c is None for c in conc.values()):
+    if settings.concurrency_match == "in_flight" and any(c is None for c in conc.values()):
         reasons.append("concurrency of an arm is unknown")
     med_s, med_b = med["speculative"], med["baseline"]
     if reasons or not med_s or not med_b:

@@ -35,6 +35,7 @@ from specguard.judge.sample import ARMS, Arm, Sample
 
 Outcome = Literal["regressed", "improved", "neutral", "inconclusive"]
 Method = Literal["paired", "stratified", "histogram", "none"]
+ConcurrencyMatch = Literal["load", "in_flight", "off"]
 
 QUANTITY_PAIRED = "median per-request ratio of paired requests"
 QUANTITY_MEDIANS = "ratio of median per-token latency"
@@ -54,15 +55,30 @@ MAX_TPOT_S = 3600.0
 class JudgeSettings:
     """The parameters of one verdict. Defaults match the resource's ``evaluation`` defaults.
 
-    ``concurrency_tolerance`` / ``concurrency_slack``: the arms' per-pod concurrencies match when
-    they differ by at most ``max(slack, tolerance × the larger)`` — relative at high
-    concurrency, a couple of requests of slack at low concurrency where one request is 50%.
+    ``concurrency_match`` — when are the two arms under the same load?
+
+    - ``"load"`` (default): the arms' requests per pod in the window (all requests, errors
+      included: the arrival rate per pod) differ by at most ``concurrency_tolerance``
+      (relative). This is the check a mirror needs: a wrong mirror share gives the shadow pod a
+      lighter or heavier load than a serving pod. In-flight requests are NOT compared by
+      default, because at the same arrival rate a slower arm holds more requests in flight
+      (Little's law: in flight = rate × latency); a drafter 40% slower per request has ~40%
+      more in flight, and an in-flight rule would call exactly the regressions worth catching
+      "mismatched".
+    - ``"in_flight"``: the arms' median in-flight requests per pod (``Sample.concurrency``)
+      differ by at most ``max(concurrency_slack, concurrency_tolerance × the larger)`` —
+      for closed-loop clients with a fixed number of workers, where in-flight is what stays
+      fixed.
+    - ``"off"``: no check.
+
+    Either way the verdict reports both (``concurrency`` and ``requests_per_pod``).
     """
 
     tolerance: float = 0.03
     confidence: float = 0.99
     min_requests_per_arm: int = 200
     min_output_tokens: int = 8
+    concurrency_match: ConcurrencyMatch = "load"
     concurrency_tolerance: float = 0.25
     concurrency_slack: float = 2.0
     resamples: int = 2000
@@ -75,6 +91,11 @@ class JudgeSettings:
             ("confidence", 0.5 <= self.confidence < 1.0, "must be in [0.5, 1)"),
             ("min_requests_per_arm", self.min_requests_per_arm >= 2, "must be at least 2"),
             ("min_output_tokens", self.min_output_tokens >= 2, "must be at least 2"),
+            (
+                "concurrency_match",
+                self.concurrency_match in ("load", "in_flight", "off"),
+                "must be load, in_flight or off",
+            ),
             ("concurrency_tolerance", self.concurrency_tolerance >= 0, "must be >= 0"),
             ("concurrency_slack", self.concurrency_slack >= 0, "must be >= 0"),
             ("resamples", self.resamples >= 100, "must be at least 100"),
@@ -127,6 +148,7 @@ class Verdict:
     n_pairs: int = 0
     strata: tuple[StratumCount, ...] = ()
     concurrency: Mapping[str, float | None] = field(default_factory=dict)
+    requests_per_pod: Mapping[str, float | None] = field(default_factory=dict)
     pod_concurrency: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     domains: tuple[DomainRatio, ...] = ()
     acceptance_length: float | None = None
@@ -232,8 +254,10 @@ def judge(
     errors: dict[str, int] = dict.fromkeys(ARMS, 0)
     excluded: dict[str, int] = {}
     usable: dict[Arm, list[Sample]] = {arm: [] for arm in ARMS}
+    pods: dict[str, set[str]] = {arm: set() for arm in ARMS}
     for sample in samples:
         requests[sample.arm] += 1
+        pods[sample.arm].add(sample.pod)
         why = _usable(sample, settings)
         if why == "error":
             errors[sample.arm] += 1
@@ -282,7 +306,11 @@ def judge(
         "excluded": excluded,
     }
 
-    reasons = _insufficient(n, concurrency, settings)
+    requests_per_pod: dict[str, float | None] = {
+        arm: requests[arm] / len(pods[arm]) if pods[arm] else None for arm in ARMS
+    }
+    base["requests_per_pod"] = requests_per_pod
+    reasons = _insufficient(n, concurrency, requests_per_pod, settings)
     med_s, med_b = medians["speculative"], medians["baseline"]
     if reasons or med_s is None or med_b is None:
         return Verdict(
@@ -319,7 +347,10 @@ def judge(
 
 
 def _insufficient(
-    n: Mapping[str, int], concurrency: Mapping[str, float | None], settings: JudgeSettings
+    n: Mapping[str, int],
+    concurrency: Mapping[str, float | None],
+    requests_per_pod: Mapping[str, float | None],
+    settings: JudgeSettings,
 ) -> list[str]:
     reasons: list[str] = []
     short = [f"{arm} {n[arm]}" for arm in ARMS if n[arm] < settings.min_requests_per_arm]
@@ -328,16 +359,28 @@ def _insufficient(
             f"too few usable requests ({', '.join(short)}; need {settings.min_requests_per_arm}"
             " per arm)"
         )
-    spec_c, base_c = concurrency["speculative"], concurrency["baseline"]
-    if spec_c is not None and base_c is not None:
-        allowed = max(
-            settings.concurrency_slack, settings.concurrency_tolerance * max(spec_c, base_c)
-        )
-        if abs(spec_c - base_c) > allowed:
-            reasons.append(
-                f"mismatched concurrency (speculative {_num(spec_c)} vs baseline {_num(base_c)}"
-                f" per pod; allowed difference {_num(allowed)})"
+    if settings.concurrency_match == "load":
+        spec_l, base_l = requests_per_pod["speculative"], requests_per_pod["baseline"]
+        if spec_l and base_l:
+            if max(spec_l, base_l) / min(spec_l, base_l) - 1 > settings.concurrency_tolerance:
+                reasons.append(
+                    f"mismatched load (speculative {_num(spec_l)} vs baseline {_num(base_l)}"
+                    f" requests per pod; allowed ±{settings.concurrency_tolerance:.0%}: is the"
+                    " mirror share right?)"
+                )
+        elif n["speculative"] and n["baseline"]:
+            reasons.append("per-pod load of an arm is unknown")
+    elif settings.concurrency_match == "in_flight":
+        spec_c, base_c = concurrency["speculative"], concurrency["baseline"]
+        if spec_c is not None and base_c is not None:
+            allowed = max(
+                settings.concurrency_slack, settings.concurrency_tolerance * max(spec_c, base_c)
             )
+            if abs(spec_c - base_c) > allowed:
+                reasons.append(
+                    f"mismatched concurrency (speculative {_num(spec_c)} vs baseline"
+                    f" {_num(base_c)} in flight per pod; allowed difference {_num(allowed)})"
+                )
     return reasons
 
 
@@ -470,6 +513,7 @@ def _domains(chosen: Mapping[Arm, Sequence[Sample]], minimum: int) -> tuple[Doma
 __all__ = [
     "BASIS_ROUTER",
     "OUTCOMES",
+    "ConcurrencyMatch",
     "DomainRatio",
     "JudgeSettings",
     "Method",

@@ -85,12 +85,15 @@ class LocalCluster:
         workdir: Path | None = None,
         service_cluster_ip_range: str = "10.0.0.0/24",
         start_timeout: float = 90.0,
-        keep_workdir: bool = False,
+        keep_workdir: bool | None = None,
     ) -> None:
         self._binaries = binaries
         self._given_workdir = workdir
         self.service_cluster_ip_range = service_cluster_ip_range
         self.start_timeout = start_timeout
+        # Logs are in the work directory: SPECGUARD_KEEP_CLUSTER=1 keeps it for a post-mortem.
+        if keep_workdir is None:
+            keep_workdir = os.environ.get("SPECGUARD_KEEP_CLUSTER", "") not in ("", "0")
         self.keep_workdir = keep_workdir
         self.workdir = Path()
         self.processes = ProcessGroups()

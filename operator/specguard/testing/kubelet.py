@@ -128,6 +128,13 @@ class ContainerRunner:
                 self._set(state={"waiting": {"reason": "ErrImagePull", "message": str(exc)}})
                 await self.pod.sleep(5.0)
                 continue
+            except httpx.HTTPError as exc:  # the apiserver hiccuped: try again shortly
+                self._set(state={"waiting": {"reason": "ContainerCreating",
+                                             "message": str(exc)}})  # fmt: skip
+                await self.pod.sleep(1.0)
+                continue
+            if self.pod.stopping:
+                break
             began = time.monotonic()
             returncode, started_at = await self._run_once(argv, env)
             terminated = {
@@ -217,6 +224,8 @@ class ContainerRunner:
             return 128, started_at
         self.process = process
         pod.kubelet.processes.register(process.pid, f"pod {pod.namespace}/{pod.name}/{self.name}")
+        if pod.stopping:  # asked to stop while the process was being created
+            await self.terminate(pod.grace_period())
         has_startup = bool(self.spec.get("startupProbe"))
         self._set(state={"running": {"startedAt": started_at}}, started=not has_startup)
         probes = asyncio.create_task(self._probe(process))
@@ -364,6 +373,7 @@ class PodRunner:
             self.grace_override = grace
         self.stopping = True
         self._stop.set()
+        self._dirty.set()  # wakes the reporter, which then stops reporting
 
     def mark_dirty(self) -> None:
         self._dirty.set()
@@ -391,25 +401,10 @@ class PodRunner:
         try:
             self.mark_dirty()
             if await self._run_init_containers():
-                tasks = [asyncio.create_task(c.run()) for c in self.containers]
-
-                async def all_exited() -> None:
-                    await asyncio.wait(tasks)  # unlike gather, cancelling this spares them
-
-                async def stop_requested() -> None:
-                    await self._stop.wait()
-
-                waiters = [asyncio.create_task(all_exited()), asyncio.create_task(stop_requested())]
-                await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-                for waiter in waiters:
-                    waiter.cancel()
-                if self.stopping:
-                    grace = self.grace_period()
-                    await asyncio.gather(*(c.terminate(grace) for c in self.containers))
-                await asyncio.gather(*tasks)
+                await self._run_phase(self.containers)
             self.mark_dirty()
         finally:
-            if not self.gone:
+            if not self.stopping:  # ended by itself: report the terminal phase
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(self._flush(), timeout=5)
             reporter.cancel()
@@ -419,9 +414,29 @@ class PodRunner:
             if self.pod["metadata"].get("deletionTimestamp") and not self.gone:
                 await self.kubelet.finalize_deletion(self.pod)
 
+    async def _run_phase(self, containers: list[ContainerRunner]) -> list[int | None]:
+        """Run ``containers`` until they all end, or until the pod is to stop: then
+        SIGTERM them, wait the grace period, SIGKILL."""
+        tasks = [asyncio.create_task(c.run()) for c in containers]
+
+        async def all_exited() -> None:
+            await asyncio.wait(tasks)  # unlike gather, cancelling this spares them
+
+        async def stop_requested() -> None:
+            await self._stop.wait()
+
+        waiters = [asyncio.create_task(all_exited()), asyncio.create_task(stop_requested())]
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        for waiter in waiters:
+            waiter.cancel()
+        if self.stopping:
+            grace = self.grace_period()
+            await asyncio.gather(*(c.terminate(grace) for c in containers))
+        return list(await asyncio.gather(*tasks))
+
     async def _run_init_containers(self) -> bool:
         for container in self.init_containers:
-            code = await container.run()
+            (code,) = await self._run_phase([container])
             if code != 0 or self.stopping:
                 return False
         self.initialized = True
@@ -488,12 +503,16 @@ class PodRunner:
             )
 
     async def _report(self) -> None:
-        """Patch the pod's status whenever it changes (bursts coalesced)."""
+        """Patch the pod's status whenever it changes (bursts coalesced), until it stops."""
         last: dict[str, Any] | None = None
-        while not self.gone:
+        while True:
             await self._dirty.wait()
             await asyncio.sleep(0.05)
             self._dirty.clear()
+            if self.stopping:
+                # A deleted pod keeps its last status until it is removed (no terminal
+                # phase flash that a controller could read as a failure).
+                return
             current = self.status()
             if current == last:
                 continue

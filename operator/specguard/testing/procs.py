@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import itertools
 import json
 import logging
 import os
@@ -89,6 +90,9 @@ class GroupRecord:
     name: str
 
 
+_serials = itertools.count()
+
+
 def run_dir() -> Path:
     """Where pid files live: one per owning (test) process."""
     path = cache_dir() / "run"
@@ -104,7 +108,10 @@ class ProcessGroups:
         self._groups: dict[int, GroupRecord] = {}
         own = proc_stat(os.getpid())
         start = own.start_ticks if own else 0
-        self._pidfile = (directory or run_dir()) / f"{os.getpid()}-{start}.json"
+        # One file per registry: a process may run several clusters (owner pid, its start
+        # time, then a serial number).
+        serial = next(_serials)
+        self._pidfile = (directory or run_dir()) / f"{os.getpid()}-{start}-{serial}.json"
 
     @property
     def pidfile(self) -> Path:
@@ -179,7 +186,7 @@ def reap_orphans(directory: Path | None = None) -> list[GroupRecord]:
     reaped: list[GroupRecord] = []
     for pidfile in sorted((directory or run_dir()).glob("*.json")):
         try:
-            owner_pid, owner_start = (int(part) for part in pidfile.stem.split("-", 1))
+            owner_pid, owner_start = (int(part) for part in pidfile.stem.split("-")[:2])
         except ValueError:
             continue
         owner = proc_stat(owner_pid)

@@ -1,0 +1,159 @@
+"""The answer from measured cells: gains, crossover interpolation, tool-vs-math share and
+the recommendation, on sample records built with known per-token latencies."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import yaml
+
+from specguard.evaluate import metrics
+from specguard.evaluate.analysis import DrafterInfo, analyse, crossover
+from specguard.evaluate.report import spec_yaml
+from specguard.evaluate.sweep import ArmRun, Cell
+from specguard.judge.sample import Arm, Sample
+from specguard.judge.verdict import JudgeSettings
+
+SETTINGS = JudgeSettings(min_requests_per_arm=20, confidence=0.95)
+
+
+def _samples(arm: Arm, subset: str, concurrency: int, tpot: float, n: int = 24) -> list[Sample]:
+    # A little spread (±2%) so the bootstrap has something to resample.
+    return [
+        Sample(
+            arm=arm, role="serving" if arm == "speculative" else "shadow", pod="p", domain=subset,
+            started_at=1000.0 + i, concurrency=concurrency, output_tokens=64,
+            e2e_s=tpot * 63 + 0.05, ttft_s=0.05, tpot_s=tpot * (1 + 0.02 * ((i % 5) - 2) / 2),
+            pair_id=f"c{concurrency}/{subset}/{i}",
+        )  # fmt: skip
+        for i in range(n)
+    ]
+
+
+def _cell(subset: str, c: int, spec: float, base: float, accept: float | None = None) -> Cell:
+    acceptance = None if accept is None else metrics.Acceptance(100.0, 700.0, 100.0 * (accept - 1))
+    return Cell(
+        concurrency=c, subset=subset,
+        arms={
+            "speculative": ArmRun("speculative", _samples("speculative", subset, c, spec)),
+            "baseline": ArmRun("baseline", _samples("baseline", subset, c, base)),
+        },
+        acceptance=acceptance, wall_s=1.0,
+    )  # fmt: skip
+
+
+# per-token ms (spec, base) per level: math gains more and crosses later than tool calls
+TABLE = {
+    "math_reasoning": {1: (4.0, 10.0), 16: (5.0, 11.0), 64: (8.0, 14.0), 256: (40.0, 32.0)},
+    "tool_call": {1: (6.0, 10.0), 16: (8.0, 11.0), 64: (16.0, 14.0), 256: (60.0, 32.0)},
+}
+
+
+def _cells() -> list[Cell]:
+    accept = {"math_reasoning": 5.0, "tool_call": 2.6}
+    return [
+        _cell(subset, c, spec / 1000, base / 1000, accept[subset])
+        for c in (1, 16, 64, 256)
+        for subset, levels in TABLE.items()
+        for level, (spec, base) in levels.items()
+        if level == c
+    ]
+
+
+def test_gains_crossovers_and_tool_share() -> None:
+    result = analyse(_cells(), drafter=DrafterInfo("eagle3", 3), judge_settings=SETTINGS)
+    rows = {(r.subset, r.concurrency): r for r in result.rows}
+    assert rows[("math_reasoning", 1)].gain == pytest.approx(10 / 4 - 1, rel=0.02)
+    cross = {c.subset: c for c in result.crossovers}
+    assert cross["math_reasoning"].step == 256 and cross["tool_call"].step == 64
+    # log-linear zero of the gain between 16 (gain 11/8-1) and 64 (gain 14/16-1)
+    g_a, g_b = 11 / 8 - 1, 14 / 16 - 1
+    expected = math.exp(math.log(16) + g_a / (g_a - g_b) * (math.log(64) - math.log(16)))
+    assert cross["tool_call"].interpolated == pytest.approx(expected, rel=0.03)
+    tvm = result.tool_vs_math
+    assert tvm is not None
+    assert tvm.gain_share[1] == pytest.approx((10 / 6 - 1) / (10 / 4 - 1), rel=0.03)
+    assert tvm.extra_tokens_share == pytest.approx(1.6 / 4.0)
+    # the judge's verdict at each pooled level: improved at 1, regressed at 256
+    levels = {r.concurrency: r for r in result.levels}
+    assert levels[1].verdict is not None and levels[1].verdict.outcome == "improved"
+    assert levels[256].verdict is not None and levels[256].verdict.outcome == "regressed"
+    assert levels[1].verdict.ci_low is not None and levels[1].verdict.ci_low < levels[1].ratio  # type: ignore[operator]
+
+
+def _check_schedule(schedule: list[list[int]], max_batch: int) -> None:
+    assert schedule[0][0] == 1
+    for (_, end, _), (start, _, _) in zip(schedule, schedule[1:], strict=False):
+        assert start == end + 1
+    assert schedule[-1][1] == max_batch
+    assert all(start <= end for start, end, _ in schedule)
+
+
+def test_recommendation_off_above_n_for_a_non_dspark_drafter() -> None:
+    result = analyse(_cells(), drafter=DrafterInfo("eagle3", 3), judge_settings=SETTINGS, max_batch=512)
+    rec = result.recommendation
+    overall = result.overall
+    assert rec.action == "off_above"
+    assert overall.step is not None and overall.interpolated is not None
+    assert 64 <= rec.max_concurrency < overall.step  # type: ignore[operator]
+    assert rec.max_concurrency == math.floor(overall.interpolated)
+    assert rec.schedule == [[1, rec.max_concurrency, 3], [rec.max_concurrency + 1, 512, 0]]  # type: ignore[operator]
+    _check_schedule(rec.schedule, 512)
+    # the gain is positive at every level up to N and not above the crossover
+    for row in result.levels:
+        assert (row.gain or 0) > 0 if row.concurrency <= rec.max_concurrency else (row.gain or 0) <= 0  # type: ignore[operator]
+    fields = yaml.safe_load(spec_yaml(rec.spec))["spec"]["drafter"]
+    assert fields["perBatchSize"] == rec.schedule and fields["numSpeculativeTokens"] == 3
+
+
+def test_recommendation_adaptive_for_fixed_dspark_and_keep_without_crossover() -> None:
+    dspark = DrafterInfo("dspark", 7, adaptive=False)
+    rec = analyse(_cells(), drafter=dspark, judge_settings=SETTINGS).recommendation
+    assert rec.action == "keep_adaptive"
+    assert rec.spec["drafter"]["adaptiveVerification"] is True
+    assert rec.alternative is not None and rec.alternative["schedule"][-1][2] == 0
+    low = [c for c in _cells() if c.concurrency < 256 and c.subset == "math_reasoning"]
+    keep = analyse(low, drafter=dspark, judge_settings=SETTINGS).recommendation
+    assert keep.action == "keep" and keep.schedule == [[1, 1024, 7]]
+
+
+def test_recommendation_off_when_the_drafter_never_pays() -> None:
+    cells = [_cell("chat", c, 0.012, 0.010) for c in (1, 8)]
+    result = analyse(cells, drafter=DrafterInfo(k=4), judge_settings=SETTINGS)
+    assert result.overall.at_first_level
+    assert result.recommendation.action == "off"
+    assert result.recommendation.schedule == [[1, 1024, 0]]
+
+
+def test_crossover_of_no_rows_and_gain_never_negative() -> None:
+    assert crossover("x", []).step is None
+    cells = [_cell("chat", c, 0.005, 0.010) for c in (1, 4)]
+    result = analyse(cells, drafter=DrafterInfo(), judge_settings=SETTINGS)
+    assert result.overall.step is None and result.recommendation.action == "keep"
+    assert result.tool_vs_math is None
+
+
+def test_spec_decode_counter_parsing_and_deltas() -> None:
+    text = (
+        "# TYPE vllm:spec_decode_num_drafts counter\n"
+        'vllm:spec_decode_num_drafts_total{engine="0",model_name="m"} 10\n'
+        'vllm:spec_decode_num_drafts_total{engine="1",model_name="m"} 30\n'
+        "# TYPE vllm:spec_decode_num_draft_tokens counter\n"
+        'vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="m"} 280\n'
+        "# TYPE vllm:spec_decode_num_accepted_tokens counter\n"
+        'vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="m"} 100\n'
+        "# TYPE vllm:spec_decode_num_accepted_tokens_per_pos counter\n"
+        'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",position="0"} 40\n'
+        'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",position="6"} 1\n'
+        "# TYPE vllm:num_requests_running gauge\n"
+        'vllm:num_requests_running{engine="0",model_name="m"} 3\n'
+    )
+    before = metrics.parse(text)
+    assert before.drafts == 40 and before.positions == 7 and before.running == 3
+    after = metrics.parse(text.replace(" 10\n", " 50\n").replace(" 100\n", " 220\n"))
+    acceptance = metrics.delta(before, after)
+    assert acceptance is not None and acceptance.length == pytest.approx(1 + 120 / 40)
+    assert metrics.delta(after, before) is None  # counters went back: a restart
+    plain = metrics.parse('vllm:num_requests_running{engine="0"} 0\n')
+    assert not plain.has_spec_decode and metrics.delta(plain, plain) is None

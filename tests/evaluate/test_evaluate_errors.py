@@ -1,0 +1,117 @@
+"""Every way a sweep cannot start prints one line naming the flag or endpoint and exits 2
+(no traceback), against real servers: simulators, and a port nobody listens on."""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from specguard.evaluate.command import main
+from specguard.sim.launch import SimProcess, start_sim
+
+DRAFTER = json.dumps({"method": "dspark", "model": "org/drafter", "num_speculative_tokens": 4})
+SMALL = ["--concurrency", "1", "--requests", "2", "--subsets", "chat", "--max-tokens", "8"]
+
+
+@pytest.fixture(scope="module")
+def sims() -> Iterator[tuple[SimProcess, SimProcess]]:
+    common = ["m", "--served-model-name", "served", "--profile", "kimi-k3", "--time-scale", "0.2"]
+    with start_sim([*common, "--speculative-config", DRAFTER]) as spec, start_sim(common) as base:
+        yield spec, base
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _one_line(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
+    code = main(argv)
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2, err
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    assert lines[0].startswith("specguard evaluate: ")
+    return lines[0]
+
+
+def test_unreachable_endpoint(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{_free_port()}"
+    line = _one_line(capsys, ["--with-drafter", url, "--without-drafter", url, "--out", str(tmp_path)])
+    assert f"--with-drafter {url}: unreachable" in line
+
+
+def test_wrong_model_name(
+    sims: tuple[SimProcess, SimProcess], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    spec, base = sims
+    argv = ["--with-drafter", spec.url, "--without-drafter", base.url, "--model", "gpt-9"]
+    line = _one_line(capsys, [*argv, "--out", str(tmp_path)])
+    assert "--model: 'gpt-9' is not served by --with-drafter" in line and "served" in line
+
+
+def test_swapped_endpoints(
+    sims: tuple[SimProcess, SimProcess], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    spec, base = sims
+    line = _one_line(capsys, ["--with-drafter", base.url, "--without-drafter", spec.url, "--out", str(tmp_path)])
+    assert "exports no spec-decode metrics" in line and "swapped" in line
+
+
+def test_server_without_spec_decode_metrics_is_a_warning_and_the_run_goes_on(
+    sims: tuple[SimProcess, SimProcess], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    _, base = sims
+    code = main(["--with-drafter", base.url, "--without-drafter", base.url, *SMALL, "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    warnings = [line for line in err.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and "no vllm:spec_decode_* counters" in warnings[0]
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["warnings"] and report["cells"][0]["acceptance_length"] is None
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        ([], "--with-drafter and --without-drafter are both required"),
+        (["--with-drafter", "http://a"], "--with-drafter and --without-drafter are both required"),
+        (["--simulate", "gpt-9"], "--simulate: unknown profile 'gpt-9'"),
+        (["--simulate", "kimi-k3", "--with-drafter", "http://a"], "--simulate: give either"),
+        (["--with-drafter", "a:1", "--without-drafter", "http://b"], "--with-drafter: expected an http"),
+        (["--simulate", "kimi-k3", "--concurrency", "1,x"], "--concurrency: expected comma-separated"),
+        (["--simulate", "kimi-k3", "--concurrency", "0"], "--concurrency: levels must be >= 1"),
+        (["--simulate", "kimi-k3", "--requests", "0"], "--requests: must be >= 1"),
+        (["--simulate", "kimi-k3", "--requests", "2", "--duration", "3"], "not allowed with argument"),
+        (["--simulate", "kimi-k3", "--subsets", "poetry"], "--subsets: unknown subset 'poetry'"),
+        (["--simulate", "kimi-k3", "--drafter-config", "{"], "--drafter-config: not JSON"),
+        (["--simulate", "kimi-k3", "--bogus"], "unrecognized arguments: --bogus"),
+    ],
+)
+def test_bad_command_lines(capsys: pytest.CaptureFixture[str], argv: list[str], expected: str) -> None:
+    assert expected in _one_line(capsys, argv)
+
+
+def test_bad_prompt_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    prompts = tmp_path / "mine.jsonl"
+    prompts.write_text('{"prompt": "ok"}\n{"messages": [{"role": "user"}]}\n')
+    line = _one_line(capsys, ["--simulate", "kimi-k3", "--prompts", str(prompts)])
+    assert f"{prompts}:2: messages[0].content: missing" in line
+
+
+def test_cli_entry_point_dispatches(tmp_path: Path) -> None:
+    import subprocess
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "specguard", "evaluate", "--simulate", "nope"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "specguard evaluate: --simulate: unknown profile 'nope'; profiles are kimi-k3, deepseek-v4"

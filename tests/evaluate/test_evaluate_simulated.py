@@ -1,0 +1,149 @@
+"""End to end against simulators: the sweep finds the profile's calibrated crossover, the
+tool-call gain sits below math's, the recommendation follows the data, and the report,
+samples and plots come out valid. Also the user-JSONL path, duration mode, sequential
+arms and Ctrl-C's partial report."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+
+from specguard.evaluate import report
+from specguard.evaluate.command import main
+from specguard.judge.sample import parse_lines
+from specguard.sim.launch import start_sim
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _validated(out: Path) -> dict[str, Any]:
+    document: dict[str, Any] = json.loads((out / "report.json").read_text())
+    jsonschema.Draft202012Validator.check_schema(report.schema())
+    jsonschema.Draft202012Validator(report.schema()).validate(document)
+    return document
+
+
+def _cell(document: dict[str, Any], subset: str, level: int) -> dict[str, Any]:
+    rows = [c for c in document["cells"] if c["subset"] == subset and c["concurrency"] == level]
+    assert len(rows) == 1
+    return rows[0]
+
+
+@pytest.mark.slow
+def test_deepseek_v4_sweep_finds_the_calibrated_crossover(tmp_path: Path) -> None:
+    levels = [1, 64, 128, 256]
+    subsets = ["chat", "math_reasoning", "tool_call"]
+    argv = [
+        "--simulate", "deepseek-v4", "--subsets", ",".join(subsets),
+        "--concurrency", ",".join(map(str, levels)), "--requests", "8", "--max-tokens", "32",
+        "--min-requests", "10", "--out", str(tmp_path),
+    ]  # fmt: skip
+    assert main(argv) == 0
+    doc = _validated(tmp_path)
+    assert doc["partial"] is False and doc["subsets"] == subsets and doc["concurrency"] == levels
+
+    # The simulator's calibration (tests/sim/test_sim_deepseek_shape.py): with fixed 7-token
+    # verification, chat traffic crosses over between 128 and 256. Within one step: the
+    # first level with no gain is 128 or 256.
+    crossings = {c["subset"]: c for c in doc["crossovers"]}
+    assert crossings["chat"]["step"] in (128, 256), crossings["chat"]
+    assert 64 <= crossings["chat"]["interpolated"] <= 256
+    # Drafters gain less on tool calls than on math, at every level; acceptance agrees.
+    for level in levels:
+        tool, math_ = _cell(doc, "tool_call", level), _cell(doc, "math_reasoning", level)
+        assert tool["gain"] < math_["gain"], level
+        assert tool["acceptance_length"] < math_["acceptance_length"]
+    tvm = doc["tool_call_vs_math"]
+    assert 0 < tvm["extra_tokens_share"] < 1
+    assert all(0 < s["share"] < 1 for s in tvm["gain_share"] if s["concurrency"] < 128)
+
+    # The recommendation follows the pooled data: a fixed-k DSpark drafter that crosses
+    # over is kept with adaptive verification, and the fallback schedule speculates exactly
+    # where the pooled gain is positive.
+    rec = doc["recommendation"]
+    overall = doc["overall_crossover"]
+    assert overall["step"] is not None and not overall["at_first_level"]
+    assert rec["action"] == "keep_adaptive" and rec["spec"]["drafter"]["adaptiveVerification"]
+    n = rec["max_concurrency"]
+    schedule = rec["alternative"]["schedule"]
+    assert schedule == [[1, n, 7], [n + 1, 1024, 0]]
+    for level in doc["levels"]:
+        assert (level["gain"] > 0) == (level["concurrency"] <= n), (level["concurrency"], n)
+        assert level["verdict"]["outcome"] in ("improved", "regressed", "neutral")
+    assert doc["levels"][0]["verdict"]["outcome"] == "improved"
+    assert doc["levels"][-1]["verdict"]["outcome"] == "regressed"
+
+    # Raw samples: every measured request on both arms, readable by the judge.
+    samples = list(parse_lines((tmp_path / "samples.jsonl").read_text().splitlines()))
+    assert len(samples) == len(levels) * len(subsets) * 2 * 8
+    assert all(s.ok and s.measurement == "stream_usage" for s in samples)
+    for name in doc["files"]["plots"]:
+        data = (tmp_path / name).read_bytes()
+        assert data.startswith(PNG_MAGIC) and len(data) > 20_000
+
+
+@pytest.mark.slow
+def test_user_jsonl_duration_mode_and_sequential_arms(tmp_path: Path) -> None:
+    prompts = tmp_path / "traffic.jsonl"
+    records = [
+        {"messages": [{"role": "user", "content": f"Where is order A-{i}?"}], "subset": "support"}
+        for i in range(5)
+    ] + [{"prompt": f"Write a story about a lighthouse, part {i}", "subset": "stories"} for i in range(5)]
+    prompts.write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    drafter = json.dumps({"method": "dspark", "model": "org/d", "num_speculative_tokens": 8})
+    common = ["m", "--served-model-name", "kimi", "--profile", "kimi-k3", "--time-scale", "0.3"]
+    with start_sim([*common, "--speculative-config", drafter]) as spec, start_sim(common) as base:
+        argv = [
+            "--with-drafter", spec.url, "--without-drafter", base.url, "--model", "kimi",
+            "--prompts", str(prompts), "--concurrency", "2", "--duration", "1.0",
+            "--arm-schedule", "sequential", "--max-tokens", "24", "--min-requests", "4",
+            "--out", str(tmp_path / "out"),
+        ]  # fmt: skip
+        assert main(argv) == 0
+    doc = _validated(tmp_path / "out")
+    assert doc["subsets"] == ["support", "stories"]
+    assert doc["config"]["duration_s"] == 1.0 and doc["config"]["arm_schedule"] == "sequential"
+    assert doc["tool_call_vs_math"] is None
+    # k read from the per-position spec-decode counter when --drafter-config is not given
+    assert doc["config"]["drafter"]["k"] == 8
+    for cell in doc["cells"]:
+        assert cell["arms"]["speculative"]["requests"] >= 4 and cell["arms"]["baseline"]["requests"] >= 4
+        assert cell["gain"] > 0 and cell["acceptance_length"] > 1.5
+    samples = list(parse_lines((tmp_path / "out" / "samples.jsonl").read_text().splitlines()))
+    assert {s.domain for s in samples} == {"support", "stories"}
+    # every measured request ran with both workers busy (fillers keep the level up)
+    assert all(s.concurrency == 2 for s in samples)
+
+
+@pytest.mark.slow
+def test_ctrl_c_writes_a_partial_report(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    cmd = [
+        sys.executable, "-m", "specguard", "evaluate", "--simulate", "kimi-k3",
+        "--concurrency", "1,2,4", "--requests", "4", "--max-tokens", "16", "--out", str(out),
+    ]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:  # wait for the first finished cell, then interrupt
+            if line.startswith("done:"):
+                break
+        os.kill(proc.pid, signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    doc = _validated(out)
+    assert doc["partial"] is True
+    assert 1 <= len(doc["cells"]) < 3 * 4
+    assert "partial report" in stdout

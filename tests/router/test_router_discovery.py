@@ -1,0 +1,87 @@
+"""Discovery state logic, pure: which pods are ready endpoints, which arm serves, the share."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from specguard.router.discovery import endpoints_from_pods, pod_port, roles_from_resource
+from specguard.router.pool import Endpoint, Topology
+
+
+def pod(name: str, arm: str = "speculative", *, ready: bool = True, ip: str | None = "10.1.0.5",
+        deployment: str = "qwen", ports: list[dict[str, Any]] | None = None,
+        deleting: bool = False, phase: str = "Running") -> dict[str, Any]:  # fmt: skip
+    meta: dict[str, Any] = {"name": name, "labels": {"specguard.io/deployment": deployment,
+                                                     "specguard.io/arm": arm}}  # fmt: skip
+    if deleting:
+        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    status: dict[str, Any] = {"phase": phase, "conditions": [
+        {"type": "PodScheduled", "status": "True"},
+        {"type": "Ready", "status": "True" if ready else "False"}]}  # fmt: skip
+    if ip:
+        status["podIP"] = ip
+    return {"metadata": meta, "status": status,
+            "spec": {"containers": [{"name": "vllm", "ports": ports or []}]}}  # fmt: skip
+
+
+def test_only_ready_labelled_pods_with_an_ip_are_endpoints() -> None:
+    pods = [
+        pod("a"),
+        pod("b", "baseline", ip="10.1.0.6"),
+        pod("c", ready=False),
+        pod("d", ip=None),
+        pod("e", deleting=True),
+        pod("f", deployment="other"),
+        pod("g", arm="fast"),
+        pod("h", phase="Succeeded"),
+        {"metadata": {"name": "i", "labels": {"specguard.io/deployment": "qwen",
+                                              "specguard.io/arm": "baseline"}},
+         "status": {"phase": "Running", "podIP": "10.1.0.9"}},  # no Ready condition yet
+    ]  # fmt: skip
+    assert endpoints_from_pods(pods, "qwen") == [
+        Endpoint("a", "http://10.1.0.5:8000", "speculative"),
+        Endpoint("b", "http://10.1.0.6:8000", "baseline"),
+    ]
+
+
+def test_port_choice() -> None:
+    assert pod_port(pod("a")) == 8000
+    assert pod_port(pod("a", ports=[{"containerPort": 9000}])) == 9000
+    assert pod_port(pod("a", ports=[{"containerPort": 9000}, {"containerPort": 8000}])) == 8000
+    assert pod_port(pod("a", ports=[{"containerPort": 8000},
+                                    {"name": "http", "containerPort": 8100}])) == 8100  # fmt: skip
+    ipv6 = endpoints_from_pods([pod("a", ip="fd00::5")], "qwen")
+    assert ipv6[0].url == "http://[fd00::5]:8000"
+
+
+def test_roles_from_status() -> None:
+    resource = {"spec": {"replicas": 4, "shadow": {"replicas": 1}},
+                "status": {"mode": "baseline", "arms": {"mirrorShare": 0.4}}}  # fmt: skip
+    assert roles_from_resource(resource) == ("baseline", 0.4)
+
+
+def test_roles_fall_back_to_spec_when_status_is_empty() -> None:
+    assert roles_from_resource({"spec": {"replicas": 4, "shadow": {"replicas": 1}}}) == (
+        "speculative", 0.25)
+    assert roles_from_resource({"spec": {"replicas": 1, "shadow": {"replicas": 3}}}) == (
+        "speculative", 1.0)
+    assert roles_from_resource({"spec": {}, "status": {"mode": "speculative"}}) == (
+        "speculative", 0.0)
+    assert roles_from_resource(None) == ("speculative", 0.0)
+    assert roles_from_resource({"status": {"arms": {"mirrorShare": 7}}}) == ("speculative", 1.0)
+
+
+def test_topology_keeps_counters_across_updates_and_swaps_roles() -> None:
+    top = Topology()
+    top.set_endpoints([Endpoint("a", "http://10.0.0.1:8000", "speculative"),
+                       Endpoint("b", "http://10.0.0.2:8000", "baseline")])  # fmt: skip
+    a = top.pick("speculative")
+    assert a is not None
+    a.in_flight = 3
+    top.set_endpoints([Endpoint("a", "http://10.0.0.1:8000", "speculative"),
+                       Endpoint("c", "http://10.0.0.3:8000", "speculative")])  # fmt: skip
+    assert top.pods["speculative"][0] is a and a.in_flight == 3
+    assert top.pick("speculative") is top.pods["speculative"][1]  # the idle one
+    assert top.pods["baseline"] == []
+    top.set_roles("baseline", 0.5)
+    assert top.serving_arm == "baseline" and top.shadow_arm == "speculative"

@@ -1,0 +1,98 @@
+"""Engine behaviour seen from outside: the waiting queue, prefill cost, per-batch-size
+draft lengths, and the launcher's cleanup when its owner dies."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+
+import aiohttp
+import pytest
+
+from specguard.sim.launch import start_sim
+from specguard.sim.loadclient import StreamRecord, completion_payload, stream_once
+from specguard.sim.scrape import scrape, value
+
+HEADERS = {"Content-Type": "application/json"}
+
+
+async def _concurrent(url: str, payloads: list[bytes]) -> list[StreamRecord]:
+    async with aiohttp.ClientSession() as session:
+        return list(
+            await asyncio.gather(*(stream_once(session, url, p, HEADERS) for p in payloads))
+        )
+
+
+def test_max_num_seqs_queues_the_rest() -> None:
+    # one sequence at a time: the second request starts only when the first is done
+    with start_sim(["--max-num-seqs", "1", "--time-scale", "0.2"]) as sim:
+        first, second = asyncio.run(_concurrent(sim.url, [completion_payload(None, 40)] * 2))
+        samples = scrape(sim.url)
+    early, late = sorted([first, second], key=lambda r: r.chunk_times[0])
+    assert late.chunk_times[0] >= early.chunk_times[-1]
+    assert value(samples, "vllm:request_queue_time_seconds_count") == 2
+    assert value(samples, "vllm:request_queue_time_seconds_sum") > 0.5 * (
+        early.chunk_times[-1] - early.chunk_times[0]
+    )
+
+
+def test_prefill_cost_grows_with_prompt_length() -> None:
+    # kimi-k3: 0.01 ms per prompt token; 40,000 more characters = 10,000 more tokens
+    # = +100 ms of TTFT. Two long prompts, so fixed per-request costs cancel; ±35 ms
+    # covers reading and parsing an 80 kB body on a shared core.
+    medium = completion_payload(None, 2, prompt="word " * 8000)
+    large = completion_payload(None, 2, prompt="word " * 16000)
+    with start_sim(["--time-scale", "1.0"]) as sim:
+        asyncio.run(_concurrent(sim.url, [completion_payload(None, 2)]))  # warm up
+        a = asyncio.run(_concurrent(sim.url, [medium]))[0]
+        b = asyncio.run(_concurrent(sim.url, [large]))[0]
+    assert a.ttft is not None and b.ttft is not None
+    assert b.ttft - a.ttft == pytest.approx(0.100, abs=0.035)
+
+
+def test_per_batch_size_k_zero_turns_speculation_off() -> None:
+    spec = {"method": "dspark", "model": "m", "num_speculative_tokens": 8,
+            "num_speculative_tokens_per_batch_size": [[1, 2, 8], [3, 256, 0]]}  # fmt: skip
+    args = ["--speculative-config", json.dumps(spec), "--time-scale", "0.5"]
+    with start_sim(args) as sim:
+        s0 = scrape(sim.url)
+        alone = asyncio.run(_concurrent(sim.url, [completion_payload(None, 60)]))
+        s1 = scrape(sim.url)
+        crowd = asyncio.run(_concurrent(sim.url, [completion_payload(None, 60)] * 6))
+        s2 = scrape(sim.url)
+    drafts = "vllm:spec_decode_num_drafts_total"
+    assert value(s1, drafts) - value(s0, drafts) == len(alone[0].chunk_times) - 1
+    assert max(alone[0].chunk_tokens) > 1
+    # six running sequences fall in [3, 256] -> k = 0: one token per step, no drafts
+    # (except while the batch ramps up or drains below 3)
+    crowd_drafts = value(s2, drafts) - value(s1, drafts)
+    crowd_steps = sum(len(r.chunk_times) - 1 for r in crowd)
+    assert crowd_drafts < 0.1 * crowd_steps
+    singles = sum(n == 1 for r in crowd for n in r.chunk_tokens)
+    assert singles > 0.9 * sum(len(r.chunk_tokens) for r in crowd)
+
+
+def test_simulator_exits_when_its_owner_dies() -> None:
+    code = (
+        "import sys\n"
+        "from specguard.sim.launch import start_sim\n"
+        "sim = start_sim(['--time-scale', '0.01'])\n"
+        "print(sim.pid, flush=True)\n"
+        "import os; os._exit(0)\n"  # no atexit, no stop(): the watchdog must act
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, check=True)  # fmt: skip
+    pid = int(out.stdout.split()[-1])
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    os.kill(pid, 9)
+    pytest.fail("simulator outlived the process that started it")
