@@ -361,14 +361,16 @@ def part_latency(
             row = {
                 "concurrency": c,
                 "tpot_direct_p50": pct(direct.tpot, 0.5), "tpot_routed_p50": pct(routed.tpot, 0.5),
-                "tpot_direct_p99": pct(direct.tpot, 0.99), "tpot_routed_p99": pct(routed.tpot, 0.99),
+                "tpot_direct_p99": pct(direct.tpot, 0.99),
+                "tpot_routed_p99": pct(routed.tpot, 0.99),
                 "ttft_direct_p50": pct(direct.ttft, 0.5), "ttft_routed_p50": pct(routed.ttft, 0.5),
                 "requests": len(routed.tpot), "errors": direct.errors + routed.errors,
             }  # fmt: skip
             rows.append(row)
             print(
                 f"c={c:4d} TPOT p50 direct {ms(row['tpot_direct_p50'])} ms routed "
-                f"{ms(row['tpot_routed_p50'])} ms added {ms(row['tpot_routed_p50'] - row['tpot_direct_p50'])}"
+                f"{ms(row['tpot_routed_p50'])} ms added "
+                f"{ms(row['tpot_routed_p50'] - row['tpot_direct_p50'])}"
                 f" | p99 added {ms(row['tpot_routed_p99'] - row['tpot_direct_p99'])}"
                 f" | TTFT p50 added {ms(row['ttft_routed_p50'] - row['ttft_direct_p50'])} ms"
                 f" | n={row['requests']} err={row['errors']}",
@@ -400,7 +402,8 @@ def part_transit(levels: list[int], via: Callable[[str], Any], label: str,
             }  # fmt: skip
             rows.append(row)
             print(
-                f"{label:28s} c={c:4d} added per-chunk transit p50 {row['added_transit_p50'] * 1e6:8.1f} us"
+                f"{label:28s} c={c:4d} added per-chunk transit p50 "
+                f"{row['added_transit_p50'] * 1e6:8.1f} us"
                 f" p99 {row['added_transit_p99'] * 1e6:9.1f} us | added TPOT p50 "
                 f"{row['added_tpot_p50'] * 1e6:8.1f} us | added TTFT p50 "
                 f"{row['added_ttft_p50'] * 1e6:8.1f} us",
@@ -410,14 +413,16 @@ def part_transit(levels: list[int], via: Callable[[str], Any], label: str,
 
 
 def part_capacity(
-    via: Callable[[str], Any], label: str, streams: int = 256, tokens: int = 400,
+    via: Callable[[str], Any], label: str, *, streams: int = 256, tokens: int = 400,
     gap_ms: float = 1.0, direct: bool = False,
 ) -> dict[str, Any]:  # fmt: skip
     with upstream_proc("up") as up, via(up.url) as proxy:
         transit(proxy.url, 2, 4, 5, 1)
         if direct:  # what the upstream and client manage alone: the ceiling of this setup
             d = transit(up.url, streams, streams, tokens, gap_ms)
-            print(f"{'direct (no proxy)':28s} {d.chunks / d.seconds:9.0f} chunks/s wall", flush=True)
+            print(
+                f"{'direct (no proxy)':28s} {d.chunks / d.seconds:9.0f} chunks/s wall", flush=True
+            )
         cpu0 = proxy.cpu_seconds()
         r = transit(proxy.url, streams, streams, tokens, gap_ms)
         cpu = proxy.cpu_seconds() - cpu0
@@ -458,8 +463,10 @@ def part_memory(streams: int = 512, tokens: int = 120, gap_ms: float = 50.0) -> 
             return await task
 
         r = asyncio.run(go())
-        row = {"streams": streams, "upstream_in_flight_peak": peak_in_flight,
-               "rss_idle_mb": idle, "rss_peak_mb": router.rss_peak_mb(), "errors": r.errors}  # fmt: skip
+        row = {
+            "streams": streams, "upstream_in_flight_peak": peak_in_flight, "rss_idle_mb": idle,
+            "rss_peak_mb": router.rss_peak_mb(), "errors": r.errors,
+        }  # fmt: skip
     print(
         f"memory: {streams} client streams, {peak_in_flight} upstream streams in flight at peak "
         f"(serving + shadow): router RSS idle {row['rss_idle_mb']:.0f} MB, peak "

@@ -93,7 +93,10 @@ class Upstream:
         )
         await response.prepare(request)
         tools = bool(body.get("tools"))
-        head = b'{"id":"chatcmpl-fixed","object":"chat.completion.chunk","created":1,"model":"m","choices":'
+        head = (
+            b'{"id":"chatcmpl-fixed","object":"chat.completion.chunk","created":1,"model":"m",'
+            b'"choices":'
+        )
 
         def usage(n: int) -> bytes:
             return b'"usage":{"prompt_tokens":3,"total_tokens":%d,"completion_tokens":%d}' % (
@@ -129,8 +132,8 @@ class Upstream:
                 )
             elif chat:
                 choice = (
-                    b'[{"index":0,"delta":{"content":"t%d \xc3\xa9\\"q\\""},"logprobs":null,"finish_reason":null}]'
-                    % i
+                    b'[{"index":0,"delta":{"content":"t%d \xc3\xa9\\"q\\""},'
+                    b'"logprobs":null,"finish_reason":null}]' % i
                 )
             else:
                 choice = b'[{"index":0,"text":"t%d","logprobs":null,"finish_reason":null}]' % i

@@ -44,6 +44,7 @@ def test_bad_input_through_the_specguard_command() -> None:
         capture_output=True,
         text=True,
         timeout=60,
+        check=False,
     )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines() == [

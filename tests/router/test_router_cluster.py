@@ -37,7 +37,7 @@ def api(cluster: LocalCluster, method: str, path: str, body: Any = None,
         return result
 
 
-def make_pod(cluster: LocalCluster, ns: str, node: str, name: str, arm: str, port: int,
+def make_pod(cluster: LocalCluster, ns: str, node: str, name: str, *, arm: str, port: int,
              deployment: str = NAME) -> None:  # fmt: skip
     api(cluster, "POST", f"/api/v1/namespaces/{ns}/pods", {
         "metadata": {"name": name, "labels": {"specguard.io/deployment": deployment,
@@ -112,7 +112,7 @@ async def post(url: str) -> int:
         return r.status
 
 
-async def test_router_follows_pods_and_resource_status(
+async def test_router_follows_pods_and_resource_status(  # noqa: PLR0917 (fixtures)
     local_cluster: LocalCluster, cluster_namespace: str, node: str, upstream, h, tmp_path
 ) -> None:
     ns = cluster_namespace
@@ -128,10 +128,18 @@ async def test_router_follows_pods_and_resource_status(
         "spec": {"model": {"name": "Qwen/Qwen3-8B"}, "replicas": 4, "shadow": {"replicas": 1},
                  "drafter": {"method": "dspark", "numSpeculativeTokens": 8}},
     })  # fmt: skip
-    make_pod(local_cluster, ns, node, "qwen-spec-0", "speculative", spec_port)
-    make_pod(local_cluster, ns, node, "qwen-spec-1", "speculative", spec_port)
-    make_pod(local_cluster, ns, node, "qwen-base-0", "baseline", base_port)
-    make_pod(local_cluster, ns, node, "other-spec-0", "speculative", spec_port, deployment="other")
+    make_pod(local_cluster, ns, node, "qwen-spec-0", arm="speculative", port=spec_port)
+    make_pod(local_cluster, ns, node, "qwen-spec-1", arm="speculative", port=spec_port)
+    make_pod(local_cluster, ns, node, "qwen-base-0", arm="baseline", port=base_port)
+    make_pod(
+        local_cluster,
+        ns,
+        node,
+        "other-spec-0",
+        arm="speculative",
+        port=spec_port,
+        deployment="other",
+    )
     set_ready(local_cluster, ns, "qwen-spec-0", True)
     set_ready(local_cluster, ns, "qwen-spec-1", False)
     set_ready(local_cluster, ns, "qwen-base-0", True)
@@ -149,8 +157,14 @@ async def test_router_follows_pods_and_resource_status(
     url = f"http://127.0.0.1:{port}"
     try:
         # Empty status: mode speculative, share = shadow.replicas / replicas = 0.25.
-        view = await health_when(url, lambda v: v.get("serving_pods") == 1
-                                 and v.get("shadow_pods") == 1 and v.get("mirror_share") == 0.25)
+        view = await health_when(
+            url,
+            lambda v: (
+                v.get("serving_pods") == 1
+                and v.get("shadow_pods") == 1
+                and v.get("mirror_share") == 0.25
+            ),
+        )
         assert view["mode"] == "speculative"
         assert await post(url) == 200
         assert spec_up.started == 1 and base_up.started == 0
@@ -162,8 +176,14 @@ async def test_router_follows_pods_and_resource_status(
         # The operator swaps roles in status: baseline serves, everything mirrored.
         api(local_cluster, "PATCH", f"{group}/{NAME}/status", {"status": {
             "mode": "baseline", "arms": {"mirrorShare": 1.0}}}, patch=True)  # fmt: skip
-        await health_when(url, lambda v: v.get("mode") == "baseline"
-                          and v.get("serving_pods") == 1 and v.get("shadow_pods") == 2)
+        await health_when(
+            url,
+            lambda v: (
+                v.get("mode") == "baseline"
+                and v.get("serving_pods") == 1
+                and v.get("shadow_pods") == 2
+            ),
+        )
         assert await post(url) == 200
         await h.wait_for(lambda: base_up.started == 1 and spec_up.started == 2, timeout=10)
         async with aiohttp.ClientSession() as s, s.get(url + "/samples") as r:
@@ -174,7 +194,11 @@ async def test_router_follows_pods_and_resource_status(
         assert last["shadow"]["arm"] == "speculative"
 
         # A deleted pod leaves the view.
-        api(local_cluster, "DELETE", f"/api/v1/namespaces/{ns}/pods/qwen-base-0?gracePeriodSeconds=0")
+        api(
+            local_cluster,
+            "DELETE",
+            f"/api/v1/namespaces/{ns}/pods/qwen-base-0?gracePeriodSeconds=0",
+        )
         await health_when(url, lambda v: v.get("serving_pods") == 0)
         assert await post(url) == 502
     finally:

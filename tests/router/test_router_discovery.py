@@ -62,11 +62,17 @@ def test_roles_from_status() -> None:
 
 def test_roles_fall_back_to_spec_when_status_is_empty() -> None:
     assert roles_from_resource({"spec": {"replicas": 4, "shadow": {"replicas": 1}}}) == (
-        "speculative", 0.25)
+        "speculative",
+        0.25,
+    )
     assert roles_from_resource({"spec": {"replicas": 1, "shadow": {"replicas": 3}}}) == (
-        "speculative", 1.0)
+        "speculative",
+        1.0,
+    )
     assert roles_from_resource({"spec": {}, "status": {"mode": "speculative"}}) == (
-        "speculative", 0.0)
+        "speculative",
+        0.0,
+    )
     assert roles_from_resource(None) == ("speculative", 0.0)
     assert roles_from_resource({"status": {"arms": {"mirrorShare": 7}}}) == ("speculative", 1.0)
 

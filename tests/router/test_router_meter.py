@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specguard.judge.sample import Sample
@@ -188,6 +188,7 @@ def test_comments_crlf_and_events_split_anywhere() -> None:
     assert whole.complete and split.complete
 
 
+@settings(max_examples=40, deadline=None)
 @given(st.lists(st.integers(min_value=1, max_value=40), min_size=1, max_size=30))
 def test_framing_is_independent_of_read_boundaries(cuts: list[int]) -> None:
     body = b"".join(chat({"content": "t"}, {"completion_tokens": i + 1}) for i in range(10)) + DONE

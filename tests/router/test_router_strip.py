@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specguard.router.meter import StreamMeter
@@ -17,14 +17,22 @@ USAGE = {"prompt_tokens": 3, "total_tokens": 5, "completion_tokens": 2}
 @pytest.mark.parametrize(
     ("payload", "want"),
     [
-        (b'{"id":"a","choices":[{"text":"x"}],"usage":{"prompt_tokens":3,"total_tokens":5,'
-         b'"completion_tokens":2}}', b'{"id":"a","choices":[{"text":"x"}]}'),
+        (
+            b'{"id":"a","choices":[{"text":"x"}],"usage":{"prompt_tokens":3,"total_tokens":5,'
+            b'"completion_tokens":2}}',
+            b'{"id":"a","choices":[{"text":"x"}]}',
+        ),
         # json.dumps default separators, usage in the middle
-        (b'{"id": "a", "usage": {"prompt_tokens": 3, "total_tokens": 5, "completion_tokens": 2},'
-         b' "choices": [{"text": "x"}]}', b'{"id": "a", "choices": [{"text": "x"}]}'),
+        (
+            b'{"id": "a", "usage": {"prompt_tokens": 3, "total_tokens": 5, "completion_tokens": 2},'
+            b' "choices": [{"text": "x"}]}',
+            b'{"id": "a", "choices": [{"text": "x"}]}',
+        ),
         # usage first
-        (b'{"usage":{"prompt_tokens":3,"total_tokens":5,"completion_tokens":2},"choices":[]}',
-         b'{"choices":[]}'),
+        (
+            b'{"usage":{"prompt_tokens":3,"total_tokens":5,"completion_tokens":2},"choices":[]}',
+            b'{"choices":[]}',
+        ),
     ],
 )
 def test_remove_member_cuts_only_the_usage(payload: bytes, want: bytes) -> None:
@@ -32,8 +40,11 @@ def test_remove_member_cuts_only_the_usage(payload: bytes, want: bytes) -> None:
 
 
 def test_nested_usage_details_are_cut_whole() -> None:
-    chunk = {"id": "a", "choices": [{"text": "}{"}],
-             "usage": {"prompt_tokens": 1, "prompt_tokens_details": {"cached_tokens": 0}}}
+    chunk = {
+        "id": "a",
+        "choices": [{"text": "}{"}],
+        "usage": {"prompt_tokens": 1, "prompt_tokens_details": {"cached_tokens": 0}},
+    }
     payload = json.dumps(chunk, separators=(",", ":")).encode()
     assert remove_member(payload, chunk) == b'{"id":"a","choices":[{"text":"}{"}]}'
 
@@ -50,7 +61,9 @@ def event(obj: dict) -> bytes:
 
 
 STREAM = (
-    event({"choices": [{"delta": {"role": "assistant"}}], "usage": {**USAGE, "completion_tokens": 0}})
+    event(
+        {"choices": [{"delta": {"role": "assistant"}}], "usage": {**USAGE, "completion_tokens": 0}}
+    )
     + b": comment\n\n"
     + event({"choices": [{"delta": {"content": "ab"}}], "usage": {**USAGE, "completion_tokens": 2}})
     + event({"choices": [], "usage": {**USAGE, "completion_tokens": 2}})
@@ -64,6 +77,7 @@ WITHOUT = (
 )
 
 
+@settings(max_examples=40, deadline=None)
 @given(st.lists(st.integers(min_value=1, max_value=50), max_size=20))
 def test_stream_rewrite_is_independent_of_reads(cuts: list[int]) -> None:
     meter = StreamMeter(0.0)

@@ -126,3 +126,14 @@ def test_stop_leaves_no_process_behind() -> None:
         import os
 
         os.kill(pid, 0)
+
+
+def test_spec_shorthand_flags() -> None:
+    spec = parse_options(["m", "--spec-method", "dspark", "--spec-model", "org/d",
+                          "--spec-tokens", "5"]).spec  # fmt: skip
+    assert spec is not None
+    assert (spec.method, spec.model, spec.num_speculative_tokens) == ("dspark", "org/d", 5)
+    with pytest.raises(OptionError, match="--spec-tokens: clashes"):
+        parse_options(
+            ["m", "--spec-tokens", "5", "-sc", '{"model": "d", "num_speculative_tokens": 3}']
+        )

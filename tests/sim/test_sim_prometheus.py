@@ -107,6 +107,7 @@ def test_prometheus_quantiles_and_acceptance_length(tmp_path: Path) -> None:
                 proc.wait(timeout=10)
                 load.join(timeout=10)
     acceptance, itl, tpot = results["acceptance"], results["itl_p50"], results["tpot_p50"]
+    print(f"prometheus: acceptance length {acceptance}, ITL p50 {itl}, TPOT p50 {tpot}")
     assert acceptance is not None and itl is not None and tpot is not None
     # ±8%: a few hundred draft steps in the window (about 3% standard error) plus timing
     assert acceptance == pytest.approx(6.42, rel=0.08)

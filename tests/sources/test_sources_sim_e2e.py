@@ -25,12 +25,14 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import aiohttp
 import httpx
+import numpy as np
 import pytest
 
 from specguard.judge.verdict import JudgeSettings, judge
 from specguard.sim.launch import SimProcess, start_sim
-from specguard.sim.loadclient import closed_loop
+from specguard.sim.loadclient import completion_payload, stream_once
 from specguard.sources.prometheus import ArmSelectors, PrometheusSource
 from specguard.sources.router_feed import RouterFeed
 
@@ -38,6 +40,9 @@ pytestmark = [pytest.mark.prometheus, pytest.mark.slow]
 
 SCALE = 3.0
 CONCURRENCY = 256
+LOAD_S = 36.0
+STAGGER_S = 6.0
+RAMP_S = 14.0
 BUCKETS = [round(0.002 * i, 3) for i in range(1, 401)]  # 2 ms steps to 800 ms
 FIXED_K7 = {"method": "dspark", "model": "org/dsv4-dspark", "num_speculative_tokens": 7}
 
@@ -94,6 +99,43 @@ def target(sim: SimProcess) -> str:
     return sim.url.removeprefix("http://")
 
 
+async def staggered_load(url: str) -> int:
+    """CONCURRENCY closed-loop workers, started at random moments over STAGGER_S and asking
+    for 32-96 tokens each time, so that requests do not move in lockstep waves (256
+    identical requests started together finish together, and any window then counts whole
+    waves on one arm and not the other)."""
+    rng = np.random.default_rng(12)
+    end = time.monotonic() + LOAD_S
+    headers = {"Content-Type": "application/json", "X-Specguard-Domain": "chat"}
+    sent = 0
+    timeout = aiohttp.ClientTimeout(total=None, sock_read=120)
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
+                                     timeout=timeout) as session:  # fmt: skip
+
+        async def worker(delay: float, lengths: list[int]) -> None:
+            nonlocal sent
+            await asyncio.sleep(delay)
+            for tokens in lengths:
+                if time.monotonic() >= end:
+                    return
+                sent += 1
+                with contextlib.suppress(aiohttp.ClientError):
+                    await stream_once(session, url, completion_payload("dsv4", tokens), headers)
+
+        tasks = [
+            asyncio.create_task(worker(float(rng.uniform(0, STAGGER_S)),
+                                       rng.integers(32, 97, size=100).tolist()))
+            for _ in range(CONCURRENCY)
+        ]  # fmt: skip
+        await asyncio.sleep(max(0.0, end - time.monotonic()))
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    return sent
+
+
 def test_fixed_k7_at_256_streams_is_regressed_by_prometheus_and_router(
     make_prometheus: Callable[..., Any],
 ) -> None:
@@ -106,27 +148,40 @@ def test_fixed_k7_at_256_streams_is_regressed_by_prometheus_and_router(
     ):  # fmt: skip
         prom.wait_for_samples("vllm:num_requests_running", 2)
         started = time.time()
-        load = closed_loop(router_url, concurrency=CONCURRENCY, duration=10.0, warmup=2.0,
-                           max_tokens=32, domain="chat", model="dsv4")  # fmt: skip
-        result = asyncio.run(load)
+        streams = asyncio.run(staggered_load(router_url))
         ended = time.time()
         time.sleep(2.5)  # two more scrapes after the load
-        # The window is the load itself. Ending it when the client stops matters: the client
-        # then cancels the streams in flight on the serving (drafter) arm, which never finish
-        # there, while their mirrored copies still finish on the baseline; counted after the
-        # end, the arms' finished requests per pod would differ by those 256 (a fake load
-        # mismatch). Within the window the arms differ only by what Little's law says (the
-        # slower arm has more in flight), a few percent of a minute-long window.
+        # Judge the steady state only. A request takes up to ~12 s on the drafter arm here (up
+        # to 96 tokens at ~130 ms), half that on the other; until every worker has started and
+        # finished a request, the slower arm has finished fewer requests than the faster one,
+        # which would read as a load mismatch. From RAMP_S on both arms finish what arrives.
         source = PrometheusSource(prom.url, ArmSelectors.for_deployment("dsv4", "llm"))
-        prom_verdict = source.verdict(window_s=ended - started, at=ended)
+        prom_verdict = source.verdict(window_s=ended - started - RAMP_S, at=ended)
+
+        for arm in ("speculative", "baseline"):
+            sel = f'specguard_io_arm="{arm}"'
+            print("DEBUG", arm, [(q, prom.query(q.format(sel=sel, w=int(ended - started - RAMP_S)))) for q in (
+                "sum(increase(vllm:request_success_total{{{sel}}}[{w}s]))",
+                "sum(increase(vllm:request_time_per_output_token_seconds_count{{{sel}}}[{w}s]))",
+                "sum(vllm:request_success_total{{{sel}}})",
+                "sum(vllm:request_time_per_output_token_seconds_count{{{sel}}})",
+            )])
 
         async def read_feed() -> Any:
-            async with RouterFeed([router_url]) as feed:
+            async with RouterFeed([router_url], timeout=30) as feed:
                 return await feed.poll()
 
         feed = asyncio.run(read_feed())
-    router_verdict = judge(feed.samples, JudgeSettings())
-    print("load:", len(result.records), "client streams")
+    # The router's window, by request start: after the ramp, and early enough that the
+    # request finished before the client stopped (the client cancels the streams in flight
+    # on the serving arm, which leave no serving sample, while their mirrored copies finish).
+    in_window = [s for s in feed.samples if started + RAMP_S <= s.started_at <= ended - RAMP_S]
+    router_verdict = judge(in_window, JudgeSettings())
+    import collections
+    print("DEBUG router", collections.Counter((x.arm, x.status, x.tpot_s is not None) for x in feed.samples))
+    print("DEBUG window", collections.Counter((x.arm, x.status) for x in in_window), started, ended)
+    print("load:", streams, "client streams;", len(feed.samples), "router samples",
+          feed.failed)  # fmt: skip
     print("prometheus:", prom_verdict.sentence())
     print("router:", router_verdict.sentence())
     assert prom_verdict.outcome == "regressed", prom_verdict.sentence()

@@ -147,8 +147,22 @@ def _add_rules(root: Schema, version: tuple[int, int]) -> None:
     root.setdefault("x-kubernetes-validations", []).append(entry(NAME_CEL, NAME_MESSAGE, ""))
 
 
+def _without_defaults(node: Schema) -> Schema:
+    """Status is written whole by the operator, so server-side defaults there buy nothing;
+    and Kubernetes 1.20 refuses the CRD over them (an empty-string default reads as null)."""
+    node = {key: value for key, value in node.items() if key != "default"}
+    if "properties" in node:
+        node["properties"] = {k: _without_defaults(v) for k, v in node["properties"].items()}
+    for key in ("items", "additionalProperties"):
+        if isinstance(node.get(key), dict):
+            node[key] = _without_defaults(node[key])
+    if "anyOf" in node:
+        node["anyOf"] = [_without_defaults(option) for option in node["anyOf"]]
+    return node
+
+
 def _status_schema() -> Schema:
-    schema = model_schema(Status)
+    schema = _without_defaults(model_schema(Status))
     conditions = schema["properties"]["conditions"]
     conditions["x-kubernetes-list-type"] = "map"
     conditions["x-kubernetes-list-map-keys"] = ["type"]

@@ -317,6 +317,8 @@ class Evaluation:
             if errors:
                 text += f", {errors} failed requests"
             progress.console.print(text, highlight=False)
+            if self.settings.requests is None:  # duration mode: the bar counts cells
+                progress.advance(progress.task_ids[0], 1)
 
         return report_cell
 

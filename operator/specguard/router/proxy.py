@@ -196,10 +196,6 @@ class Router:
         if parsed is not None and parsed.get("stream") is True and self.config.exact_serving_usage:
             upstream_body, stripper = _with_usage(parsed, body)
         headers = _upstream_headers(request.headers)
-        pair_id = None
-        if parsed is not None and self._mirror_due():
-            pair_id = self._mirror(parsed, path, headers, domain)
-
         top = self.topology
         arm = top.serving_arm
         pod = top.pick(arm)
@@ -208,6 +204,9 @@ class Router:
             return openai_error(
                 502, f"no ready pod of the serving arm ({arm})", "service_unavailable"
             )
+        pair_id = None
+        if parsed is not None and self._mirror_due():
+            pair_id = self._mirror(parsed, path, headers, domain)
         tried: Pod | None = None
         while True:
             try:

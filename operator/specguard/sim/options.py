@@ -58,6 +58,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-num-seqs", type=int, default=256)
     p.add_argument("--max-model-len", type=int, default=32768)
     p.add_argument("--speculative-config", "-sc")
+    # vLLM 0.33 shorthands for three of --speculative-config's keys
+    p.add_argument("--spec-method")
+    p.add_argument("--spec-model")
+    p.add_argument("--spec-tokens", type=int)
     p.add_argument("--custom-histogram-buckets")
     p.add_argument("--enable-force-include-usage", action="store_true")
     sim = p.add_argument_group("simulator")
@@ -113,6 +117,37 @@ def _buckets(text: str | None) -> tuple[float, ...]:
     return tuple(values)
 
 
+def _merge_spec_shorthands(args: argparse.Namespace) -> str | None:
+    """--spec-method/--spec-model/--spec-tokens folded into the JSON; giving a key both
+    ways is an error, as in vLLM."""
+    short = {
+        key: val
+        for key, val in (
+            ("method", args.spec_method),
+            ("model", args.spec_model),
+            ("num_speculative_tokens", args.spec_tokens),
+        )
+        if val is not None
+    }
+    if not short:
+        return args.speculative_config  # type: ignore[no-any-return]
+    merged: dict[str, object] = {}
+    if args.speculative_config is not None:
+        try:
+            raw = json.loads(args.speculative_config)
+        except json.JSONDecodeError as exc:
+            raise OptionError(f"--speculative-config: invalid JSON: {exc.msg}") from None
+        if not isinstance(raw, dict):
+            raise OptionError("--speculative-config: must be a JSON object")
+        merged.update(raw)
+    for key, val in short.items():
+        if key in merged:
+            flag = {"method": "--spec-method", "model": "--spec-model"}.get(key, "--spec-tokens")
+            raise OptionError(f"{flag}: clashes with {key!r} in --speculative-config")
+        merged[key] = val
+    return json.dumps(merged)
+
+
 def parse_options(argv: list[str]) -> SimOptions:
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
@@ -142,13 +177,14 @@ def parse_options(argv: list[str]) -> SimOptions:
         raise OptionError(f"--fail-after: must be >= 0, got {args.fail_after}")
     if not 0 <= args.error_rate <= 1:
         raise OptionError(f"--error-rate: must be in [0, 1], got {args.error_rate}")
+    spec_text = _merge_spec_shorthands(args)
     spec = None
-    if args.speculative_config is not None:
+    if spec_text is not None:
         try:
-            spec = parse_spec_config(args.speculative_config, default_k=profile.ref_k)
+            spec = parse_spec_config(spec_text, default_k=profile.ref_k)
         except SpecConfigError as exc:
             raise OptionError(f"--speculative-config: {exc}") from None
-        dtp = json.loads(args.speculative_config).get("draft_tensor_parallel_size")
+        dtp = json.loads(spec_text).get("draft_tensor_parallel_size")
         if dtp is not None and dtp not in (1, args.tensor_parallel_size):
             raise OptionError(
                 "--speculative-config: draft_tensor_parallel_size must be 1 or the target's "

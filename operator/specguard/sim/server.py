@@ -56,7 +56,8 @@ class SimState:
             time_scale=options.time_scale,
             seed=options.seed,
         )
-        self.rng = random.Random(options.seed)
+        # a stream of its own: sharing the engine's would correlate text and acceptance
+        self.rng = random.Random(None if options.seed is None else f"server-{options.seed}")
         self.loaded = asyncio.Event()
         self.requests = 0
         self.created = int(time.time())
@@ -312,7 +313,12 @@ async def _stream(  # noqa: PLR0917
         tail = enc.usage(seq.generated) + DONE if include_usage else DONE
         await response.write(tail)
         await response.write_eof()
-    except (ConnectionResetError, asyncio.CancelledError):
+    except ConnectionResetError:
+        # The client went away (aiohttp's ClientConnectionResetError is a subclass):
+        # the engine drops the sequence at its next step, as vLLM aborts it. Returning
+        # quietly matters: a logged traceback per dropped stream costs real CPU.
+        seq.cancelled = True
+    except asyncio.CancelledError:
         seq.cancelled = True
         raise
     return response
