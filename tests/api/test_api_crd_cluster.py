@@ -97,10 +97,10 @@ def test_status_subresource_and_printer_columns(
                     stdin=json.dumps(obj)).returncode == 0  # fmt: skip
     verdict = {"outcome": "regressed", "ratio": 1.17, "concurrency": {"speculative": 12}}
     status = {"status": {"mode": "baseline", "lastVerdict": verdict}}
-    patched = _kubectl(installed_crd, "patch", "sd", name, "-n", cluster_namespace, "--subresource=status",
-                       "--type=merge", "-p", json.dumps(status))  # fmt: skip
-    if "unknown flag: --subresource" in patched.stderr:  # pragma: no cover - old kubectl
-        pytest.fail("kubectl without --subresource")
+    patched = _kubectl(
+        installed_crd, "patch", "sd", name, "-n", cluster_namespace,
+        "--subresource=status", "--type=merge", "-p", json.dumps(status),
+    )  # fmt: skip
     assert patched.returncode == 0, patched.stderr
     table = _kubectl(installed_crd, "get", "sd", name, "-n", cluster_namespace)
     assert table.returncode == 0, table.stderr

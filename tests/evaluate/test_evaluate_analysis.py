@@ -3,6 +3,7 @@ the recommendation, on sample records built with known per-token latencies."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -22,11 +23,18 @@ def _samples(arm: Arm, subset: str, concurrency: int, tpot: float, n: int = 24) 
     # A little spread (±2%) so the bootstrap has something to resample.
     return [
         Sample(
-            arm=arm, role="serving" if arm == "speculative" else "shadow", pod="p", domain=subset,
-            started_at=1000.0 + i, concurrency=concurrency, output_tokens=64,
-            e2e_s=tpot * 63 + 0.05, ttft_s=0.05, tpot_s=tpot * (1 + 0.02 * ((i % 5) - 2) / 2),
+            arm=arm,
+            role="serving" if arm == "speculative" else "shadow",
+            pod="p",
+            domain=subset,
+            started_at=1000.0 + i,
+            concurrency=concurrency,
+            output_tokens=64,
+            e2e_s=tpot * 63 + 0.05,
+            ttft_s=0.05,
+            tpot_s=tpot * (1 + 0.02 * ((i % 5) - 2) / 2),
             pair_id=f"c{concurrency}/{subset}/{i}",
-        )  # fmt: skip
+        )
         for i in range(n)
     ]
 
@@ -84,14 +92,16 @@ def test_gains_crossovers_and_tool_share() -> None:
 
 def _check_schedule(schedule: list[list[int]], max_batch: int) -> None:
     assert schedule[0][0] == 1
-    for (_, end, _), (start, _, _) in zip(schedule, schedule[1:], strict=False):
+    for (_, end, _), (start, _, _) in itertools.pairwise(schedule):
         assert start == end + 1
     assert schedule[-1][1] == max_batch
     assert all(start <= end for start, end, _ in schedule)
 
 
 def test_recommendation_off_above_n_for_a_non_dspark_drafter() -> None:
-    result = analyse(_cells(), drafter=DrafterInfo("eagle3", 3), judge_settings=SETTINGS, max_batch=512)
+    result = analyse(
+        _cells(), drafter=DrafterInfo("eagle3", 3), judge_settings=SETTINGS, max_batch=512
+    )
     rec = result.recommendation
     overall = result.overall
     assert rec.action == "off_above"
@@ -102,7 +112,9 @@ def test_recommendation_off_above_n_for_a_non_dspark_drafter() -> None:
     _check_schedule(rec.schedule, 512)
     # the gain is positive at every level up to N and not above the crossover
     for row in result.levels:
-        assert (row.gain or 0) > 0 if row.concurrency <= rec.max_concurrency else (row.gain or 0) <= 0  # type: ignore[operator]
+        assert (
+            (row.gain or 0) > 0 if row.concurrency <= rec.max_concurrency else (row.gain or 0) <= 0
+        )  # type: ignore[operator]
     fields = yaml.safe_load(spec_yaml(rec.spec))["spec"]["drafter"]
     assert fields["perBatchSize"] == rec.schedule and fields["numSpeculativeTokens"] == 3
 
@@ -144,8 +156,8 @@ def test_spec_decode_counter_parsing_and_deltas() -> None:
         "# TYPE vllm:spec_decode_num_accepted_tokens counter\n"
         'vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="m"} 100\n'
         "# TYPE vllm:spec_decode_num_accepted_tokens_per_pos counter\n"
-        'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",position="0"} 40\n'
-        'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",position="6"} 1\n'
+        'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",position="0"} 40\n'
+        'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",position="6"} 1\n'
         "# TYPE vllm:num_requests_running gauge\n"
         'vllm:num_requests_running{engine="0",model_name="m"} 3\n'
     )

@@ -44,7 +44,9 @@ def _one_line(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
 
 def test_unreachable_endpoint(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     url = f"http://127.0.0.1:{_free_port()}"
-    line = _one_line(capsys, ["--with-drafter", url, "--without-drafter", url, "--out", str(tmp_path)])
+    line = _one_line(
+        capsys, ["--with-drafter", url, "--without-drafter", url, "--out", str(tmp_path)]
+    )
     assert f"--with-drafter {url}: unreachable" in line
 
 
@@ -61,7 +63,9 @@ def test_swapped_endpoints(
     sims: tuple[SimProcess, SimProcess], capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     spec, base = sims
-    line = _one_line(capsys, ["--with-drafter", base.url, "--without-drafter", spec.url, "--out", str(tmp_path)])
+    line = _one_line(
+        capsys, ["--with-drafter", base.url, "--without-drafter", spec.url, "--out", str(tmp_path)]
+    )
     assert "exports no spec-decode metrics" in line and "swapped" in line
 
 
@@ -69,7 +73,9 @@ def test_server_without_spec_decode_metrics_is_a_warning_and_the_run_goes_on(
     sims: tuple[SimProcess, SimProcess], capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     _, base = sims
-    code = main(["--with-drafter", base.url, "--without-drafter", base.url, *SMALL, "--out", str(tmp_path)])
+    code = main(
+        ["--with-drafter", base.url, "--without-drafter", base.url, *SMALL, "--out", str(tmp_path)]
+    )
     err = capsys.readouterr().err
     assert code == 0, err
     warnings = [line for line in err.splitlines() if line.startswith("warning:")]
@@ -85,17 +91,28 @@ def test_server_without_spec_decode_metrics_is_a_warning_and_the_run_goes_on(
         (["--with-drafter", "http://a"], "--with-drafter and --without-drafter are both required"),
         (["--simulate", "gpt-9"], "--simulate: unknown profile 'gpt-9'"),
         (["--simulate", "kimi-k3", "--with-drafter", "http://a"], "--simulate: give either"),
-        (["--with-drafter", "a:1", "--without-drafter", "http://b"], "--with-drafter: expected an http"),
-        (["--simulate", "kimi-k3", "--concurrency", "1,x"], "--concurrency: expected comma-separated"),
+        (
+            ["--with-drafter", "a:1", "--without-drafter", "http://b"],
+            "--with-drafter: expected an http",
+        ),
+        (
+            ["--simulate", "kimi-k3", "--concurrency", "1,x"],
+            "--concurrency: expected comma-separated",
+        ),
         (["--simulate", "kimi-k3", "--concurrency", "0"], "--concurrency: levels must be >= 1"),
         (["--simulate", "kimi-k3", "--requests", "0"], "--requests: must be >= 1"),
-        (["--simulate", "kimi-k3", "--requests", "2", "--duration", "3"], "not allowed with argument"),
+        (
+            ["--simulate", "kimi-k3", "--requests", "2", "--duration", "3"],
+            "not allowed with argument",
+        ),
         (["--simulate", "kimi-k3", "--subsets", "poetry"], "--subsets: unknown subset 'poetry'"),
         (["--simulate", "kimi-k3", "--drafter-config", "{"], "--drafter-config: not JSON"),
         (["--simulate", "kimi-k3", "--bogus"], "unrecognized arguments: --bogus"),
     ],
 )
-def test_bad_command_lines(capsys: pytest.CaptureFixture[str], argv: list[str], expected: str) -> None:
+def test_bad_command_lines(
+    capsys: pytest.CaptureFixture[str], argv: list[str], expected: str
+) -> None:
     assert expected in _one_line(capsys, argv)
 
 
@@ -114,4 +131,5 @@ def test_cli_entry_point_dispatches(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert proc.returncode == 2
-    assert proc.stderr.strip() == "specguard evaluate: --simulate: unknown profile 'nope'; profiles are kimi-k3, deepseek-v4"
+    expected = "--simulate: unknown profile 'nope'; profiles are kimi-k3, deepseek-v4"
+    assert proc.stderr.strip() == f"specguard evaluate: {expected}"

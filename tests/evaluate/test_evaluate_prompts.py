@@ -60,7 +60,10 @@ def test_user_jsonl_chat_and_completion_records(tmp_path: Path) -> None:
     records = [
         {"messages": [{"role": "user", "content": "hi"}], "subset": "support"},
         {"prompt": "Once upon a time", "max_tokens": 40, "subset": "story"},
-        {"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f"}}]},
+        {
+            "messages": [{"role": "user", "content": "x"}],
+            "tools": [{"type": "function", "function": {"name": "f"}}],
+        },
     ]
     path.write_text("\n".join(json.dumps(r) for r in records) + "\n\n")
     grouped = promptset.load(path, None)
@@ -82,10 +85,16 @@ def test_user_jsonl_chat_and_completion_records(tmp_path: Path) -> None:
         ('{"messages": []}', "mine.jsonl:2: messages: expected a non-empty list"),
         ('{"messages": [{"role": "robot", "content": "a"}]}', "mine.jsonl:2: messages[0].role"),
         ('{"messages": [{"role": "user"}]}', "mine.jsonl:2: messages[0].content: missing"),
-        ('{"prompt": "a", "max_tokens": 0}', "mine.jsonl:2: max_tokens: expected a whole number >= 1"),
+        (
+            '{"prompt": "a", "max_tokens": 0}',
+            "mine.jsonl:2: max_tokens: expected a whole number >= 1",
+        ),
         ('{"prompt": "a", "subset": "Bad Name"}', "mine.jsonl:2: subset:"),
         ('{"prompt": "a", "tools": []}', "mine.jsonl:2: tools: only chat records"),
-        ('{"messages": [{"role": "user", "content": "a"}], "tools": "x"}', "mine.jsonl:2: tools: expected a list"),
+        (
+            '{"messages": [{"role": "user", "content": "a"}], "tools": "x"}',
+            "mine.jsonl:2: tools: expected a list",
+        ),
         ("[1, 2]", "mine.jsonl:2: expected a JSON object"),
     ],
 )

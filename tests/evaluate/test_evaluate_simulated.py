@@ -99,7 +99,10 @@ def test_user_jsonl_duration_mode_and_sequential_arms(tmp_path: Path) -> None:
     records = [
         {"messages": [{"role": "user", "content": f"Where is order A-{i}?"}], "subset": "support"}
         for i in range(5)
-    ] + [{"prompt": f"Write a story about a lighthouse, part {i}", "subset": "stories"} for i in range(5)]
+    ] + [
+        {"prompt": f"Write a story about a lighthouse, part {i}", "subset": "stories"}
+        for i in range(5)
+    ]
     prompts.write_text("\n".join(json.dumps(r) for r in records) + "\n")
     drafter = json.dumps({"method": "dspark", "model": "org/d", "num_speculative_tokens": 8})
     common = ["m", "--served-model-name", "kimi", "--profile", "kimi-k3", "--time-scale", "0.3"]
@@ -118,7 +121,10 @@ def test_user_jsonl_duration_mode_and_sequential_arms(tmp_path: Path) -> None:
     # k read from the per-position spec-decode counter when --drafter-config is not given
     assert doc["config"]["drafter"]["k"] == 8
     for cell in doc["cells"]:
-        assert cell["arms"]["speculative"]["requests"] >= 4 and cell["arms"]["baseline"]["requests"] >= 4
+        assert (
+            cell["arms"]["speculative"]["requests"] >= 4
+            and cell["arms"]["baseline"]["requests"] >= 4
+        )
         assert cell["gain"] > 0 and cell["acceptance_length"] > 1.5
     samples = list(parse_lines((tmp_path / "out" / "samples.jsonl").read_text().splitlines()))
     assert {s.domain for s in samples} == {"support", "stories"}

@@ -97,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--time-scale",
         type=float,
         help="--simulate only: fixed simulator time scale "
-        "(default: per level, max(1, concurrency/48))",
+        "(default: per level, 0.5 up to 4 streams, else max(1, concurrency/48))",
     )
     load.add_argument("--seed", type=int, default=0)
     answer = p.add_argument_group("answer")

@@ -25,8 +25,8 @@ from specguard.judge.sample import Arm
 from specguard.sim.launch import SimProcess, start_sim
 from specguard.sim.profiles import PROFILES, Profile
 
-# Streams per simulated millisecond of step time the machine can carry; the auto scale
-# keeps concurrency / (scale * ~10 ms step) below a few hundred chunks per second per arm.
+# Streams the machine carries at real speed; above it the auto scale slows the simulators
+# so that each arm's chunk rate, concurrency / (scale × step), stays under ~1-2k per second.
 CONCURRENCY_AT_SCALE_1 = 48
 
 
@@ -59,7 +59,14 @@ def drafter_config(prof: Profile, override: str | None) -> dict[str, Any]:
     return config
 
 
+# Up to this many streams the chunk rate is low enough to run at twice real speed (measured:
+# gains at concurrency 1 agree with time scale 1 within 3%; at 16 they no longer do).
+FAST_UP_TO = 4
+
+
 def auto_time_scale(concurrency: int) -> float:
+    if concurrency <= FAST_UP_TO:
+        return 0.5
     return max(1.0, concurrency / CONCURRENCY_AT_SCALE_1)
 
 
