@@ -175,6 +175,11 @@ def test_router_and_rbac() -> None:
         "llm",
         "--port",
         "8080",
+        "--host",
+        "$(POD_IP)",
+    ]
+    assert c["env"] == [
+        {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
     ]
     assert router["spec"]["replicas"] == 2
     assert router["spec"]["template"]["spec"]["serviceAccountName"] == "qwen-router"

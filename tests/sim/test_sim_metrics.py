@@ -112,6 +112,7 @@ def test_itl_once_per_step_and_tpot_once_per_request(spec_sim: SimProcess) -> No
     assert _delta(before, after, "vllm:generation_tokens_total") == 200
     assert _delta(before, after, "vllm:request_success_total", finished_reason="length") == 1
     assert _delta(before, after, "vllm:time_to_first_token_seconds_count") == 1
+    assert _delta(before, after, "vllm:request_params_max_tokens_sum") == 200
 
 
 def test_acceptance_counters_are_consistent(spec_sim: SimProcess) -> None:

@@ -167,6 +167,22 @@ def test_fixed_k7_at_256_streams_is_regressed_by_prometheus_and_router(
                 "sum(vllm:request_time_per_output_token_seconds_count{{{sel}}})",
             )])
 
+        for arm in ("speculative", "baseline"):
+            sel = f'specguard_io_arm="{arm}"'
+            body = httpx.get(prom.url + "/api/v1/query_range", params={
+                "query": f"sum(vllm:request_time_per_output_token_seconds_count{{{sel}}})",
+                "start": started, "end": ended + 3, "step": 2}).json()
+            vals = [round(float(v[1])) for v in body["data"]["result"][0]["values"]]
+            body = httpx.get(prom.url + "/api/v1/query_range", params={
+                "query": f"sum(vllm:num_requests_running{{{sel}}})",
+                "start": started, "end": ended + 3, "step": 2}).json()
+            run = [round(float(v[1])) for v in body["data"]["result"][0]["values"]]
+            body = httpx.get(prom.url + "/api/v1/query_range", params={
+                "query": f"sum(vllm:num_requests_waiting{{{sel}}})",
+                "start": started, "end": ended + 3, "step": 2}).json()
+            wait = [round(float(v[1])) for v in body["data"]["result"][0]["values"]]
+            print("DEBUG series", arm, vals, run, wait)
+
         async def read_feed() -> Any:
             async with RouterFeed([router_url], timeout=30) as feed:
                 return await feed.poll()

@@ -19,6 +19,10 @@ def router_command(sd: SpeculativeDeployment) -> list[str]:
         sd.namespace,
         "--port",
         str(c.ROUTER_PORT),
+        # The pod's own address rather than 0.0.0.0: the same on a real cluster, and
+        # replicas sharing one network namespace (the local process kubelet) don't collide.
+        "--host",
+        "$(POD_IP)",
     ]
 
 
@@ -42,11 +46,17 @@ def desired_router_deployment(sd: SpeculativeDeployment) -> dict[str, Any]:
                             "name": "router",
                             "image": c.specguard_image(),
                             "command": router_command(sd),
+                            "env": [
+                                {
+                                    "name": "POD_IP",
+                                    "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}},
+                                }
+                            ],
                             "ports": [
                                 {"name": "http", "containerPort": c.ROUTER_PORT, "protocol": "TCP"}
                             ],
                             "readinessProbe": {
-                                "tcpSocket": {"port": "http"},
+                                "httpGet": {"path": "/health", "port": "http"},
                                 "periodSeconds": 5,
                             },
                             "resources": {

@@ -34,6 +34,7 @@ class Sequence:
     max_new_tokens: int
     finish_reason: str  # reported when max_new_tokens is reached
     arrival: float
+    max_tokens_param: int | None = None  # as the client sent it (a vLLM histogram)
     generated: int = 0
     prefilled: bool = False
     scheduled_at: float = 0.0
@@ -247,9 +248,12 @@ class Engine:
         m = self.metrics
         s.finished = True
         decode = t - s.first_token_at
-        if s.generated > 1:
-            m.tpot.observe(decode / (s.generated - 1))
+        # vLLM: decode time / (tokens - 1), and 0 for a one-token request
+        m.tpot.observe(decode / (s.generated - 1) if s.generated > 1 else 0.0)
         m.decode_time.observe(decode)
+        m.inference_time.observe(t - s.scheduled_at)
+        if s.max_tokens_param is not None:
+            m.max_tokens_param.observe(s.max_tokens_param)
         m.e2e.observe(t - s.arrival)
         m.generation_tokens_hist.observe(s.generated)
         reason = "length" if s.finish_reason == "length" else "stop"

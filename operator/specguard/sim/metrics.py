@@ -109,6 +109,19 @@ class SimMetrics:
             "Histogram of time spent in PREFILL phase for request.",
             REQUEST_LATENCY_BUCKETS,
         ).labels(**labels)
+        self.inference_time = hist(
+            "vllm:request_inference_time_seconds",
+            "Histogram of time spent in RUNNING phase for request.",
+            REQUEST_LATENCY_BUCKETS,
+        ).labels(**labels)
+        self.max_tokens_param = hist(
+            "vllm:request_params_max_tokens",
+            "Histogram of the max_tokens request parameter.",
+            TOKEN_BUCKETS,
+        ).labels(**labels)
+        self.preemptions = counter(
+            "vllm:num_preemptions", "Cumulative number of preemption from the engine."
+        ).labels(**labels)
         self.decode_time = hist(
             "vllm:request_decode_time_seconds",
             "Histogram of time spent in DECODE phase for request.",

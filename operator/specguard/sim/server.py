@@ -222,6 +222,8 @@ async def _complete(request: web.Request, *, chat: bool) -> web.StreamResponse:
         return plan
     n_tokens, finish = plan
     seq = Sequence(domain, prompt_tokens, n_tokens, finish, asyncio.get_running_loop().time())
+    requested = body.get("max_completion_tokens") if chat else None
+    seq.max_tokens_param = requested if requested is not None else body.get("max_tokens")
     model = body.get("model") or o.served_model_name
     tool_name = _tool_name(tools) if tool else None
     state.engine.submit(seq)
