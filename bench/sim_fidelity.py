@@ -71,11 +71,13 @@ def run_mode(
         where = pin(sim)
         for c in concurrency:
             want = intended_ms(profile, c, k, domain)
-            # enough steps in the window for a stable median: at least 40 steps or 2 s
-            window = max(
-                2.0, 40 * want * (profile.mean_length(domain, k) if k else 1) / 1000 * scale
-            )
-            warmup = max(0.5, 3 * window / 40)
+            # Enough steps for a stable figure: at least 40, and with a drafter at least
+            # 600 sequence-steps (acceptance noise: ~2 tokens s.d. per step, so the mean
+            # over 600 draws is within ~2.5%), and at least 2 s.
+            step_s = want * (profile.mean_length(domain, k) if k else 1) / 1000 * scale
+            steps = max(40, 600 // c) if k else 40
+            window = max(2.0, steps * step_s)
+            warmup = max(0.5, 3 * step_s)
             load = closed_loop(sim.url, concurrency=c, duration=window, warmup=warmup,
                                max_tokens=30_000, domain=domain)  # fmt: skip
             result = asyncio.run(load)
@@ -123,7 +125,7 @@ def calibration(scale: float) -> None:
 
     for label, extra in (("no drafter", []), ("DSpark k=8", _dspark(8))):
         with start_sim(["--profile", "kimi-k3", "--time-scale", str(scale), *extra]) as sim:
-            r = _load(sim.url, 1, scale, "math", 3.0)
+            r = _load(sim.url, 1, scale, "math", 8.0)  # ~540 draft steps: ~2% noise
             row(f"kimi-k3 {label}: single-stream math tok/s", "110" if not extra else "435",
                 scale * 1000 / measured_ms(r, scale))  # fmt: skip
     with start_sim(["--profile", "kimi-k3", "--time-scale", str(scale), *_dspark(8)]) as sim:

@@ -27,6 +27,14 @@ if [ "$want_cluster" = 1 ]; then
   if [ ! -x "${KUBEBUILDER_ASSETS:-/nonexistent}/kube-scheduler" ]; then
     bash scripts/build-control-plane.sh
   fi
+  # aiperf, a real benchmark client the router is tested with, lives in a venv of its own:
+  # it pulls ~1.2 GB (scipy, pandas, ...) and pins an older prometheus_client.
+  aiperf_venv="${SPECGUARD_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/specguard}/aiperf-venv"
+  if [ ! -x "$aiperf_venv/bin/aiperf" ]; then
+    say "installing aiperf into $aiperf_venv (once; about 1.2 GB)"
+    python3 -m venv "$aiperf_venv"
+    "$aiperf_venv/bin/pip" install -q "aiperf==0.13.0" >/dev/null
+  fi
 fi
 
 if [ ! -x .venv/bin/python ]; then

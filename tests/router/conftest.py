@@ -39,12 +39,15 @@ class Upstream:
     headers: list[dict[str, str]] = field(default_factory=list)
     raw_bodies: list[bytes] = field(default_factory=list)
     started: int = 0
+    peers: set[Any] = field(default_factory=set)
     cancelled: int = 0
     finished: int = 0
     runner: web.AppRunner | None = None
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         raw = await request.read()
+        if request.transport is not None:
+            self.peers.add(request.transport.get_extra_info("peername"))
         self.raw_bodies.append(raw)
         body = json.loads(raw) if raw else {}
         self.bodies.append(body)

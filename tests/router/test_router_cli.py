@@ -137,3 +137,26 @@ async def test_no_prompt_or_completion_text_in_logs_metrics_samples(sim, h, tmp_
     for where, text in (("logs", logs), ("metrics", metrics), ("samples", samples)):
         assert SECRET not in text, where  # ... without the prompt
         assert not any(piece in text for piece in pieces), where  # ... or the completion
+
+
+def test_kubernetes_mode_without_credentials_is_one_line(monkeypatch, tmp_path, capsys) -> None:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert main(["--deployment", "qwen", "--namespace", "llm", "--port", "1"]) == 1
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "no Kubernetes credentials" in lines[0]
+
+
+def test_port_in_use_is_one_line(h, capsys) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code = main(["--serving", "http://127.0.0.1:9", "--host", "127.0.0.1",
+                     "--port", str(port)])  # fmt: skip
+    assert code == 1
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and f"cannot listen on 127.0.0.1:{port}" in lines[0]

@@ -32,7 +32,7 @@ def api(cluster: LocalCluster, method: str, path: str, body: Any = None,
     headers = {"Content-Type": "application/merge-patch+json"} if patch else {}
     with cluster.access.client() as client:
         response = client.request(method, path, json=body, headers=headers)
-        response.raise_for_status()
+        assert response.status_code < 400, f"{method} {path}: {response.text[:1500]}"
         result: dict[str, Any] = response.json()
         return result
 
@@ -174,8 +174,15 @@ async def test_router_follows_pods_and_resource_status(  # noqa: PLR0917 (fixtur
         await health_when(url, lambda v: v.get("serving_pods") == 2)
 
         # The operator swaps roles in status: baseline serves, everything mirrored.
-        api(local_cluster, "PATCH", f"{group}/{NAME}/status", {"status": {
-            "mode": "baseline", "arms": {"mirrorShare": 1.0}}}, patch=True)  # fmt: skip
+        arms = {
+            "serving": {"arm": "baseline", "deployment": f"{NAME}-base", "replicas": 1,
+                        "readyReplicas": 1},
+            "shadow": {"arm": "speculative", "deployment": f"{NAME}-spec", "replicas": 2,
+                       "readyReplicas": 2},
+            "mirrorShare": 1.0,
+        }  # fmt: skip
+        api(local_cluster, "PATCH", f"{group}/{NAME}/status",
+            {"status": {"mode": "baseline", "arms": arms}}, patch=True)  # fmt: skip  # fmt: skip
         await health_when(
             url,
             lambda v: (

@@ -231,3 +231,11 @@ async def test_least_in_flight_and_concurrency(upstream, start_router, h) -> Non
     samples = rt.router.feed.read(None, 10).samples
     assert sorted(s.concurrency for s in samples) == [1, 1, 2, 2]
     assert {s.pod for s in samples} == {"serve-0", "serve-1"}
+
+
+async def test_upstream_connections_are_reused(upstream, start_router, h) -> None:
+    up = await upstream()
+    rt = await start_router(h.topology([up.url]))
+    for stream in (True, False, True, False, True):
+        await post(rt.url + "/v1/chat/completions", {**CHAT, "stream": stream})
+    assert up.started == 5 and len(up.peers) == 1  # one pooled connection, no reconnects

@@ -96,3 +96,21 @@ def test_simulator_exits_when_its_owner_dies() -> None:
         time.sleep(0.1)
     os.kill(pid, 9)
     pytest.fail("simulator outlived the process that started it")
+
+
+def test_synthetic_acceptance_length_overrides_the_profile() -> None:
+    spec = {"method": "dspark", "model": "m", "num_speculative_tokens": 4,
+            "rejection_sample_method": "synthetic", "synthetic_acceptance_length": 2.5}  # fmt: skip
+    args = ["--speculative-config", json.dumps(spec), "--time-scale", "0.02", "--seed", "9"]
+    with start_sim(args) as sim:
+        before = scrape(sim.url)
+        asyncio.run(_concurrent(sim.url, [completion_payload(None, 400)] * 8))
+        after = scrape(sim.url)
+    drafts = value(after, "vllm:spec_decode_num_drafts_total") - value(
+        before, "vllm:spec_decode_num_drafts_total"
+    )
+    accepted = value(after, "vllm:spec_decode_num_accepted_tokens_total") - value(
+        before, "vllm:spec_decode_num_accepted_tokens_total"
+    )
+    # ~1,300 draft steps: the mean is within ~3% at 3 standard errors
+    assert 1 + accepted / drafts == pytest.approx(2.5, rel=0.05)

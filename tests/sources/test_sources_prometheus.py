@@ -46,12 +46,13 @@ def test_regression_judged_from_prometheus(
     with make_prometheus(targets) as prom:
         prom.wait_for_samples("vllm:num_requests_running", 2)
         rng = np.random.default_rng(7)
-        # Each drafter pod finishes 200 requests at 40 ms per token, the baseline pod 400
-        # at 30 ms: a 33% regression, 1 ms buckets.
+        # Two serving (drafter) pods and one shadow pod at mirror share 1/2: every pod
+        # finishes 250 requests, at 40 ms per token with the drafter and 30 ms without: a
+        # 33% regression, 1 ms buckets.
         for pod in spec:
-            pod.finish(0.040 * np.exp(rng.normal(0, 0.08, 200)), running=48,
+            pod.finish(0.040 * np.exp(rng.normal(0, 0.08, 250)), running=48,
                        accepted_per_draft=1.65)  # fmt: skip
-        base.finish(0.030 * np.exp(rng.normal(0, 0.08, 400)), running=48)
+        base.finish(0.030 * np.exp(rng.normal(0, 0.08, 250)), running=48)
         changed_at = time.time()
         prom.wait_for_samples("vllm:num_requests_running", 5)
         while time.time() < changed_at + 2.5:  # two more scrapes after the change
@@ -62,7 +63,10 @@ def test_regression_judged_from_prometheus(
     assert verdict.method == "histogram" and "prometheus histogram" in verdict.basis
     # increase() extrapolates past the last scrape by up to half a scrape interval: with only
     # ~6 one-second scrapes here that inflates counts by up to ~20% (measured 481 for 400).
-    assert 390 <= verdict.n["speculative"] <= 520 and 390 <= verdict.n["baseline"] <= 520
+    assert 490 <= verdict.n["speculative"] <= 650 and 245 <= verdict.n["baseline"] <= 325
+    per_pod = verdict.requests_per_pod
+    assert per_pod["speculative"] == pytest.approx(verdict.n["speculative"] / 2)
+    assert per_pod["baseline"] == verdict.n["baseline"]
     assert verdict.ratio is not None and 1.25 < verdict.ratio < 1.42
     assert verdict.concurrency == {"speculative": 48.0, "baseline": 48.0}
     assert set(verdict.pod_concurrency["speculative"]) == {"demo-spec-0", "demo-spec-1"}

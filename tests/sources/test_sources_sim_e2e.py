@@ -2,16 +2,21 @@
 scraping two simulators and from the real router's sample feed.
 
 DeepSeek-V4 profile, DSpark with fixed 7-token verification on one simulator, no drafter on
-the other; the router (static mode) serves from the drafter and mirrors every request to the
-no-drafter copy; 256 concurrent streams. The simulator models fixed-length verification at 256
-streams as ~36% less throughput than no speculation (docs/simulator.md), i.e. a higher
-per-token latency. Time scale 3 stretches every simulated step 3× so that the 2-core test box
-keeps up with 256 streams through the router on both arms (chunk rates ÷ 3); ratios do not
+the other; the router (static mode, `specguard router` as a subprocess) serves from the drafter
+and mirrors every request to the no-drafter copy; 256 closed-loop client streams. The
+simulator models fixed-length verification at 256 in flight as far slower per token than no
+speculation (docs/simulator.md). Time scale 3 stretches every simulated step 3× so that the
+2-core test box keeps up with 256 streams through the router on both arms; ratios do not
 depend on the scale.
 
 The simulators' TPOT histograms get 2 ms buckets (--custom-histogram-buckets): with vLLM's
-default buckets both arms' medians fall in one 25–50 ms... bucket and the Prometheus source
-rightly says it cannot tell.
+default buckets (…, 0.05, 0.075, 0.1, 0.15, …) a 55 ms vs 135 ms difference is still
+visible, but anything under the bucket ratio is not (tests/judge/test_judge_histogram.py).
+
+Measured here (2 cores, shared): Prometheus 2.4–2.5× (535 vs 535 requests), router 2.36×
+(~470 pairs); in flight 245 on the drafter arm vs ~100 on the baseline: at the same arrival
+rate the faster arm holds fewer requests (Little's law), which is why the judge compares load
+per pod, not in-flight counts.
 """
 
 from __future__ import annotations
@@ -40,9 +45,13 @@ pytestmark = [pytest.mark.prometheus, pytest.mark.slow]
 
 SCALE = 3.0
 CONCURRENCY = 256
-LOAD_S = 36.0
+LOAD_S = 40.0
 STAGGER_S = 6.0
-RAMP_S = 14.0
+# Prometheus judges [start + PROM_RAMP_S, end]; the router judges requests started in
+# [start + ROUTER_RAMP_S, end - ROUTER_TAIL_S]. Why: see the test.
+PROM_RAMP_S = 20.0
+ROUTER_RAMP_S = 8.0
+ROUTER_TAIL_S = 14.0
 BUCKETS = [round(0.002 * i, 3) for i in range(1, 401)]  # 2 ms steps to 800 ms
 FIXED_K7 = {"method": "dspark", "model": "org/dsv4-dspark", "num_speculative_tokens": 7}
 
@@ -151,51 +160,27 @@ def test_fixed_k7_at_256_streams_is_regressed_by_prometheus_and_router(
         streams = asyncio.run(staggered_load(router_url))
         ended = time.time()
         time.sleep(2.5)  # two more scrapes after the load
-        # Judge the steady state only. A request takes up to ~12 s on the drafter arm here (up
-        # to 96 tokens at ~130 ms), half that on the other; until every worker has started and
-        # finished a request, the slower arm has finished fewer requests than the faster one,
-        # which would read as a load mismatch. From RAMP_S on both arms finish what arrives.
+        # Judge the steady state only. At the start the drafter is fast (few requests in
+        # flight), the closed-loop workers cycle quickly, and the baseline copy, slower at
+        # that low concurrency, builds a backlog (measured: 256 running + 20 waiting at 10 s)
+        # that it works off until ~20 s; meanwhile it finishes more requests per second than
+        # arrive, which reads as a load mismatch on finished-request counts. After that both
+        # arms finish what arrives (~25 requests/s each, measured).
         source = PrometheusSource(prom.url, ArmSelectors.for_deployment("dsv4", "llm"))
-        prom_verdict = source.verdict(window_s=ended - started - RAMP_S, at=ended)
-
-        for arm in ("speculative", "baseline"):
-            sel = f'specguard_io_arm="{arm}"'
-            print("DEBUG", arm, [(q, prom.query(q.format(sel=sel, w=int(ended - started - RAMP_S)))) for q in (
-                "sum(increase(vllm:request_success_total{{{sel}}}[{w}s]))",
-                "sum(increase(vllm:request_time_per_output_token_seconds_count{{{sel}}}[{w}s]))",
-                "sum(vllm:request_success_total{{{sel}}})",
-                "sum(vllm:request_time_per_output_token_seconds_count{{{sel}}})",
-            )])
-
-        for arm in ("speculative", "baseline"):
-            sel = f'specguard_io_arm="{arm}"'
-            body = httpx.get(prom.url + "/api/v1/query_range", params={
-                "query": f"sum(vllm:request_time_per_output_token_seconds_count{{{sel}}})",
-                "start": started, "end": ended + 3, "step": 2}).json()
-            vals = [round(float(v[1])) for v in body["data"]["result"][0]["values"]]
-            body = httpx.get(prom.url + "/api/v1/query_range", params={
-                "query": f"sum(vllm:num_requests_running{{{sel}}})",
-                "start": started, "end": ended + 3, "step": 2}).json()
-            run = [round(float(v[1])) for v in body["data"]["result"][0]["values"]]
-            body = httpx.get(prom.url + "/api/v1/query_range", params={
-                "query": f"sum(vllm:num_requests_waiting{{{sel}}})",
-                "start": started, "end": ended + 3, "step": 2}).json()
-            wait = [round(float(v[1])) for v in body["data"]["result"][0]["values"]]
-            print("DEBUG series", arm, vals, run, wait)
+        prom_verdict = source.verdict(window_s=ended - started - PROM_RAMP_S, at=ended)
 
         async def read_feed() -> Any:
             async with RouterFeed([router_url], timeout=30) as feed:
                 return await feed.poll()
 
         feed = asyncio.run(read_feed())
-    # The router's window, by request start: after the ramp, and early enough that the
-    # request finished before the client stopped (the client cancels the streams in flight
-    # on the serving arm, which leave no serving sample, while their mirrored copies finish).
-    in_window = [s for s in feed.samples if started + RAMP_S <= s.started_at <= ended - RAMP_S]
+    # The router's window, by request start (pairs are matched by request, so the baseline's
+    # backlog does not matter here): after the first requests, and early enough that the
+    # request finished before the client stopped (the client cancels the streams in flight on
+    # the serving arm, which leave no serving sample, while their mirrored copies finish).
+    first, last = started + ROUTER_RAMP_S, ended - ROUTER_TAIL_S
+    in_window = [s for s in feed.samples if first <= s.started_at <= last]
     router_verdict = judge(in_window, JudgeSettings())
-    import collections
-    print("DEBUG router", collections.Counter((x.arm, x.status, x.tpot_s is not None) for x in feed.samples))
-    print("DEBUG window", collections.Counter((x.arm, x.status) for x in in_window), started, ended)
     print("load:", streams, "client streams;", len(feed.samples), "router samples",
           feed.failed)  # fmt: skip
     print("prometheus:", prom_verdict.sentence())

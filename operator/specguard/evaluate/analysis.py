@@ -214,7 +214,13 @@ def tool_vs_math(rows: Sequence[Row]) -> ToolVsMath | None:
             continue
         math_gain, tool_gain = by_key[(MATH_SUBSET, concurrency)].gain, tool.gain
         # A share of a gain near zero is noise, not a fraction: only where math gains.
-        if tool_gain is not None and math_gain is not None and math_gain >= MIN_MATH_GAIN:
+        # Only where both gain: a negative "share" of a positive gain reads as nonsense.
+        if (
+            tool_gain is not None
+            and tool_gain > 0
+            and math_gain is not None
+            and math_gain >= MIN_MATH_GAIN
+        ):
             shares[concurrency] = tool_gain / math_gain
         else:
             shares[concurrency] = None
@@ -288,7 +294,11 @@ def recommend(
         "schedule": schedule,
         "spec": drafter_fields(perBatchSize=[list(r) for r in schedule]),
     }
-    where = f"crossover at concurrency {overall.label}"
+    where = (
+        f"interpolated crossover ≈ {overall.interpolated:.0f}"
+        if overall.interpolated
+        else f"crossover at {overall.step}"
+    )
     if drafter.method == "dspark" and not drafter.adaptive:
         return Recommendation(
             action="keep_adaptive",

@@ -45,7 +45,9 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(
-        prog="specguard evaluate", description=__doc__.split("\n\n")[0] if __doc__ else None
+        prog="specguard evaluate",
+        description="A/B sweep of a drafter against no drafter: per-token latency by subset and "
+        "concurrency, crossovers, the judge's verdicts and a recommendation.",
     )
     target = p.add_argument_group("endpoints (or --simulate)")
     target.add_argument(

@@ -9,7 +9,7 @@ Shapes of per-request TPOT at one concurrency (median about 30 ms):
   populations, e.g. short and long contexts, or two domains with different acceptance.
 - ``bimodal-valley``: the same modes split 60/40, which puts the median on the edge of the
   valley between them where there are few requests; any median is then noisy (bench only:
-  unpaired power at a 10% regression and 200 requests per arm is about 40%).
+  unpaired power at a 10% regression and 200 requests per arm is about 55%).
 - ``heavy``: 30 ms × exp(0.06 · t with 3 degrees of freedom), plus 3% stragglers 2–10× slower
   (preemptions, retries): heavy tails on both sides.
 

@@ -61,7 +61,10 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--samples-capacity", type=int, default=RouterConfig.samples_capacity)
     tune.add_argument("--poll-interval", type=float, default=2.0, help=argparse.SUPPRESS)
     tune.add_argument("--no-uvloop", action="store_true", help="use the default event loop")
-    tune.add_argument("--log-level", default="INFO")
+    tune.add_argument(
+        "--log-level", default="INFO", type=str.upper,
+        choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+    )  # fmt: skip
     return p
 
 
@@ -136,19 +139,25 @@ def parse(argv: Sequence[str]) -> tuple[argparse.Namespace, RouterConfig]:
 
 
 async def serve(args: argparse.Namespace, config: RouterConfig) -> None:
+    discovery = None
     if args.deployment:
         from specguard.router.discovery import KubeDiscovery
 
         topology = Topology()
         router = Router(topology, config)
-        discovery: KubeDiscovery | None = KubeDiscovery(
+        discovery = KubeDiscovery(
             args.deployment, args.namespace, topology,
             on_change=router.refresh_gauges, poll_interval=args.poll_interval,
         )  # fmt: skip
+        await discovery.start()
+        # Listen once the first pod list is in, so early requests do not all get 502.
+        try:
+            await asyncio.wait_for(discovery.synced.wait(), timeout=15.0)
+        except TimeoutError:
+            log.warning("no pod list from the API server yet; serving anyway")
     else:
         topology = static_topology(args.serving, args.shadow, args.mirror_share, args.serving_arm)
         router = Router(topology, config)
-        discovery = None
     runner = web.AppRunner(router.app(), handler_cancellation=True, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, args.host, args.port, backlog=1024)
@@ -160,8 +169,6 @@ async def serve(args: argparse.Namespace, config: RouterConfig) -> None:
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
     try:
-        if discovery is not None:
-            await discovery.start()
         await stop.wait()
     finally:
         if discovery is not None:
@@ -176,15 +183,24 @@ def main(argv: list[str]) -> int:
         print(f"specguard router: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    if args.no_uvloop:
-        asyncio.run(serve(args, config))
-        return 0
+    from specguard.router.discovery import DiscoveryError
+
     try:
-        import uvloop
-    except ImportError:
-        asyncio.run(serve(args, config))
-    else:
-        uvloop.run(serve(args, config))
+        if args.no_uvloop:
+            asyncio.run(serve(args, config))
+            return 0
+        try:
+            import uvloop
+        except ImportError:
+            asyncio.run(serve(args, config))
+        else:
+            uvloop.run(serve(args, config))
+    except DiscoveryError as exc:
+        print(f"specguard router: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:  # e.g. the port is taken
+        print(f"specguard router: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
+        return 1
     return 0

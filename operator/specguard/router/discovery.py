@@ -240,6 +240,10 @@ class KubeDiscovery:
 _KEEP: Any = object()
 
 
+class DiscoveryError(RuntimeError):
+    """No way to reach the API server; the message says why."""
+
+
 def _api_client() -> Any:
     """An API client from the service account in a pod, else from KUBECONFIG / ~/.kube."""
     from kubernetes import client, config
@@ -247,5 +251,10 @@ def _api_client() -> Any:
     try:
         config.load_incluster_config()
     except config.ConfigException:
-        config.load_kube_config()
+        try:
+            config.load_kube_config()
+        except (config.ConfigException, OSError) as exc:
+            raise DiscoveryError(
+                f"no Kubernetes credentials: not in a pod, and no usable KUBECONFIG ({exc})"
+            ) from exc
     return client.ApiClient()

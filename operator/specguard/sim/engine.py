@@ -18,7 +18,7 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 
 from specguard.sim.metrics import SimMetrics
-from specguard.sim.profiles import Profile
+from specguard.sim.profiles import Profile, conditional_rates, solve_rate
 from specguard.sim.specconfig import SpecConfig
 
 CATCH_UP_LIMIT_S = 0.020
@@ -86,6 +86,12 @@ class Engine:
         self.running: list[Sequence] = []
         self._wake = asyncio.Event()
         self._domains: Counter[str] = Counter()
+        # rejection_sample_method "synthetic": one flat rate for every domain
+        self._synthetic: list[float] | None = None
+        if spec is not None and spec.synthetic_acceptance_length is not None:
+            k = spec.num_speculative_tokens
+            p = solve_rate(spec.synthetic_acceptance_length, k, 1.0)
+            self._synthetic = conditional_rates(p, 1.0, k)
         # cum[domain][k] = mean acceptance length with draft length k
         self._cum: dict[str, list[float]] = {}
         k_max = spec.num_speculative_tokens if spec else 0
@@ -101,12 +107,8 @@ class Engine:
         self.last_k = 0
 
     def _rates(self, domain: str) -> list[float]:
-        if self.spec and self.spec.synthetic_acceptance_length is not None:
-            from specguard.sim.profiles import conditional_rates, solve_rate
-
-            k = self.spec.num_speculative_tokens
-            p = solve_rate(self.spec.synthetic_acceptance_length, k, 1.0)
-            return conditional_rates(p, 1.0, k)
+        if self._synthetic is not None:
+            return self._synthetic
         return self.profile.domain_rates(domain)
 
     def submit(self, seq: Sequence) -> None:
@@ -158,7 +160,7 @@ class Engine:
         while True:
             now = loop.time()
             self._admit(now)
-            self.running = [s for s in self.running if not s.cancelled or self._abort(s)]
+            self._drop_cancelled()
             if not self.running:
                 m.running.set(0)
                 m.waiting.set(len(self.waiting))
@@ -189,10 +191,16 @@ class Engine:
             self._emit(decoders, fresh, k, t)
             self.running = [s for s in self.running if not s.finished]
 
-    def _abort(self, seq: Sequence) -> bool:
-        self.metrics.success["abort"].inc()
-        seq.finished = True
-        return False
+    def _drop_cancelled(self) -> None:
+        """Sequences whose client went away leave the batch (vLLM aborts them)."""
+        kept: list[Sequence] = []
+        for seq in self.running:
+            if seq.cancelled:
+                seq.finished = True
+                self.metrics.success["abort"].inc()
+            else:
+                kept.append(seq)
+        self.running = kept
 
     def _emit(self, decoders: list[Sequence], fresh: list[Sequence], k: int, t: float) -> None:
         m = self.metrics

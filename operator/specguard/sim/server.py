@@ -21,7 +21,7 @@ from specguard.sim.domains import (
     message_text,
 )
 from specguard.sim.engine import Engine, Sequence
-from specguard.sim.filler import WORDS, tool_tokens
+from specguard.sim.filler import Filler, tool_tokens
 from specguard.sim.metrics import SimMetrics
 from specguard.sim.openai_format import (
     DONE,
@@ -58,6 +58,7 @@ class SimState:
         )
         # a stream of its own: sharing the engine's would correlate text and acceptance
         self.rng = random.Random(None if options.seed is None else f"server-{options.seed}")
+        self.filler = Filler(self.rng)
         self.loaded = asyncio.Event()
         self.requests = 0
         self.created = int(time.time())
@@ -245,7 +246,7 @@ async def _complete(request: web.Request, *, chat: bool) -> web.StreamResponse:
                                 completion_tokens=seq.generated, finish=finish, content=None,
                                 tool_calls=calls)  # fmt: skip
     else:
-        out = _words(state.rng, seq.generated)
+        out = state.filler.take(seq.generated)
         if chat:
             payload = chat_response(model=model, prompt_tokens=prompt_tokens,
                                     completion_tokens=seq.generated, finish=finish, content=out,
@@ -269,10 +270,6 @@ def _tool_name(tools: Any) -> str:
     return choice_name or "tool"
 
 
-def _words(rng: random.Random, n: int) -> str:
-    return "".join(rng.choices(WORDS, k=n))
-
-
 async def _stream(  # noqa: PLR0917
     request: web.Request,
     state: SimState,
@@ -286,7 +283,7 @@ async def _stream(  # noqa: PLR0917
     enc = ChunkEncoder(chat=chat, model=model, prompt_tokens=seq.prompt_tokens,
                        continuous_usage=continuous)  # fmt: skip
     response = web.StreamResponse(headers=SSE_HEADERS)
-    rng = state.rng
+    rng, filler = state.rng, state.filler
     try:
         await response.prepare(request)
         if chat:
@@ -302,7 +299,7 @@ async def _stream(  # noqa: PLR0917
                 start, sent = sent, sent + n
                 finish = seq.finish_reason if seq.finished and sent >= seq.generated else None
                 if tool_name is None:
-                    parts.append(enc.text("".join(rng.choices(WORDS, k=n)), sent, finish))
+                    parts.append(enc.text(filler.take(n), sent, finish))
                 else:
                     fragment = "".join(tool_parts[start:sent])
                     call: dict[str, Any] = {"index": 0, "function": {"arguments": fragment}}
