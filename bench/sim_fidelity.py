@@ -147,7 +147,7 @@ def calibration(scale: float) -> None:
         with start_sim(args) as sim:
             for i, c in enumerate((16, 64, 128, 256)):
                 before = scrape(sim.url)
-                r = _load(sim.url, c, 2 * scale, "chat", 2.4)
+                r = _load(sim.url, c, 2 * scale, "chat", 6.0 if c == 16 else 2.4)
                 tag = f"deepseek-v4 {name} c={c} tok/s"
                 row(tag, str(published_ds[name][i]), r.stream_throughput * 2 * scale)
                 if name == "adaptive" and c in (16, 256):

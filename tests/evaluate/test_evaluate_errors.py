@@ -133,3 +133,18 @@ def test_cli_entry_point_dispatches(tmp_path: Path) -> None:
     assert proc.returncode == 2
     expected = "--simulate: unknown profile 'nope'; profiles are kimi-k3, deepseek-v4"
     assert proc.stderr.strip() == f"specguard evaluate: {expected}"
+
+
+def test_endpoint_that_dies_mid_sweep(
+    sims: tuple[SimProcess, SimProcess], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    _, base = sims
+    dying = ["m", "--served-model-name", "served", "--profile", "kimi-k3", "--time-scale", "0.2"]
+    with start_sim([*dying, "--speculative-config", DRAFTER, "--fail-after", "0"]) as spec:
+        argv = ["--with-drafter", spec.url, "--without-drafter", base.url, "--requests", "12"]
+        code = main([*argv, "--concurrency", "1", "--subsets", "chat", "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    errors = [line for line in err.splitlines() if line.startswith("specguard evaluate: ")]
+    assert len(errors) == 1
+    assert f"with-drafter endpoint {spec.url}: 10 requests failed in a row (HTTP 500" in errors[0]

@@ -83,7 +83,7 @@ class Router:
         self.topology = topology
         self.config = config or RouterConfig()
         self.metrics = metrics or RouterMetrics()
-        self.feed = feed or SampleFeed(self.config.samples_capacity)
+        self.feed = SampleFeed(self.config.samples_capacity) if feed is None else feed
         self._serving: aiohttp.ClientSession | None = None
         self._shadow: aiohttp.ClientSession | None = None
         self._shadow_tasks: set[asyncio.Task[None]] = set()
