@@ -137,3 +137,8 @@ def test_spec_shorthand_flags() -> None:
         parse_options(
             ["m", "--spec-tokens", "5", "-sc", '{"model": "d", "num_speculative_tokens": 3}']
         )
+
+
+def test_underscore_flag_spelling_like_vllm() -> None:
+    o = parse_options(["m", "--max_num_seqs", "8", "--served_model_name=x", "--time_scale", "0.5"])
+    assert (o.max_num_seqs, o.served_model_names, o.time_scale) == (8, ("x",), 0.5)

@@ -148,9 +148,21 @@ def _merge_spec_shorthands(args: argparse.Namespace) -> str | None:
     return json.dumps(merged)
 
 
+def _dashes(argv: list[str]) -> list[str]:
+    """vLLM accepts ``--max_num_seqs`` for ``--max-num-seqs``; so does the simulator."""
+    out = []
+    for arg in argv:
+        if arg.startswith("--") and "_" in arg.split("=", 1)[0]:
+            name, sep, val = arg.partition("=")
+            out.append(name.replace("_", "-") + sep + val)
+        else:
+            out.append(arg)
+    return out
+
+
 def parse_options(argv: list[str]) -> SimOptions:
     parser = build_parser()
-    args, unknown = parser.parse_known_args(argv)
+    args, unknown = parser.parse_known_args(_dashes(argv))
     model = args.model_flag or args.model_tag
     if args.model_flag and args.model_tag and args.model_tag != args.model_flag:
         # A stray value of an unknown flag landed in the positional slot.
