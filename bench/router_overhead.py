@@ -42,14 +42,12 @@ from typing import Any
 
 import aiohttp
 
+from specguard.testing.ports import free_port
+
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # -- helper processes --------------------------------------------------------------------

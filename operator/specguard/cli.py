@@ -12,14 +12,12 @@ from collections.abc import Sequence
 
 # name -> (module holding ``main(argv) -> int``, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "render": ("specguard.render.command", "print the Kubernetes objects for a SpeculativeDeployment"),
+    "render": ("specguard.render.command", "print the Kubernetes objects of a resource"),
     "crd": ("specguard.api.command", "print the SpeculativeDeployment CRD"),
     "sim": ("specguard.sim.command", "run the vLLM simulator with speculative-decoding economics"),
     "router": ("specguard.router.command", "run the shadow router"),
     "judge": ("specguard.judge.command", "judge recorded per-request samples"),
     "evaluate": ("specguard.evaluate.command", "A/B sweep of a drafter against no drafter"),
-    "run": ("specguard.controller.command", "run the operator"),
-    "demo": ("specguard.demo", "run the operator end to end on a local control plane"),
 }
 
 
@@ -44,14 +42,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if name not in COMMANDS:
         print(f"specguard: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
         return 2
-    module_name = COMMANDS[name][0]
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name != module_name:
-            raise
-        print(f"specguard: command {name!r} is not available in this build", file=sys.stderr)
-        return 2
+    module = importlib.import_module(COMMANDS[name][0])
     result: int = module.main(rest)
     return result
 

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +12,7 @@ import pytest
 
 from specguard.evaluate.command import main
 from specguard.sim.launch import SimProcess, start_sim
+from specguard.testing.ports import free_port
 
 DRAFTER = json.dumps({"method": "dspark", "model": "org/drafter", "num_speculative_tokens": 4})
 SMALL = ["--concurrency", "1", "--requests", "2", "--subsets", "chat", "--max-tokens", "8"]
@@ -25,10 +25,6 @@ def sims() -> Iterator[tuple[SimProcess, SimProcess]]:
         yield spec, base
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _one_line(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
@@ -43,7 +39,7 @@ def _one_line(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
 
 
 def test_unreachable_endpoint(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    url = f"http://127.0.0.1:{_free_port()}"
+    url = f"http://127.0.0.1:{free_port()}"
     line = _one_line(
         capsys, ["--with-drafter", url, "--without-drafter", url, "--out", str(tmp_path)]
     )

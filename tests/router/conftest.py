@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,12 +18,7 @@ from aiohttp import web
 
 from specguard.router.pool import Endpoint, Topology
 from specguard.router.proxy import Router, RouterConfig
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from specguard.testing.ports import free_port
 
 
 @dataclass

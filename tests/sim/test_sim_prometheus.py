@@ -24,6 +24,7 @@ import pytest
 import yaml
 
 from specguard.sim.launch import start_sim
+from specguard.testing.ports import free_port
 from specguard.testing.prometheus import find_prometheus, prometheus_config
 
 DSPARK_K8 = json.dumps(
@@ -70,7 +71,7 @@ def test_prometheus_quantiles_and_acceptance_length(tmp_path: Path) -> None:
         config = tmp_path / "prometheus.yml"
         config.write_text(yaml.safe_dump(prometheus_config(targets, 0.5)))
         with httpx.Client() as probe:
-            port = _free_port()
+            port = free_port()
             url = f"http://127.0.0.1:{port}"
             proc = subprocess.Popen(
                 [str(binary), f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'data'}",
@@ -118,12 +119,6 @@ def test_prometheus_quantiles_and_acceptance_length(tmp_path: Path) -> None:
     assert itl / tpot > 4
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _wait(check: Any, timeout: float) -> None:

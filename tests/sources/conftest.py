@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -22,14 +21,12 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from specguard.testing.ports import free_port
+
 LABELS = {"model_name": "m", "engine": "0"}
 FINE_BUCKETS = tuple(round(0.001 * i, 3) for i in range(1, 201))  # 1 ms steps to 200 ms
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class FakeVllmPod:

@@ -3,7 +3,6 @@ served on 127.0.0.1), with samples put straight into the router's feed."""
 
 from __future__ import annotations
 
-import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import numpy as np
@@ -15,12 +14,7 @@ from specguard.judge.verdict import judge
 from specguard.router.pool import Topology
 from specguard.router.proxy import Router, RouterConfig
 from specguard.sources.router_feed import RouterFeed
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from specguard.testing.ports import free_port
 
 
 class RouterPod:

@@ -40,6 +40,7 @@ from specguard.sim.launch import SimProcess, start_sim
 from specguard.sim.loadclient import completion_payload, stream_once
 from specguard.sources.prometheus import ArmSelectors, PrometheusSource
 from specguard.sources.router_feed import RouterFeed
+from specguard.testing.ports import free_port
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.slow]
 
@@ -91,12 +92,6 @@ def router(serving: str, shadow: str, port: int) -> Iterator[str]:
             proc.wait()
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def labels(arm: str, pod: str) -> dict[str, str]:

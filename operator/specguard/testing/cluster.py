@@ -18,7 +18,6 @@ import logging
 import os
 import secrets
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -33,6 +32,7 @@ import httpx
 from specguard.testing.access import ClusterAccess
 from specguard.testing.binaries import ControlPlaneBinaries, find_binaries
 from specguard.testing.pki import make_pki
+from specguard.testing.ports import free_port
 from specguard.testing.procs import (
     ProcessGroups,
     forget_registry,
@@ -48,13 +48,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 ADMIN_USER = "specguard-admin"
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _tail(path: Path, lines: int = 25) -> str:

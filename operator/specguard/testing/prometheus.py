@@ -129,7 +129,7 @@ class PrometheusServer:
         self._last_targets = ""
 
     def start(self, timeout: float = 60.0) -> PrometheusServer:
-        from specguard.testing.cluster import free_port
+        from specguard.testing.ports import free_port
 
         binary = find_prometheus()
         self.targets_file.parent.mkdir(parents=True, exist_ok=True)
