@@ -12,11 +12,11 @@ from collections.abc import Sequence
 
 # name -> (module holding ``main(argv) -> int``, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "render": ("specguard.render.command", "print the Kubernetes objects of a resource"),
-    "crd": ("specguard.api.command", "print the SpeculativeDeployment CRD"),
+    "render": ("specguard.commands.render", "print the Kubernetes objects of a resource"),
+    "crd": ("specguard.commands.crd", "print the SpeculativeDeployment CRD"),
     "sim": ("specguard.sim.command", "run the vLLM simulator with speculative-decoding economics"),
     "router": ("specguard.router.command", "run the shadow router"),
-    "judge": ("specguard.judge.command", "judge recorded per-request samples"),
+    "judge": ("specguard.commands.judge", "judge recorded per-request samples"),
     "evaluate": ("specguard.evaluate.command", "A/B sweep of a drafter against no drafter"),
 }
 

@@ -13,10 +13,10 @@ import jsonschema
 import pytest
 import yaml
 
-from specguard.api.command import crd_yaml, main
 from specguard.api.crd import crd, node_at, open_api_schema
 from specguard.api.rules import RULES
 from specguard.api.spec import Spec
+from specguard.commands.crd import crd_yaml, main
 
 from .conftest import BASE_SPEC, resource
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from specguard.render.command import main
+from specguard.commands.render import main
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "qwen3.6-dspark-tp2.yaml"

@@ -15,8 +15,8 @@ from pathlib import Path
 import kubernetes_validate
 import pytest
 
+from specguard.commands.render import dump_yaml, load_resources
 from specguard.render import render_all
-from specguard.render.command import dump_yaml, load_resources
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = Path(__file__).resolve().parent / "golden"

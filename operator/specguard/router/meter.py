@@ -5,7 +5,7 @@ anywhere) with the time each read completed, and at the end reports TTFT, output
 per-token latency. `measure_json` does the same for a non-streamed JSON body. `to_sample`
 turns either into the shared `Sample` record.
 
-What counts as a token (see /work/shared/reference/vllm.md, "Streaming"):
+What counts as a token (vLLM's streaming format, see docs/router.md):
 
 - When a chunk carries ``usage.completion_tokens`` alongside choices
   (``stream_options.continuous_usage_stats``), the tokens in that chunk are the increase of

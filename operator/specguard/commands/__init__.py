@@ -1,0 +1,5 @@
+"""Command-line front ends of the pure cores (api, render, judge).
+
+The cores do no I/O; reading files and printing happens here, in thin wrappers. The I/O
+rooms (sim, router, evaluate) keep their command modules next to their code.
+"""
