@@ -48,8 +48,6 @@ ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
 
 
-
-
 # -- helper processes --------------------------------------------------------------------
 
 
@@ -468,7 +466,8 @@ def part_memory(streams: int = 512, tokens: int = 120, gap_ms: float = 50.0) -> 
     print(
         f"memory: {streams} client streams, {peak_in_flight} upstream streams in flight at peak "
         f"(serving + shadow): router RSS idle {row['rss_idle_mb']:.0f} MB, peak "
-        f"{row['rss_peak_mb']:.0f} MB, errors {row['errors']}",
+        f"{row['rss_peak_mb']:.0f} MB (goal < 300 MB: "
+        f"{'met' if row['rss_peak_mb'] < 300 else 'NOT met'}), errors {row['errors']}",
         flush=True,
     )
     return row
@@ -525,8 +524,9 @@ def main() -> int:
         results["transit"] = part_transit(levels, router_proc, "router")
         print("== capacity: 256 streams, chunks 1 ms apart", flush=True)
         results["capacity"] = part_capacity(router_proc, "router", direct=True)
-        print("== memory at 512 concurrent streams, all mirrored", flush=True)
-        results["memory"] = part_memory(256 if args.quick else 512)
+        streams = 256 if args.quick else 512
+        print(f"== memory at {streams} concurrent streams, all mirrored", flush=True)
+        results["memory"] = part_memory(streams)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
     return 0

@@ -23,7 +23,7 @@ from specguard.testing.ports import free_port
 
 @dataclass
 class Upstream:
-    """A fake vLLM. ``mode``: ok | hang | error | slow_headers | break."""
+    """A fake vLLM. ``mode``: ok | hang | error | break."""
 
     mode: str = "ok"
     tokens: int = 5

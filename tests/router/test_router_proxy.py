@@ -239,3 +239,52 @@ async def test_upstream_connections_are_reused(upstream, start_router, h) -> Non
     for stream in (True, False, True, False, True):
         await post(rt.url + "/v1/chat/completions", {**CHAT, "stream": stream})
     assert up.started == 5 and len(up.peers) == 1  # one pooled connection, no reconnects
+
+
+async def test_client_disconnect_of_mirrored_request_keeps_only_the_shadow_half(
+    upstream, start_router, h
+) -> None:
+    # The serving half of a request the client abandoned is not a sample: its status could
+    # only be non-2xx, which the judge counts as an arm error, and the client, not the arm,
+    # ended it. It is counted as client_closed. The shadow copy runs to its end and is a
+    # whole measurement of its arm; the judge's pairing leaves it unpaired.
+    serve, shadow = await upstream(tokens=1000, gap_s=0.01), await upstream(tokens=5)
+    rt = await start_router(h.topology([serve.url], [shadow.url], share=1.0))
+    async with aiohttp.ClientSession() as s:
+        r = await s.post(
+            rt.url + "/v1/chat/completions", json={**CHAT, "max_tokens": 1000, "stream": True}
+        )
+        await r.content.readany()
+        r.close()
+    await h.wait_for(lambda: serve.finished == 1 and len(rt.router.feed) == 1)
+    assert serve.cancelled == 1
+    [sample] = rt.router.feed.read(None, 10).samples
+    assert sample.role == "shadow" and sample.status == 200 and sample.pair_id is not None
+    labels = {"arm": "speculative", "role": "serving", "status": "client_closed"}
+    await h.wait_for(
+        lambda: rt.router.metrics.registry.get_sample_value(
+            "specguard_router_requests_total", labels
+        )
+        == 1.0
+    )
+
+
+async def test_upstream_silence_times_out(upstream, start_router, h) -> None:
+    # Before the response: 504. Mid-stream: the client's stream is cut and the sample is 502.
+    config = RouterConfig(read_timeout_s=0.3)
+    hang, slow = await upstream("hang"), await upstream(tokens=3, gap_s=2.0)
+    rt = await start_router(h.topology([hang.url]), config)
+    status, _, body = await post(rt.url + "/v1/chat/completions", CHAT)
+    assert status == 504 and json.loads(body)["error"]["type"] == "timeout"
+    rt = await start_router(h.topology([slow.url]), config)
+    async with aiohttp.ClientSession() as s:
+        r = await s.post(rt.url + "/v1/chat/completions", json={**CHAT, "stream": True})
+        assert r.status == 200
+        try:
+            await r.read()
+            cut = False
+        except aiohttp.ClientPayloadError:
+            cut = True
+    assert cut
+    [sample] = rt.router.feed.read(None, 10).samples
+    assert sample.status == 502 and sample.output_tokens == 0

@@ -71,6 +71,9 @@ def test_bad_speculative_config_exits_2_with_one_line() -> None:
         (["--time-scale", "0"], "--time-scale"),
         (["--error-rate", "1.5"], "--error-rate"),
         (["--max-num-seqs", "0"], "--max-num-seqs"),
+        (["--max-model-len", "0"], "--max-model-len"),
+        (["--startup-delay", "nan"], "--startup-delay"),
+        (["--seed", "x"], "argument --seed: invalid int value"),
         (["-tp", "2", "--speculative-config",
           '{"method": "dspark", "model": "m", "draft_tensor_parallel_size": 4}'],
          "draft_tensor_parallel_size must be 1 or"),
@@ -86,6 +89,11 @@ def test_bad_flag_exit_code_is_2() -> None:
     proc = _run("--custom-histogram-buckets", "[0.5, 0.1]")
     assert proc.returncode == 2
     assert "--custom-histogram-buckets" in proc.stderr
+    typo = _run("--seed", "x")
+    assert typo.returncode == 2
+    assert typo.stderr.strip().splitlines() == [
+        "specguard sim: argument --seed: invalid int value: 'x'"
+    ]
 
 
 def test_vllm_flags_and_model_forms() -> None:

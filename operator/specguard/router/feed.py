@@ -50,10 +50,6 @@ class SampleFeed:
         self._ring: deque[tuple[int, Sample]] = deque(maxlen=capacity)
         self._last = 0
 
-    @property
-    def last_seq(self) -> int:
-        return self._last
-
     def __len__(self) -> int:
         return len(self._ring)
 

@@ -83,6 +83,3 @@ class Topology:
         fewest = min(pod.in_flight for pod in candidates)
         tied = [pod for pod in candidates if pod.in_flight == fewest]
         return tied[next(self._turn) % len(tied)]
-
-    def in_flight(self, arm: Arm) -> int:
-        return sum(pod.in_flight for pod in self.pods[arm])

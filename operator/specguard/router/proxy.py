@@ -28,7 +28,7 @@ from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from specguard.judge.sample import Arm, Role, Sample
+from specguard.judge.sample import Arm, Role
 from specguard.router.feed import CursorError, SampleFeed
 from specguard.router.meter import Measured, StreamMeter, measure_json, request_domain, to_sample
 from specguard.router.metrics import RouterMetrics
@@ -554,8 +554,3 @@ def _connection_tokens(headers: Mapping[str, str]) -> frozenset[str]:
 
 def _is_event_stream(headers: Mapping[str, str]) -> bool:
     return headers.get("Content-Type", "").startswith("text/event-stream")
-
-
-def record_samples_to(feed: SampleFeed) -> list[Sample]:
-    """Every sample the feed still holds (tests and the benchmark read it this way)."""
-    return feed.read(None, len(feed)).samples

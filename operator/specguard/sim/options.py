@@ -7,6 +7,7 @@ import itertools
 import json
 import math
 from dataclasses import dataclass
+from typing import NoReturn
 
 from specguard.sim.metrics import ITL_BUCKETS
 from specguard.sim.profiles import DEFAULT_PROFILE, PROFILES, Profile
@@ -15,6 +16,12 @@ from specguard.sim.specconfig import SpecConfig, SpecConfigError, parse_spec_con
 
 class OptionError(ValueError):
     """Bad command line; the message names the flag."""
+
+
+class _Parser(argparse.ArgumentParser):
+    # argparse's own errors ("argument --seed: invalid int value") as one line, not usage + line
+    def error(self, message: str) -> NoReturn:
+        raise OptionError(message)
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +51,7 @@ class SimOptions:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="specguard sim",
         description="vLLM simulator with speculative-decoding economics "
         "(accepts `vllm serve` flags; unknown vLLM flags are ignored with a warning).",
@@ -179,11 +186,13 @@ def parse_options(argv: list[str]) -> SimOptions:
         )
     if args.max_num_seqs < 1:
         raise OptionError(f"--max-num-seqs: must be >= 1, got {args.max_num_seqs}")
+    if args.max_model_len < 1:
+        raise OptionError(f"--max-model-len: must be >= 1, got {args.max_model_len}")
     if not 0 <= args.port <= 65535:
         raise OptionError(f"--port: must be in 0..65535, got {args.port}")
     if not (args.time_scale > 0 and math.isfinite(args.time_scale)):
         raise OptionError(f"--time-scale: must be > 0, got {args.time_scale}")
-    if args.startup_delay < 0:
+    if not (args.startup_delay >= 0 and math.isfinite(args.startup_delay)):
         raise OptionError(f"--startup-delay: must be >= 0, got {args.startup_delay}")
     if args.fail_after is not None and args.fail_after < 0:
         raise OptionError(f"--fail-after: must be >= 0, got {args.fail_after}")
