@@ -186,6 +186,21 @@ def test_envelope_problems(obj: Any, path: str) -> None:
     assert [p.path for p in caught.value.problems] == [path]
 
 
+@pytest.mark.parametrize(
+    ("metadata", "expected"),
+    [
+        ({"name": 5}, "metadata.name: must be a string, got 5"),
+        ({"namespace": "llm"}, "metadata.name: required field is missing"),
+        ("qwen", "metadata: must be a mapping"),
+    ],
+)
+def test_bad_metadata_says_what_is_wrong(metadata: Any, expected: str) -> None:
+    obj = {**resource(copy.deepcopy(BASE_SPEC)), "metadata": metadata}
+    with pytest.raises(SpecError) as caught:
+        parse_resource(obj)
+    assert [str(p) for p in caught.value.problems] == [expected]
+
+
 def test_resource_keeps_metadata_and_status() -> None:
     obj = resource(copy.deepcopy(BASE_SPEC))
     obj["metadata"].update({"uid": "u-1", "generation": 3, "resourceVersion": "7"})

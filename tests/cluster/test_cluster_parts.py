@@ -212,3 +212,37 @@ def test_missing_binaries_fail_the_cluster_tier_with_a_clear_message(tmp_path: P
     assert "1 error" in proc.stdout and "skipped" not in proc.stdout
     assert "local control plane unavailable" in proc.stdout
     assert "build-control-plane.sh" in proc.stdout
+
+
+BUILD_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "build-control-plane.sh"
+
+
+def _build(cache: Path, *wrapper: str) -> subprocess.CompletedProcess[str]:
+    # The script is fed on stdin so that an unprivileged user needs no access to the checkout.
+    env = {"PATH": os.environ["PATH"], "SPECGUARD_CACHE_DIR": str(cache)}
+    return subprocess.run(
+        [*wrapper, "bash", "-s"], input=BUILD_SCRIPT.read_text(), env=env,
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+
+
+def test_build_script_is_idempotent_once_binaries_are_cached(tmp_path: Path) -> None:
+    _fake_binaries(tmp_path / "control-plane" / "bin", "kube-apiserver",
+                   "kube-controller-manager", "kube-scheduler", "etcd")  # fmt: skip
+    proc = _build(tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "nothing to do" in proc.stderr
+    assert not (tmp_path / "control-plane" / "src").exists()
+
+
+def test_build_script_refuses_to_run_without_root(tmp_path: Path) -> None:
+    # As root, drop to nobody; as anyone else the script already runs unprivileged.
+    nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    if os.geteuid() != 0:
+        nobody = []
+    proc = _build(tmp_path / "empty-cache", *nobody)
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        "build-control-plane: error: must run as root: it installs Debian packages "
+        "(golang-go, etcd-server) and fetches a source package"
+    ]

@@ -15,7 +15,13 @@ import httpx
 import pytest
 from kubernetes import client as k8s
 
-from specguard.testing import HOST_IMAGE, LocalCluster, ProcessKubelet, PrometheusServer
+from specguard.testing import (
+    HOST_IMAGE,
+    KubeletConfig,
+    LocalCluster,
+    ProcessKubelet,
+    PrometheusServer,
+)
 from specguard.testing.procs import group_members, proc_stat
 from specguard.testing.wait import wait_until
 
@@ -388,15 +394,27 @@ def test_prometheus_scrapes_a_pods_metrics(
     assert labels["instance"] == f"{pod['status']['podIP']}:9000"
 
 
+def ready_heartbeat(cluster: LocalCluster, node: str) -> float:
+    with cluster.access.client() as api:
+        response = api.get(f"/api/v1/nodes/{node}")
+        response.raise_for_status()
+    conditions = response.json()["status"]["conditions"]
+    return _seconds(next(c["lastHeartbeatTime"] for c in conditions if c["type"] == "Ready"))
+
+
 @pytest.mark.slow
-def test_teardown_leaves_no_process_behind() -> None:
+def test_node_heartbeats_and_teardown_leaves_no_process_behind() -> None:
     with LocalCluster() as cluster:
-        cluster.add_gpu_nodes(1)
-        kubelet = cluster.start_kubelet()
+        (node,) = cluster.add_gpu_nodes(1)
+        kubelet = cluster.start_kubelet(KubeletConfig(heartbeat_interval=1.0))
         cluster.start_prometheus()
         create_pod(cluster, "default", standin_pod("survivor", "t"))
         pod_pids = wait_until(lambda: pids_of(kubelet, "default"), timeout=30,
                               what="pod process")  # fmt: skip
+        # The kubelet keeps the node's Ready condition fresh (times have 1 s resolution).
+        first = ready_heartbeat(cluster, node)
+        wait_until(lambda: ready_heartbeat(cluster, node) > first, timeout=10,
+                   what="a newer Ready heartbeat")  # fmt: skip
         groups = cluster.process_group_ids()
         names = {r.name for r in cluster.processes.groups()}
         assert {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
@@ -475,3 +493,8 @@ def test_init_containers_run_to_completion_first(
     assert done["status"]["phase"] == "Succeeded"
     assert done["status"]["initContainerStatuses"][0]["state"]["terminated"]["exitCode"] == 0
     assert "serving w1" in local_cluster.logs(ns, "init", "serve")
+    # Once the kubelet has let the pod go, its spec is unknown: the container must be named.
+    wait_until(lambda: all(p.name != "init" for p in kubelet.pods()), timeout=10,
+               what="kubelet done with the pod")  # fmt: skip
+    with pytest.raises(LookupError, match="fetch, serve: name one"):
+        local_cluster.logs(ns, "init")

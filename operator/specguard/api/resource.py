@@ -141,8 +141,12 @@ def parse_resource(obj: Mapping[str, Any]) -> SpeculativeDeployment:
     if obj.get("kind") != KIND:
         problems.append(Problem("kind", f"must be {KIND}, got {obj.get('kind')!r}"))
     metadata = obj.get("metadata")
-    if not isinstance(metadata, Mapping) or not isinstance(metadata.get("name"), str):
+    if metadata is not None and not isinstance(metadata, Mapping):
+        problems.append(Problem("metadata", "must be a mapping"))
+    elif metadata is None or metadata.get("name") is None:
         problems.append(Problem("metadata.name", "required field is missing"))
+    elif not isinstance(metadata["name"], str):
+        problems.append(Problem("metadata.name", f"must be a string, got {metadata['name']!r}"))
     else:
         problems.extend(check_name(metadata["name"]))
         try:

@@ -12,9 +12,9 @@ from typing import Literal
 from pydantic import Field
 
 from specguard.api.constants import MAX_TRANSITIONS
+from specguard.api.constants import Arm as ArmName
 from specguard.api.wire import WireModel
 
-ArmName = Literal["speculative", "baseline"]
 Outcome = Literal["regressed", "improved", "neutral", "inconclusive"]
 
 

@@ -7,20 +7,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
-
-import yaml
 
 from specguard.api.crd import DEFAULT_KUBE_VERSION, crd, parse_kube_version
-
-
-class _Dumper(yaml.SafeDumper):
-    def ignore_aliases(self, data: Any) -> bool:
-        return True
+from specguard.commands.render import dump_yaml
 
 
 def crd_yaml(kube_version: str = DEFAULT_KUBE_VERSION) -> str:
-    return yaml.dump(crd(kube_version), Dumper=_Dumper, sort_keys=False, width=1 << 20)
+    return dump_yaml([crd(kube_version)])
 
 
 def main(argv: list[str]) -> int:

@@ -67,32 +67,30 @@ def _resources(spec: Spec) -> dict[str, Any]:
     }
 
 
-def _volumes(spec: Spec) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _volumes(spec: Spec) -> list[dict[str, Any]]:
     runtime = spec.runtime
     volumes: list[dict[str, Any]] = [
         {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": runtime.shm_size}}
     ]
-    mounts: list[dict[str, Any]] = [{"name": SHM_VOLUME, "mountPath": "/dev/shm"}]
     cache = runtime.model_cache
     if cache is not None:
-        volumes.append(
-            {
-                "name": CACHE_VOLUME,
-                "persistentVolumeClaim": {
-                    "claimName": cache.claim_name,
-                    "readOnly": cache.read_only,
-                },
-            }
-        )
+        claim = {"claimName": cache.claim_name, "readOnly": cache.read_only}
+        volumes.append({"name": CACHE_VOLUME, "persistentVolumeClaim": claim})
+    return volumes
+
+
+def _volume_mounts(spec: Spec) -> list[dict[str, Any]]:
+    mounts: list[dict[str, Any]] = [{"name": SHM_VOLUME, "mountPath": "/dev/shm"}]
+    cache = spec.runtime.model_cache
+    if cache is not None:
         mounts.append(
             {"name": CACHE_VOLUME, "mountPath": cache.mount_path, "readOnly": cache.read_only}
         )
-    return volumes, mounts
+    return mounts
 
 
 def vllm_container(spec: Spec, arm: str) -> dict[str, Any]:
     runtime = spec.runtime
-    volumes_mounts = _volumes(spec)[1]
     container: dict[str, Any] = {
         "name": "vllm",
         "image": runtime.image,
@@ -106,7 +104,7 @@ def vllm_container(spec: Spec, arm: str) -> dict[str, Any]:
     container.update(
         {
             "resources": _resources(spec),
-            "volumeMounts": volumes_mounts,
+            "volumeMounts": _volume_mounts(spec),
             "startupProbe": _probe(
                 "/health",
                 STARTUP_PERIOD_SECONDS,
@@ -127,7 +125,7 @@ def desired_arm_deployment(sd: SpeculativeDeployment, arm: str, replicas: int) -
     labels = arm_labels(sd, arm)
     pod_spec: dict[str, Any] = {
         "containers": [vllm_container(spec, arm)],
-        "volumes": _volumes(spec)[0],
+        "volumes": _volumes(spec),
         # Service links put <SERVICE>_PORT variables in the environment; a Service named
         # "vllm" would set VLLM_PORT, which vLLM reads as its own setting.
         "enableServiceLinks": False,

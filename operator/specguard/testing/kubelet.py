@@ -30,7 +30,7 @@ from typing import Any
 
 import httpx
 
-from specguard.testing.access import ClusterAccess
+from specguard.testing.access import ClusterAccess, raise_for_status
 from specguard.testing.images import ImageRunner, Launch, UnknownImageError, resolve_argv
 from specguard.testing.loopback import LoopbackPool
 from specguard.testing.nodes import heartbeat_patch, now_rfc3339
@@ -41,7 +41,7 @@ from specguard.testing.podenv import (
     service_account_token,
 )
 from specguard.testing.probes import Probe, parse_probe, probe_once
-from specguard.testing.procs import ProcessGroups
+from specguard.testing.procs import ProcessGroups, signal_group
 
 log = logging.getLogger(__name__)
 
@@ -236,8 +236,7 @@ class ContainerRunner:
             with contextlib.suppress(asyncio.CancelledError):
                 await probes
             # Like a container's cgroup: whatever the process forked dies with it.
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(process.pid, signal.SIGKILL)
+            signal_group(process.pid, signal.SIGKILL)
             pod.kubelet.processes.unregister(process.pid)
             self.process = None
         return _exit_code(returncode), started_at
@@ -247,13 +246,11 @@ class ContainerRunner:
         process = self.process
         if process is None or process.returncode is not None:
             return
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.pid, signal.SIGTERM)
+        signal_group(process.pid, signal.SIGTERM)
         try:
             await asyncio.wait_for(asyncio.shield(process.wait()), timeout=grace)
         except TimeoutError:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(process.pid, signal.SIGKILL)
+            signal_group(process.pid, signal.SIGKILL)
 
     # ------------------------------------------------------------ probes
 
@@ -495,12 +492,8 @@ class PodRunner:
         )
         if response.status_code == 404:
             self.request_stop(gone=True, grace=0)
-        elif response.is_error:
-            raise httpx.HTTPStatusError(
-                f"pod status {response.status_code}: {response.text[:200]}",
-                request=response.request,
-                response=response,
-            )
+        else:
+            raise_for_status(response)
 
     async def _report(self) -> None:
         """Patch the pod's status whenever it changes (bursts coalesced), until it stops."""
@@ -800,11 +793,15 @@ class ProcessKubelet:
                 raise LookupError(f"no pod {namespace}/{pod} ran on this kubelet")
             directory = candidates[-1]
         files = sorted(directory.glob("*.log"))
-        if container is not None:
-            files = [f for f in files if f.name.rsplit("-", 1)[0] == container]
-        elif runner is not None:
-            first = runner.containers[0].name
-            files = [f for f in files if f.name.rsplit("-", 1)[0] == first]
+        if container is None and runner is not None:
+            container = runner.containers[0].name
+        if container is None:
+            # An ended pod: its spec is gone, so which container came first is unknown.
+            names = sorted({f.stem.rsplit("-", 1)[0] for f in files})
+            if len(names) > 1:
+                raise LookupError(f"pod {namespace}/{pod} ran {', '.join(names)}: name one")
+        else:
+            files = [f for f in files if f.stem.rsplit("-", 1)[0] == container]
         runs = sorted(files, key=lambda f: int(f.stem.rsplit("-", 1)[1]))
         index = -2 if previous else -1
         if len(runs) < (2 if previous else 1):

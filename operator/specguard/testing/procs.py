@@ -67,20 +67,21 @@ def group_members(pgid: int) -> list[int]:
     return members
 
 
-def _signal_group(pgid: int, sig: int) -> None:
+def signal_group(pgid: int, sig: int) -> None:
+    """Send ``sig`` to the group; a group that is already gone is not an error."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
 
 
 def terminate_group(pgid: int, grace: float) -> None:
     """SIGTERM the group, wait up to ``grace`` seconds for it to empty, then SIGKILL it."""
-    _signal_group(pgid, signal.SIGTERM)
+    signal_group(pgid, signal.SIGTERM)
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline:
         if not group_members(pgid):
             return
         time.sleep(0.05)
-    _signal_group(pgid, signal.SIGKILL)
+    signal_group(pgid, signal.SIGKILL)
 
 
 @dataclass(frozen=True)
@@ -162,7 +163,7 @@ class ProcessGroups:
             if grace > 0:
                 terminate_group(record.pgid, grace)
             else:
-                _signal_group(record.pgid, signal.SIGKILL)
+                signal_group(record.pgid, signal.SIGKILL)
             self.unregister(record.pgid)
 
     def _write(self) -> None:
@@ -202,7 +203,7 @@ def reap_orphans(directory: Path | None = None) -> list[GroupRecord]:
             if leader is not None and leader.start_ticks != record.start_ticks:
                 continue  # pid recycled: the old group is long gone
             if leader is not None or group_members(record.pgid):
-                _signal_group(record.pgid, signal.SIGKILL)
+                signal_group(record.pgid, signal.SIGKILL)
                 reaped.append(record)
                 log.warning("killed orphaned %s (process group %d)", record.name, record.pgid)
         with contextlib.suppress(FileNotFoundError):
