@@ -22,6 +22,7 @@ if [ "$want_cluster" = 1 ]; then
     apt-get update -qq
     apt-get install -y -qq "${missing[@]}" >/dev/null
   fi
+  command -v kubectl >/dev/null || bash scripts/install-kube-tools.sh
   # envtest's KUBEBUILDER_ASSETS holds kube-apiserver and etcd but no controller-manager or
   # scheduler: those still come from the cached build.
   if [ ! -x "${KUBEBUILDER_ASSETS:-/nonexistent}/kube-scheduler" ]; then
