@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from specguard.evaluate.command import main
+from specguard.evaluate.sweep import error_text
 from specguard.sim.launch import SimProcess, start_sim
 from specguard.testing.ports import free_port
 
@@ -104,6 +105,10 @@ def test_server_without_spec_decode_metrics_is_a_warning_and_the_run_goes_on(
         (["--simulate", "kimi-k3", "--subsets", "poetry"], "--subsets: unknown subset 'poetry'"),
         (["--simulate", "kimi-k3", "--drafter-config", "{"], "--drafter-config: not JSON"),
         (["--simulate", "kimi-k3", "--bogus"], "unrecognized arguments: --bogus"),
+        (["--simulate", "kimi-k3", "--confidence", "1.5"], "--confidence: must be in [0.5, 1)"),
+        (["--simulate", "kimi-k3", "--tolerance", "-0.1"], "--tolerance: must be in [0, 1)"),
+        (["--simulate", "kimi-k3", "--seed", "-1"], "--seed: must be >= 0"),
+        (["--simulate", "kimi-k3", "--duration", "nan"], "--duration: must be > 0"),
     ],
 )
 def test_bad_command_lines(
@@ -144,3 +149,16 @@ def test_endpoint_that_dies_mid_sweep(
     errors = [line for line in err.splitlines() if line.startswith("specguard evaluate: ")]
     assert len(errors) == 1
     assert f"with-drafter endpoint {spec.url}: 10 requests failed in a row (HTTP 500" in errors[0]
+
+
+def test_failed_request_text_never_echoes_the_request() -> None:
+    # FastAPI/vLLM validation errors echo the request body (the prompt) under "input".
+    secret = "my customer's order A-1234"
+    body = json.dumps(
+        {"detail": [{"loc": ["body", "max_tokens"], "msg": "must be > 0", "input": secret}]}
+    )
+    assert error_text(422, "Unprocessable Entity", body) == "HTTP 422: body.max_tokens: must be > 0"
+    openai = json.dumps({"error": {"message": "The model `x` does not exist.", "code": 404}})
+    assert error_text(404, "Not Found", openai) == "HTTP 404: The model `x` does not exist."
+    assert error_text(502, "Bad Gateway", f"<html>{secret}</html>") == "HTTP 502 Bad Gateway"
+    assert error_text(500, None, json.dumps({"echo": secret})) == "HTTP 500"

@@ -88,6 +88,16 @@ def test_deepseek_v4_sweep_finds_the_calibrated_crossover(tmp_path: Path) -> Non
     samples = list(parse_lines((tmp_path / "samples.jsonl").read_text().splitlines()))
     assert len(samples) == len(levels) * len(subsets) * 2 * 12
     assert all(s.ok and s.measurement == "stream_usage" for s in samples)
+    # ... and by `specguard judge` itself: every measured request pairs with its twin.
+    judged = subprocess.run(
+        [sys.executable, "-m", "specguard", "judge", str(tmp_path / "samples.jsonl"),
+         "--json", "--min-requests", "10"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert judged.returncode == 0, judged.stderr
+    verdict = json.loads(judged.stdout)
+    assert verdict["method"] == "paired" and verdict["n_pairs"] == len(samples) // 2
+    assert verdict["outcome"] in ("improved", "regressed", "neutral")
     for name in doc["files"]["plots"]:
         data = (tmp_path / name).read_bytes()
         assert data.startswith(PNG_MAGIC) and len(data) > 20_000

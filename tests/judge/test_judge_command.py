@@ -78,6 +78,7 @@ def test_reads_stdin(recording: Path) -> None:
          '"concurrency":-1,"output_tokens":9,"e2e_s":1}\n', (), "line 1: concurrency:"),
         ("", ("--confidence", "1.5"), "--confidence: must be in [0.5, 1)"),
         ("", ("--window", "0"), "--window: must be a positive number"),
+        ("", ("--seed", "-1"), "--seed: must be >= 0"),
         ("", ("--tolerance", "abc"), "argument --tolerance: invalid float value"),
     ],
 )

@@ -18,6 +18,7 @@ from specguard.judge.verdict import (
     bootstrap_medians,
     classify,
     judge,
+    resampling_groups,
     stratum_of,
 )
 
@@ -59,6 +60,37 @@ def test_bootstrap_medians_keep_each_stratum_whole() -> None:
     groups = [np.arange(50), np.arange(50, 100)]
     medians = bootstrap_medians(values, groups, 300, np.random.default_rng(0))
     assert np.all(medians == 5.0)
+
+
+def test_thin_strata_are_pooled_with_their_neighbours_for_resampling() -> None:
+    assert resampling_groups([[0], [1, 2], list(range(3, 23)), [23]], 3) == [
+        [0, 1, 2],
+        [*range(3, 23), 23],
+    ]
+    assert resampling_groups([[0], [1]], 5) == [[0, 1]]  # too thin overall: one group
+    assert resampling_groups([], 5) == []
+
+
+def test_one_request_per_stratum_does_not_collapse_the_interval() -> None:
+    # Ten requests per arm, each alone in its concurrency band (1, 2, 4, ... 512). Resampled
+    # band by band, every resample is the sample itself: the CI shrinks to the point 1.1 and
+    # ten requests would read "regressed". Pooled up to min_requests_per_stratum, the CI shows
+    # how little ten spread-out requests say.
+    base_t = 0.030 * np.exp(np.linspace(-0.5, 0.5, 10))
+    spec_t = 1.1 * base_t[::-1]
+    w = [
+        replace(s, concurrency=2 ** (i % 10))
+        for i, s in enumerate(samples("speculative", spec_t) + samples("baseline", base_t))
+    ]
+    tiny = JudgeSettings(min_requests_per_arm=10, resamples=500)
+    unpooled = judge(w, replace(tiny, min_requests_per_stratum=1))
+    assert unpooled.ci_low == unpooled.ci_high == pytest.approx(1.1)
+    assert unpooled.outcome == "regressed"
+    pooled = judge(w, tiny)
+    assert len(pooled.strata) == 10 and pooled.ratio == pytest.approx(1.1)
+    assert pooled.outcome == "neutral"
+    assert pooled.ci_low is not None and pooled.ci_high is not None
+    assert pooled.ci_low < 1.0 and pooled.ci_high > 1.2
 
 
 def test_unpaired_regression_is_regressed_with_ratio_of_medians() -> None:

@@ -88,6 +88,7 @@ _FLAGS = {
     "min_requests_per_arm": "--min-requests",
     "min_output_tokens": "--min-tokens",
     "resamples": "--resamples",
+    "seed": "--seed",
     "consecutive_windows": "--consecutive",
 }
 

@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import math
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -111,8 +112,14 @@ def build_parser() -> argparse.ArgumentParser:
     answer.add_argument(
         "--tolerance", type=float, default=0.03, help="judge tolerance band (default 0.03)"
     )
+    # 0.95, not the judge's 0.99: the operator's judge looks again every window and acts on its
+    # own, so it guards against repeated false alarms; evaluate looks once per level and a
+    # person reads the answer, so a conventional 95% interval is the fitting level.
     answer.add_argument(
-        "--confidence", type=float, default=0.95, help="judge confidence level (default 0.95)"
+        "--confidence",
+        type=float,
+        default=0.95,
+        help="judge confidence level (default 0.95; `specguard judge` defaults to 0.99)",
     )
     answer.add_argument(
         "--min-requests",
@@ -160,19 +167,43 @@ def _validate(args: argparse.Namespace) -> None:
                 raise UsageError(f"{flag}: expected an http:// or https:// URL, got {url!r}")
     if args.requests is not None and args.requests < 1:
         raise UsageError(f"--requests: must be >= 1, got {args.requests}")
-    if args.duration is not None and args.duration <= 0:
+    if args.duration is not None and not (math.isfinite(args.duration) and args.duration > 0):
         raise UsageError(f"--duration: must be > 0, got {args.duration}")
     if args.max_tokens is not None and args.max_tokens < 2:
         raise UsageError(
             "--max-tokens: must be >= 2 (per-token latency needs two tokens), "
             f"got {args.max_tokens}"
         )
-    if args.time_scale is not None and (args.simulate is None or args.time_scale <= 0):
+    if args.time_scale is not None and (
+        args.simulate is None or not (math.isfinite(args.time_scale) and args.time_scale > 0)
+    ):
         raise UsageError("--time-scale: only with --simulate, and > 0")
     if args.min_requests < 2:
         raise UsageError("--min-requests: must be >= 2")
     if args.max_batch_size < 2:
         raise UsageError("--max-batch-size: must be >= 2")
+
+
+# JudgeSettings field → the flag that sets it, so a bad value names what the user typed.
+_JUDGE_FLAGS = {
+    "tolerance": "--tolerance",
+    "confidence": "--confidence",
+    "min_requests_per_arm": "--min-requests",
+    "seed": "--seed",
+}
+
+
+def _judge_settings(args: argparse.Namespace) -> JudgeSettings:
+    try:
+        return JudgeSettings(
+            tolerance=args.tolerance,
+            confidence=args.confidence,
+            min_requests_per_arm=args.min_requests,
+            seed=args.seed,
+        )
+    except ValueError as exc:
+        field, _, problem = str(exc).partition(": ")
+        raise UsageError(f"{_JUDGE_FLAGS.get(field, field)}: {problem}") from exc
 
 
 def _drafter_info(config: dict[str, Any] | None, positions: int | None) -> analysis.DrafterInfo:
@@ -225,12 +256,11 @@ class Evaluation:
         self.prompts = promptset.load(args.prompts, subsets)
         self.cells: list[Cell] = []
         # Flags checked up front, so a mistake is one line before anything starts.
+        self.judge_settings = _judge_settings(args)
         self.sim_profile = simulate.profile(args.simulate) if args.simulate else None
-        self.drafter_config = (
-            simulate.drafter_config(self.sim_profile, args.drafter_config)
-            if self.sim_profile is not None
-            else _parse_drafter_config(args.drafter_config)
-        )
+        self.drafter_config = _parse_drafter_config(args.drafter_config)
+        if self.sim_profile is not None:
+            self.drafter_config = simulate.drafter_config(self.sim_profile, self.drafter_config)
         self.warnings: list[str] = []
         self.drafter: analysis.DrafterInfo = analysis.DrafterInfo()
         self.urls: dict[str, str] = {}
@@ -366,14 +396,11 @@ class Evaluation:
         if not self.cells:
             return None
         a = self.args
-        settings = JudgeSettings(
-            tolerance=a.tolerance,
-            confidence=a.confidence,
-            min_requests_per_arm=a.min_requests,
-            seed=a.seed,
-        )
         result = analysis.analyse(
-            self.cells, drafter=self.drafter, judge_settings=settings, max_batch=a.max_batch_size
+            self.cells,
+            drafter=self.drafter,
+            judge_settings=self.judge_settings,
+            max_batch=a.max_batch_size,
         )
         out = Path(a.out)
         title = (

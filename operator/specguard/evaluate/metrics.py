@@ -13,11 +13,15 @@ from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
-DRAFTS = "vllm:spec_decode_num_drafts"
+from specguard.sources.exposition import ACCEPTED_METRIC as ACCEPTED
+from specguard.sources.exposition import DRAFTS_METRIC as DRAFTS
+from specguard.sources.exposition import RUNNING_METRIC as RUNNING
+from specguard.sources.exposition import acceptance_length
+
+# Beyond what the judge's sources read: the sweep also wants the drafted-token count (for the
+# acceptance rate), the per-position counter (the drafter's k) and the waiting queue.
 DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
-ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
 PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos"
-RUNNING = "vllm:num_requests_running"
 WAITING = "vllm:num_requests_waiting"
 
 
@@ -49,9 +53,7 @@ class Acceptance:
     @property
     def length(self) -> float | None:
         """Mean acceptance length (target token included), None when no step drafted."""
-        if self.drafts <= 0:
-            return None
-        return 1.0 + self.accepted / self.drafts
+        return acceptance_length(self.drafts, self.accepted)
 
     @property
     def rate(self) -> float | None:

@@ -22,6 +22,7 @@ How a cell runs (docs/evaluate.md explains the choices):
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -138,6 +139,30 @@ async def wait_idle(session: aiohttp.ClientSession, url: str, timeout_s: float) 
         await asyncio.sleep(0.05)
 
 
+def error_text(status: int, reason: str | None, body: str) -> str:
+    """One line for a failed request, safe to print: only the server's error *message*
+    (OpenAI-style ``{"error": {"message": ...}}``, or FastAPI's ``detail``), never the raw
+    body, because validation errors echo the request back and that holds the prompt."""
+    message: Any = None
+    try:
+        data = json.loads(body)
+    except ValueError:
+        data = None
+    if isinstance(data, dict):
+        inner = data.get("error")
+        message = inner.get("message") if isinstance(inner, dict) else data.get("message")
+        detail = data.get("detail")
+        if message is None and isinstance(detail, str):
+            message = detail
+        elif message is None and isinstance(detail, list) and detail:
+            first = detail[0] if isinstance(detail[0], dict) else {}
+            where = ".".join(str(part) for part in first.get("loc", ()))
+            message = f"{where}: {first.get('msg', 'invalid request')}"
+    if not isinstance(message, str) or not message.strip():
+        return f"HTTP {status} {reason}" if reason else f"HTTP {status}"
+    return f"HTTP {status}: {' '.join(message.split())[:200]}"
+
+
 async def _request(
     session: aiohttp.ClientSession,
     endpoint: Endpoint,
@@ -157,8 +182,7 @@ async def _request(
         async with session.post(f"{endpoint.url}{prompt.path}", json=body, headers=headers) as resp:
             status = resp.status
             if status != 200:
-                text = (await resp.text())[:200]
-                error = f"HTTP {status}: {' '.join(text.split())}"
+                error = error_text(status, resp.reason, await resp.text())
             else:
                 async for data in resp.content.iter_any():
                     meter.feed(data, time.monotonic())

@@ -15,7 +15,9 @@ estimate ``ratio`` and its CI are always of the same statistic (``quantity`` nam
   but is not what the CI is about.
 - stratified (otherwise): the ratio of medians, median(speculative TPOTs) ÷ median(baseline
   TPOTs); CI from a bootstrap that resamples each arm within its concurrency strata, so every
-  resample keeps the arm's mix of concurrencies.
+  resample keeps the arm's mix of concurrencies. Strata thinner than
+  ``min_requests_per_stratum`` are pooled with their neighbours for resampling (a stratum
+  resampled within itself adds no variance, so thin ones would narrow the CI falsely).
 
 CIs are percentile bootstrap intervals, seeded, vectorised (resamples × samples index matrix).
 Pure: no I/O, no clocks; the same input and seed give the same verdict.
@@ -72,6 +74,14 @@ class JudgeSettings:
     - ``"off"``: no check.
 
     Either way the verdict reports both (``concurrency`` and ``requests_per_pod``).
+
+    ``min_requests_per_stratum`` is the minimum evidence per concurrency stratum *for
+    resampling*: thinner strata are pooled with their neighbours. It is deliberately not an
+    inconclusive rule: at one arrival rate a slower arm holds more requests in flight, so a
+    large regression moves the speculative arm into higher strata than the baseline's, and a
+    rule wanting both arms in one stratum would silence exactly the regressions that matter.
+    The minimum per arm plus the load check guard the comparison; a caller that wants one
+    concurrency judges one stratum's samples (``specguard evaluate`` judges each level alone).
     """
 
     tolerance: float = 0.03
@@ -84,6 +94,7 @@ class JudgeSettings:
     resamples: int = 2000
     seed: int = 0
     min_domain_requests: int = 10
+    min_requests_per_stratum: int = 20
 
     def __post_init__(self) -> None:
         checks = (
@@ -99,7 +110,13 @@ class JudgeSettings:
             ("concurrency_tolerance", self.concurrency_tolerance >= 0, "must be >= 0"),
             ("concurrency_slack", self.concurrency_slack >= 0, "must be >= 0"),
             ("resamples", self.resamples >= 100, "must be at least 100"),
+            ("seed", self.seed >= 0, "must be >= 0"),
             ("min_domain_requests", self.min_domain_requests >= 1, "must be at least 1"),
+            (
+                "min_requests_per_stratum",
+                self.min_requests_per_stratum >= 1,
+                "must be at least 1",
+            ),
         )
         for name, ok, problem in checks:
             value = getattr(self, name)
@@ -329,7 +346,9 @@ def judge(
         boot = _paired_bootstrap(log_ratios, settings.resamples, rng)
     else:
         ratio = med_s / med_b
-        boot = _stratified_ratio_bootstrap(chosen, settings.resamples, rng)
+        boot = _stratified_ratio_bootstrap(
+            chosen, settings.resamples, rng, settings.min_requests_per_stratum
+        )
     alpha = 1.0 - settings.confidence
     ci_low, ci_high = (float(q) for q in np.quantile(boot, [alpha / 2, 1 - alpha / 2]))
     # The percentile interval of a median can exclude the point estimate on tiny, tied data;
@@ -456,22 +475,48 @@ def _paired_bootstrap(
 
 
 def _stratified_medians(
-    samples: Sequence[Sample], resamples: int, rng: np.random.Generator
+    samples: Sequence[Sample], resamples: int, rng: np.random.Generator, minimum: int
 ) -> FloatArray:
     """Bootstrap medians of one arm, resampling within each concurrency stratum."""
     values = _tpots(samples)
     strata: dict[tuple[int, int], list[int]] = {}
     for i, s in enumerate(samples):
         strata.setdefault(stratum_of(s.concurrency), []).append(i)
-    groups = [np.asarray(idx, dtype=np.intp) for _, idx in sorted(strata.items())]
+    groups = [
+        np.asarray(idx, dtype=np.intp)
+        for idx in resampling_groups([idx for _, idx in sorted(strata.items())], minimum)
+    ]
     return bootstrap_medians(values, groups, resamples, rng)
 
 
+def resampling_groups(strata: Sequence[list[int]], minimum: int) -> list[list[int]]:
+    """Strata (in concurrency order) pooled with their neighbours until each holds at least
+    ``minimum`` requests. A stratum resampled within itself keeps its size fixed, so a thin
+    one contributes almost no variance (one request: none) and the CI comes out too narrow;
+    pooling adjacent bands keeps most of the stratification where the data supports it."""
+    groups: list[list[int]] = []
+    current: list[int] = []
+    for indices in strata:
+        current = current + indices
+        if len(current) >= minimum:
+            groups.append(current)
+            current = []
+    if current:
+        if groups:
+            groups[-1] = groups[-1] + current
+        else:
+            groups.append(current)
+    return groups
+
+
 def _stratified_ratio_bootstrap(
-    chosen: Mapping[Arm, Sequence[Sample]], resamples: int, rng: np.random.Generator
+    chosen: Mapping[Arm, Sequence[Sample]],
+    resamples: int,
+    rng: np.random.Generator,
+    minimum: int,
 ) -> FloatArray:
-    spec = _stratified_medians(chosen["speculative"], resamples, rng)
-    base = _stratified_medians(chosen["baseline"], resamples, rng)
+    spec = _stratified_medians(chosen["speculative"], resamples, rng, minimum)
+    base = _stratified_medians(chosen["baseline"], resamples, rng, minimum)
     ratio: FloatArray = spec / base
     return ratio
 
@@ -523,5 +568,6 @@ __all__ = [
     "bootstrap_medians",
     "classify",
     "judge",
+    "resampling_groups",
     "stratum_of",
 ]
