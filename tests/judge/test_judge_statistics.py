@@ -6,6 +6,8 @@ margin (see bench/judge_power.py for the same figures on more windows)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -136,18 +138,7 @@ def test_policy_k_consecutive_windows_match_the_exact_run_probability() -> None:
         median_s={},
         n={},
     )
-    neutral = Verdict(
-        outcome="neutral",
-        ratio=1.0,
-        ci_low=0.9,
-        ci_high=1.1,
-        confidence=0.99,
-        tolerance=0.03,
-        method="stratified",
-        basis="test",
-        median_s={},
-        n={},
-    )
+    neutral = dataclasses.replace(regressed, outcome="neutral", ratio=1.0, ci_low=0.9, ci_high=1.1)
     pool = [regressed if rng.random() < 0.2 else neutral for _ in range(pool_size)]
     share = sum(v is regressed for v in pool) / pool_size
     expected = _run_of_k_probability(share, 3, 20)

@@ -33,6 +33,7 @@ from specguard.judge.verdict import (
     Verdict,
     _insufficient,
     classify,
+    inconclusive,
 )
 
 BASIS_PROMETHEUS = "prometheus histogram of per-request TPOT (coarser: bucket resolution)"
@@ -159,15 +160,7 @@ def judge_histograms(
         reasons.append("concurrency of an arm is unknown")
     med_s, med_b = med["speculative"], med["baseline"]
     if reasons or not med_s or not med_b:
-        return Verdict(
-            outcome="inconclusive",
-            ratio=None,
-            ci_low=None,
-            ci_high=None,
-            method="none",
-            reasons=tuple(reasons) or ("no data",),
-            **common,  # type: ignore[arg-type]
-        )
+        return inconclusive(reasons, common)
     ratio = med_s / med_b
     lower, upper = _edges(spec.bounds)
     rng = np.random.default_rng(settings.seed)

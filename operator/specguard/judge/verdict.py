@@ -255,6 +255,19 @@ def _usable(sample: Sample, settings: JudgeSettings) -> str | None:
     return None
 
 
+
+def inconclusive(reasons: Sequence[str], common: Mapping[str, Any]) -> Verdict:
+    """The verdict when the evidence does not allow one: no ratio, no interval, the reasons."""
+    return Verdict(
+        outcome="inconclusive",
+        ratio=None,
+        ci_low=None,
+        ci_high=None,
+        method="none",
+        reasons=tuple(reasons) or ("no data",),
+        **common,
+    )
+
 def judge(
     samples: Iterable[Sample],
     settings: JudgeSettings | None = None,
@@ -330,15 +343,7 @@ def judge(
     reasons = _insufficient(n, concurrency, requests_per_pod, settings)
     med_s, med_b = medians["speculative"], medians["baseline"]
     if reasons or med_s is None or med_b is None:
-        return Verdict(
-            outcome="inconclusive",
-            ratio=None,
-            ci_low=None,
-            ci_high=None,
-            method="none",
-            reasons=tuple(reasons) or ("no data",),
-            **base,  # type: ignore[arg-type]
-        )
+        return inconclusive(reasons, base)
     rng = np.random.default_rng(settings.seed)
     if paired:
         log_ratios = np.log(values["speculative"]) - np.log(values["baseline"])
