@@ -85,6 +85,8 @@ def test_defaults_and_both_spellings() -> None:
         ("evaluation", {"confidence": 0.4}, "spec.evaluation.confidence", "0.5"),
         ("evaluation", {"window": "1d"}, "spec.evaluation.window", "invalid duration '1d'"),
         ("evaluation", {"window": 60.5}, "spec.evaluation.window", "a duration is a string"),
+        ("evaluation", {"window": 60}, "spec.evaluation.window", "got int 60"),
+        ("rollback", {"cooldown": True}, "spec.rollback.cooldown", "got bool True"),
         ("evaluation", {"minOutputTokens": 1}, "spec.evaluation.minOutputTokens", "2"),
         ("rollback", {"policy": "maybe"}, "spec.rollback.policy", "auto"),
         (

@@ -9,7 +9,8 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Final
 
-from pydantic import BeforeValidator, PlainSerializer, WithJsonSchema
+from pydantic import BeforeValidator, GetCoreSchemaHandler, PlainSerializer, WithJsonSchema
+from pydantic_core import core_schema
 
 DURATION_PATTERN: Final = r"^([0-9]+h)?([0-9]+m)?([0-9]+s)?$"
 _DURATION_RE: Final = re.compile(DURATION_PATTERN)
@@ -39,17 +40,30 @@ def format_duration(seconds: int) -> str:
     return text or "0s"
 
 
+class Seconds(int):
+    """A duration already in seconds, for defaults and Python callers; input read from YAML or
+    JSON never has this type, so a bare number there is still refused."""
+
+    @classmethod
+    def __get_pydantic_core_schema__(
+        cls, source: type[Any], handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
+        # Lets pydantic write a default of this type into the JSON schema (as seconds).
+        return core_schema.no_info_after_validator_function(cls, core_schema.int_schema())
+
+
 def _coerce(value: Any) -> int:
-    # Python callers may pass seconds; the wire (YAML, JSON) always carries strings.
-    if isinstance(value, bool):
-        raise ValueError("a duration is a string like '60s' or '30m'")
-    if isinstance(value, int):
+    # Wire input must be a string, as the CRD's schema demands: a bare YAML number
+    # (window: 60) passing here but refused by the apiserver would make the two disagree.
+    if isinstance(value, Seconds):
         if value < 0:
-            raise ValueError(f"negative duration: {value}")
-        return value
+            raise ValueError(f"negative duration: {int(value)}")
+        return int(value)
     if isinstance(value, str):
         return parse_duration(value)
-    raise ValueError("a duration is a string like '60s' or '30m'")
+    raise ValueError(
+        f"a duration is a string like '60s' or '30m', got {type(value).__name__} {value!r}"
+    )
 
 
 # A field holding a duration: seconds (int) in Python, a duration string on the wire.

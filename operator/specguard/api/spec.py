@@ -11,7 +11,7 @@ from typing import Annotated, Literal, get_args
 
 from pydantic import Field, StringConstraints
 
-from specguard.api.durations import Duration
+from specguard.api.durations import Duration, Seconds
 from specguard.api.wire import Passthrough, Quantity, WireModel
 
 DrafterMethod = Literal[
@@ -259,7 +259,7 @@ class Shadow(WireModel):
 
 class Evaluation(WireModel):
     window: Duration = Field(
-        default=60,
+        default=Seconds(60),
         description="Length of one evaluation window (10s to 24h). Default 60s.",
     )
     min_requests_per_arm: int = Field(
@@ -315,11 +315,11 @@ class Rollback(WireModel):
         "cooldown). manual: only on the specguard.io/retry annotation.",
     )
     cooldown: Duration = Field(
-        default=1800,
+        default=Seconds(1800),
         description="Least time between two automatic transitions (0s to 7 days). Default 30m.",
     )
     startup_deadline: Duration = Field(
-        default=1200,
+        default=Seconds(1200),
         description="Time drafter pods may take to become ready before specguard rolls back "
         "(1m to 24h); also the budget of the pods' startup probe. Default 20m.",
     )
