@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from specguard.api import parse_resource
+from specguard.api import SpecError, parse_resource
 from specguard.testing.cluster import LocalCluster
 
 pytestmark = pytest.mark.cluster
@@ -86,6 +86,20 @@ def test_server_refuses_a_bad_object_naming_the_field(
     assert refused.returncode != 0
     assert "spec.drafter.method" in refused.stderr
     assert "spec.runtime.tensorParallelSize" in refused.stderr
+
+
+def test_bare_number_duration_refused_by_server_and_python_alike(
+    installed_crd: LocalCluster, cluster_namespace: str
+) -> None:
+    obj = _example(EXAMPLES[0])
+    obj["spec"].setdefault("evaluation", {})["window"] = 60
+    refused = _kubectl(
+        installed_crd, "create", "-n", cluster_namespace, "-f", "-", stdin=json.dumps(obj)
+    )
+    assert refused.returncode != 0
+    assert "spec.evaluation.window" in refused.stderr
+    with pytest.raises(SpecError, match=r"spec\.evaluation\.window"):
+        parse_resource(obj)
 
 
 def test_status_subresource_and_printer_columns(

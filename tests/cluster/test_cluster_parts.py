@@ -5,6 +5,7 @@ processes)."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -246,3 +247,23 @@ def test_build_script_refuses_to_run_without_root(tmp_path: Path) -> None:
         "build-control-plane: error: must run as root: it installs Debian packages "
         "(golang-go, etcd-server) and fetches a source package"
     ]
+
+
+def test_build_script_refuses_a_machine_without_apt(tmp_path: Path) -> None:
+    # A PATH that has `id` but no apt-get stands in for a non-Debian machine; the check
+    # comes after the root check, so run as (namespace) root when not root already.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "id").symlink_to(shutil.which("id") or "/usr/bin/id")
+    root = [] if os.geteuid() == 0 else [shutil.which("unshare") or "unshare", "--map-root-user"]
+    env = {"PATH": str(bin_dir), "SPECGUARD_CACHE_DIR": str(tmp_path / "empty-cache")}
+    proc = subprocess.run(
+        [*root, "/bin/bash", "-s"], input=BUILD_SCRIPT.read_text(), env=env,
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        "build-control-plane: error: needs Debian (apt-get): it builds from Debian's kubernetes "
+        "source package; elsewhere set KUBEBUILDER_ASSETS"
+    ]
+    assert not (tmp_path / "empty-cache").exists()
