@@ -93,6 +93,15 @@ def test_repromotion_needs_cooldown_and_k_plus_one_windows() -> None:
     assert s.windows_to_repromote == 3
 
 
+def test_cooldown_counts_from_a_transition_at_time_zero() -> None:
+    # A replayed or synthetic clock may start at 0: a rollback at t=0 is still a transition.
+    s = PolicySettings(consecutive_windows=1, cooldown_s=10 * WINDOW)
+    state = PolicyState(mode="baseline", since=0.0)
+    state, ds = run("III", s, state, t0=0.0)
+    assert actions(ds) == "..." and state.mode == "baseline"
+    assert "cooldown" in ds[0].reason
+
+
 def test_repromotion_streak_breaks_on_neutral() -> None:
     s = PolicySettings(consecutive_windows=2, cooldown_s=0)  # re-promotion needs 3
     state, _ = run("RR", s)

@@ -310,7 +310,7 @@ def _while_baseline(
     if verdict.outcome != "improved":
         reset = replace(state, streak=0, streak_outcome=verdict.outcome)
         return reset, _hold(reset, f"{verdict.outcome}: staying without the drafter", settings, now)
-    cooldown_ends = (state.since or -math.inf) + settings.cooldown_s
+    cooldown_ends = (-math.inf if state.since is None else state.since) + settings.cooldown_s
     if now < cooldown_ends:
         reset = replace(state, streak=0, streak_outcome="improved")
         reason = f"improved, but in cooldown for another {cooldown_ends - now:.0f}s"
