@@ -198,6 +198,25 @@ def test_kubebuilder_assets_first_then_cache_for_what_envtest_lacks(
         find_binaries()
 
 
+def test_version_skew_between_envtest_and_cached_binaries_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assets, cache = tmp_path / "assets", tmp_path / "cache" / "control-plane" / "bin"
+    _fake_binaries(assets, "kube-apiserver", "etcd")  # 1.30
+    _fake_binaries(cache, "kube-controller-manager", "kube-scheduler")
+    (cache / "kube-scheduler").write_text("#!/bin/sh\necho Kubernetes v1.20.2\n")
+    monkeypatch.setenv("KUBEBUILDER_ASSETS", str(assets))
+    monkeypatch.setenv("SPECGUARD_CACHE_DIR", str(tmp_path / "cache"))
+    with pytest.raises(MissingBinariesError, match=r"kube-scheduler 1\.20 .* kube-apiserver 1\.30"):
+        find_binaries().checked_minors()
+    # One minor older is supported; newer is not.
+    (cache / "kube-scheduler").write_text("#!/bin/sh\necho Kubernetes v1.29.1\n")
+    assert find_binaries().checked_minors() == (30, 30, 29)
+    (cache / "kube-controller-manager").write_text("#!/bin/sh\necho Kubernetes v1.31.0\n")
+    with pytest.raises(MissingBinariesError, match=r"kube-controller-manager 1\.31"):
+        find_binaries().checked_minors()
+
+
 def test_missing_binaries_fail_the_cluster_tier_with_a_clear_message(tmp_path: Path) -> None:
     (tmp_path / "test_needs_cluster.py").write_text(
         "def test_it(local_cluster):\n    pass\n"

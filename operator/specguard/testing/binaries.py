@@ -3,7 +3,8 @@
 Order:
 1. ``KUBEBUILDER_ASSETS`` (setup-envtest layout: kube-apiserver, etcd, kubectl). envtest
    ships no kube-controller-manager or kube-scheduler; those are then taken from the
-   cache directory, then from PATH.
+   cache directory, then from PATH, and must be within the supported version skew
+   (``ControlPlaneBinaries.checked_minors``).
 2. The cache directory filled by ``scripts/build-control-plane.sh``:
    ``$SPECGUARD_CACHE_DIR/control-plane/bin`` (default ``~/.cache/specguard``); etcd from
    there or from PATH (Debian's ``etcd-server``).
@@ -59,6 +60,28 @@ class ControlPlaneBinaries:
         if match is None:
             raise MissingBinariesError(f"{binary}: cannot read its version from {out!r}")
         return int(match.group(1))
+
+
+    def checked_minors(self) -> tuple[int, int, int]:
+        """Minor versions of (apiserver, controller-manager, scheduler), refused outside the
+        skew Kubernetes supports: the other two at most one minor older than the apiserver,
+        never newer. A 1.30 envtest apiserver with the cached 1.20 scheduler looks healthy
+        but never schedules a pod (the 1.20 scheduler waits on APIs 1.25 removed)."""
+        apiserver = self.minor_version(self.kube_apiserver)
+        controller_manager = self.minor_version(self.kube_controller_manager)
+        scheduler = self.minor_version(self.kube_scheduler)
+        for name, path, minor in (
+            ("kube-controller-manager", self.kube_controller_manager, controller_manager),
+            ("kube-scheduler", self.kube_scheduler, scheduler),
+        ):
+            if not apiserver - 1 <= minor <= apiserver:
+                raise MissingBinariesError(
+                    f"{name} 1.{minor} ({path}) cannot run with kube-apiserver 1.{apiserver} "
+                    f"({self.kube_apiserver}): Kubernetes supports it at most one minor "
+                    "version older than the apiserver. Put a matching "
+                    f"{name} in KUBEBUILDER_ASSETS or unset it to use the cache ({self.origin})."
+                )
+        return apiserver, controller_manager, scheduler
 
 
 def _executable(path: Path) -> Path | None:

@@ -218,8 +218,7 @@ class LocalCluster:
             ],
         )
         # Asked while etcd boots: flags differ across versions (KUBEBUILDER_ASSETS).
-        kcm_minor = binaries.minor_version(binaries.kube_controller_manager)
-        scheduler_minor = binaries.minor_version(binaries.kube_scheduler)
+        _, kcm_minor, scheduler_minor = binaries.checked_minors()
         self._wait(
             etcd,
             lambda: "true" in httpx.get(f"{etcd_url}/health", timeout=2).text,
