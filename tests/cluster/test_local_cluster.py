@@ -5,6 +5,7 @@ teardown leaves no process behind."""
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -22,7 +23,7 @@ from specguard.testing import (
     ProcessKubelet,
     PrometheusServer,
 )
-from specguard.testing.procs import group_members, proc_stat
+from specguard.testing.procs import ProcStat, group_members, proc_stat
 from specguard.testing.wait import wait_until
 
 pytestmark = pytest.mark.cluster
@@ -404,6 +405,7 @@ def ready_heartbeat(cluster: LocalCluster, node: str) -> float:
 
 @pytest.mark.slow
 def test_node_heartbeats_and_teardown_leaves_no_process_behind() -> None:
+    before = _descendants(os.getpid())  # the session's own cluster, if one is running
     with LocalCluster() as cluster:
         (node,) = cluster.add_gpu_nodes(1)
         kubelet = cluster.start_kubelet(KubeletConfig(heartbeat_interval=1.0))
@@ -421,8 +423,47 @@ def test_node_heartbeats_and_teardown_leaves_no_process_behind() -> None:
                 "prometheus"} <= names  # fmt: skip
         assert set(pod_pids.values()) <= set(groups)
         assert all(group_members(g) for g in groups)
+        # Beyond the recorded groups: every process started under this test (at any depth,
+        # in any group) and every process whose command line names the cluster's work dir.
+        started = (_descendants(os.getpid()) - before) | _mentioning(str(cluster.workdir))
+        assert set(pod_pids.values()) <= {p.pid for p in started}
     leftovers = {g: group_members(g) for g in groups if group_members(g)}
     assert not leftovers
+    still = [p for p in started if (now := proc_stat(p.pid)) and now.start_ticks == p.start_ticks
+             and now.state != "Z"]  # fmt: skip
+    assert not still
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(raw.rsplit(")", 1)[1].split()[1])
+
+
+def _descendants(root: int) -> set[ProcStat]:
+    parents = {int(e): _parent(int(e)) for e in os.listdir("/proc") if e.isdigit()}
+    found: set[int] = set()
+    frontier = {root}
+    while frontier:
+        frontier = {pid for pid, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return {stat for pid in found if (stat := proc_stat(pid)) is not None}
+
+
+def _mentioning(text: str) -> set[ProcStat]:
+    found = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if text.encode() in cmdline and (stat := proc_stat(int(entry))) is not None:
+            found.add(stat)
+    return found
 
 
 ENV_PRINTER = """
