@@ -8,6 +8,7 @@ import pytest
 from specguard.judge.sample import Sample
 from specguard.router.feed import CursorError, SampleFeed
 from specguard.router.proxy import RouterConfig
+from specguard.sources.router_feed import RouterFeed
 
 
 def sample(n: int) -> Sample:
@@ -60,8 +61,24 @@ def test_cursor_from_another_epoch_restarts_from_oldest() -> None:
     assert tokens(page.samples) == [3, 4]
     assert page.missed == 2  # this epoch's samples 1 and 2 were evicted before it came back
     assert page.epoch == "new" and page.next == "new:4"
-    # A cursor ahead of this epoch's numbering also restarts.
-    assert tokens(feed.read("new:99", 10).samples) == [3, 4]
+
+
+def test_cursor_past_the_newest_restarts_from_oldest() -> None:
+    # Such a cursor was never issued by this process (a restart changes the epoch): the
+    # reader starts again from the oldest kept sample, as for another epoch's cursor, and
+    # then follows normally.
+    feed = SampleFeed(2, epoch="e")
+    feed.add(sample(1))
+    page = feed.read("e:99", 10)
+    assert tokens(page.samples) == [1] and page.missed == 0 and page.next == "e:1"
+    for n in range(2, 5):
+        feed.add(sample(n))
+    page = feed.read("e:99", 10)
+    assert tokens(page.samples) == [3, 4] and page.next == "e:4"
+    assert page.missed == 2  # 1 and 2 are gone: the reader cannot get them any more
+    feed.add(sample(5))
+    follow = feed.read(page.next, 10)
+    assert tokens(follow.samples) == [5] and follow.missed == 0
 
 
 def test_bad_cursor_is_an_error() -> None:
@@ -99,3 +116,22 @@ async def test_samples_endpoint(upstream, start_router, h) -> None:
             assert r.status == 400
         async with s.get(rt.url + "/metrics") as r:
             assert "specguard_router_samples_evicted_total 2.0" in await r.text()
+
+
+async def test_reader_with_a_cursor_past_the_newest_is_not_stuck(upstream, start_router, h) -> None:
+    up = await upstream()
+    rt = await start_router(h.topology([up.url]), RouterConfig(samples_capacity=2))
+    body = {"model": "m", "prompt": "p", "max_tokens": 2, "stream": True}
+    async with aiohttp.ClientSession() as s:
+        for _ in range(3):
+            async with s.post(rt.url + "/v1/completions", json=body) as r:
+                await r.read()
+    async with RouterFeed([rt.url]) as reader:
+        reader.cursors[rt.url] = f"{rt.router.feed.epoch}:999"
+        first = await reader.poll()
+        assert first.failed == {} and len(first.samples) == 2 and first.missed == 1
+        assert reader.cursors[rt.url] == f"{rt.router.feed.epoch}:3"
+        async with aiohttp.ClientSession() as s, s.post(rt.url + "/v1/completions", json=body) as r:
+            await r.read()
+        second = await reader.poll()
+        assert len(second.samples) == 1 and second.missed == 0 and second.failed == {}

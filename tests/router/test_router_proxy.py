@@ -8,7 +8,8 @@ from typing import Any
 
 import aiohttp
 
-from specguard.router.proxy import RouterConfig
+from specguard.router.command import static_topology
+from specguard.router.proxy import Router, RouterConfig
 
 
 async def post(url: str, body: dict[str, Any], **kw: Any) -> tuple[int, dict[str, str], bytes]:
@@ -288,3 +289,98 @@ async def test_upstream_silence_times_out(upstream, start_router, h) -> None:
     assert cut
     [sample] = rt.router.feed.read(None, 10).samples
     assert sample.status == 502 and sample.output_tokens == 0
+
+
+async def _all_dead(start_router, h, count: int) -> None:
+    # Static --serving URLs as the CLI builds them, none of them listening.
+    dead = [f"http://127.0.0.1:{h.free_port()}" for _ in range(count)]
+    rt = await start_router(static_topology(dead, [], None, "speculative"))
+    timeout = aiohttp.ClientTimeout(total=5)
+    async with aiohttp.ClientSession(timeout=timeout) as s:
+        started = asyncio.get_running_loop().time()
+        async with s.post(rt.url + "/v1/chat/completions", json=CHAT) as r:
+            status, body = r.status, await r.json()
+        took = asyncio.get_running_loop().time() - started
+    assert status == 502 and took < 2.0
+    assert body["error"]["type"] == "service_unavailable"
+    assert f"{count} serving pods" in body["error"]["message"]
+    # Each dead pod was tried exactly once: one failed attempt counted per pod.
+    labels = {"arm": "speculative", "role": "serving", "status": "upstream_error"}
+    tries = rt.router.metrics.registry.get_sample_value("specguard_router_requests_total", labels)
+    assert tries == count
+    assert all(pod.in_flight == 0 for pod in rt.router.topology.pods["speculative"])
+
+
+async def test_two_dead_pods_give_a_prompt_502(start_router, h, caplog) -> None:
+    caplog.set_level("WARNING", logger="specguard.router")
+    await _all_dead(start_router, h, 2)
+    assert sum("unreachable" in r.getMessage() for r in caplog.records) == 2
+
+
+async def test_three_dead_pods_give_a_prompt_502(start_router, h, caplog) -> None:
+    caplog.set_level("WARNING", logger="specguard.router")
+    await _all_dead(start_router, h, 3)
+    assert sum("unreachable" in r.getMessage() for r in caplog.records) == 3
+
+
+async def test_live_pod_among_dead_ones_always_answers(upstream, start_router, h) -> None:
+    # Dead pods finish with nothing in flight, so least-in-flight keeps picking them first:
+    # only trying every pod once guarantees the live one is reached.
+    up = await upstream()
+    dead = [f"http://127.0.0.1:{h.free_port()}" for _ in range(2)]
+    rt = await start_router(h.topology([*dead, up.url]))
+    for _ in range(6):
+        status, _, _ = await post(rt.url + "/v1/chat/completions", CHAT)
+        assert status == 200
+    assert up.started == 6
+
+
+async def test_client_disconnect_cancels_non_streamed_upstream(upstream, start_router, h) -> None:
+    # A non-streamed generation sends nothing until it is done, so the router is still
+    # waiting for the response head when the client leaves: that wait must be cancelled
+    # and the upstream connection closed, or the pod keeps generating for nobody.
+    up = await upstream("hang")
+    rt = await start_router(h.topology([up.url]))
+    async with aiohttp.ClientSession() as s:
+        task = asyncio.create_task(s.post(rt.url + "/v1/chat/completions", json=CHAT))
+        await h.wait_for(lambda: up.started == 1)
+        task.cancel()  # drops the client's connection
+        await asyncio.gather(task, return_exceptions=True)
+    await h.wait_for(lambda: up.finished == 1, timeout=5)
+    assert up.cancelled == 1
+    await h.wait_for(lambda: rt.router.topology.pods["speculative"][0].in_flight == 0)
+    labels = {"arm": "speculative", "role": "serving", "status": "client_closed"}
+    assert (
+        rt.router.metrics.registry.get_sample_value("specguard_router_requests_total", labels)
+        == 1.0
+    )
+    assert len(rt.router.feed) == 0
+
+
+def _frames_of(code: Any) -> list[Any]:
+    """Frames of running coroutines of ``code`` (a function's __code__), in any task."""
+    found = []
+    for task in asyncio.all_tasks():
+        coro: Any = task.get_coro()
+        while coro is not None and getattr(coro, "cr_frame", None) is not None:
+            if coro.cr_code is code:
+                found.append(coro.cr_frame)
+            coro = coro.cr_await
+    return found
+
+
+async def test_parsed_request_is_not_held_for_the_generation(upstream, start_router, h) -> None:
+    # Memory: each in-flight request may be up to --max-body-bytes; the parsed dict is a
+    # further copy of the prompt, needed only to decide what to send. Neither the serving
+    # handler nor the shadow copy may keep it while the generations run.
+    serve, shadow = await upstream(tokens=200, gap_s=0.01), await upstream(tokens=200, gap_s=0.01)
+    rt = await start_router(h.topology([serve.url], [shadow.url], share=1.0))
+    body = {**CHAT, "max_tokens": 200, "stream": True}
+    task = asyncio.create_task(post(rt.url + "/v1/chat/completions", body))
+    await h.wait_for(lambda: serve.started == 1 and shadow.started == 1)
+    handlers = _frames_of(Router.proxy.__code__)
+    copies = _frames_of(Router._shadow_request.__code__)
+    assert len(handlers) == 1 and len(copies) == 1
+    assert "parsed" not in handlers[0].f_locals
+    assert "parsed" not in copies[0].f_locals and "body" in copies[0].f_locals
+    await task

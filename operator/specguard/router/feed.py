@@ -5,8 +5,9 @@ Contract (COMMON.md): the answer is ``{"epoch", "next", "samples", "missed"}``. 
 random per router process, so a cursor from before a restart is recognised and the reader
 starts again from the oldest kept sample. ``missed`` counts samples that were evicted from
 the ring before the reader saw them: those between its cursor and the oldest kept one; for a
-cursor of a previous epoch, every sample of this epoch that is already gone. A first read
-(no cursor) misses nothing: the reader was not following yet.
+cursor of a previous epoch, or one past the newest sample (never issued by this process),
+every sample of this epoch that is already gone. A first read (no cursor) misses nothing:
+the reader was not following yet.
 """
 
 from __future__ import annotations
@@ -60,10 +61,15 @@ class SampleFeed:
     def read(self, after: str | None, limit: int) -> Page:
         oldest = self._ring[0][0] if self._ring else self._last + 1
         seq = self._position(after)
-        if seq is None or seq > self._last:
-            # No cursor, another epoch's, or one from the future: start from the oldest.
-            missed = 0 if after in (None, "") else oldest - 1
-            seq = oldest - 1
+        if not after:
+            missed, seq = 0, oldest - 1  # a first read: the reader was not following yet
+        elif seq is None or seq > self._last:
+            # A cursor this process never issued: another epoch's (the router restarted) or
+            # one past the newest sample. The reader's place is unknown, so it starts again
+            # from the oldest kept sample and is told what it can no longer get: this epoch's
+            # evicted samples. An error instead would leave a reader that keeps its cursor
+            # on failures (sources.router_feed) failing on every poll.
+            missed, seq = oldest - 1, oldest - 1
         else:
             missed = max(oldest - 1 - seq, 0)
             seq = max(seq, oldest - 1)

@@ -8,7 +8,7 @@ its in-flight count across updates so a watch event never resets the concurrency
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 
 from specguard.judge.sample import Arm
@@ -75,9 +75,10 @@ class Topology:
             fresh[arm].sort(key=lambda p: p.name)
         self.pods = fresh
 
-    def pick(self, arm: Arm, exclude: Pod | None = None) -> Pod | None:
-        """The ready pod of ``arm`` with the fewest requests in flight (ties rotate)."""
-        candidates = [pod for pod in self.pods[arm] if pod is not exclude]
+    def pick(self, arm: Arm, exclude: Collection[Pod] = ()) -> Pod | None:
+        """The ready pod of ``arm`` with the fewest requests in flight (ties rotate),
+        leaving out the pods in ``exclude``."""
+        candidates = [pod for pod in self.pods[arm] if all(pod is not x for x in exclude)]
         if not candidates:
             return None
         fewest = min(pod.in_flight for pod in candidates)

@@ -207,22 +207,25 @@ class Router:
         pair_id = None
         if parsed is not None and self._mirror_due():
             pair_id = self._mirror(parsed, path, headers, domain)
-        tried: Pod | None = None
+        measured = parsed is not None
+        # The dict (a second copy of the prompt) is not needed past this point: let it go
+        # rather than hold it for the whole generation.
+        del parsed
+        tried: list[Pod] = []
         while True:
             try:
                 return await self._forward(
                     request, pod=pod, body=upstream_body, headers=headers,
-                    stripper=stripper, measured=parsed is not None, domain=domain,
+                    stripper=stripper, measured=measured, domain=domain,
                     pair_id=pair_id, started=started, wall=wall,
                 )  # fmt: skip
             except _PodUnreachableError:
-                # Nothing reached the client: try one other pod once (it went away).
-                tried = pod
+                # Nothing reached the client: try each other ready pod once. A dead pod ends
+                # with nothing in flight, so least-busy picking would choose it again.
+                tried.append(pod)
                 next_pod = top.pick(arm, exclude=tried)
                 if next_pod is None:
-                    return openai_error(
-                        502, f"serving pod {pod.name} is unreachable", "service_unavailable"
-                    )
+                    return openai_error(502, _unreachable(tried, arm), "service_unavailable")
                 pod = next_pod
 
     async def _forward(
@@ -425,6 +428,8 @@ class Router:
         gauge.inc()
         outcome = "upstream_error"
         body = json.dumps(_shadow_body(parsed)).encode()
+        # The bytes are all the copy needs: do not keep the prompt twice until it ends.
+        del parsed
         shadow_headers = CIMultiDict(headers)
         shadow_headers["Content-Type"] = "application/json"
         clock = time.perf_counter
@@ -471,6 +476,12 @@ class _SampleOf:
 
 class _PodUnreachableError(Exception):
     pass
+
+
+def _unreachable(tried: list[Pod], arm: Arm) -> str:
+    if len(tried) == 1:
+        return f"serving pod {tried[0].name} is unreachable"
+    return f"all {len(tried)} serving pods of the {arm} arm are unreachable"
 
 
 def _failed(started: float, now: float) -> Measured:
