@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ from specguard.api.constants import MAX_TRANSITIONS
 from specguard.api.durations import format_duration, parse_duration
 from specguard.api.spec import Spec
 from specguard.api.status import Status, Transition, append_transition
+from specguard.api.wire import quantity_value
 
 from .conftest import BASE_SPEC, resource
 
@@ -26,10 +28,20 @@ def test_durations_parse_to_seconds(text: str, seconds: int) -> None:
     assert parse_duration(text) == seconds
 
 
-@pytest.mark.parametrize("text", ["", "60", "1d", "1.5h", "30m1h", "-5s", "5 m", "h"])
+@pytest.mark.parametrize(
+    "text", ["", "60", "1d", "1.5h", "30m1h", "-5s", "5 m", "h", " 60s", "60s ", "\t1m", " "]
+)
 def test_bad_durations_refused(text: str) -> None:
     with pytest.raises(ValueError, match="invalid duration"):
         parse_duration(text)
+
+
+@pytest.mark.parametrize(
+    ("quantity", "value"),
+    [("64Gi", 64 * 2**30), ("1500m", Decimal("1.5")), (2, 2), ("1e3", 1000), ("+1k", 1000)],
+)
+def test_quantities_compare_by_value(quantity: str | int, value: Decimal | int) -> None:
+    assert quantity_value(quantity) == value
 
 
 @given(st.integers(min_value=0, max_value=10**7))
@@ -65,6 +77,108 @@ def test_defaults_and_both_spellings() -> None:
         ("runtime", {"port": 0}, "spec.runtime.port", "greater than or equal to 1"),
         ("runtime", {"shmSize": "lots"}, "spec.runtime.shmSize", "invalid quantity"),
         ("runtime", {"extraArgs": [""]}, "spec.runtime.extraArgs[0]", "at least 1 character"),
+        ("runtime", {"shmSize": "-1Gi"}, "spec.runtime.shmSize", "non-negative"),
+        ("runtime", {"shmSize": -1}, "spec.runtime.shmSize", "must not be negative"),
+        (
+            "runtime",
+            {"resources": {"requests": {"cpu": "-500m"}}},
+            "spec.runtime.resources.requests.cpu",
+            "invalid quantity",
+        ),
+        ("runtime", {"gpuResource": "gpu"}, "spec.runtime.gpuResource", "should match pattern"),
+        ("runtime", {"gpuResource": "nvidia/gpu"}, "spec.runtime.gpuResource", "pattern"),
+        ("runtime", {"tolerations": [{"key": 5}]}, "spec.runtime.tolerations[0].key", "string"),
+        (
+            "runtime",
+            {"tolerations": [{"key": "a", "operator": "In"}]},
+            "spec.runtime.tolerations[0].operator",
+            "'Exists' or 'Equal'",
+        ),
+        (
+            "runtime",
+            {"tolerations": [{"key": "a", "effect": "NoRun"}]},
+            "spec.runtime.tolerations[0].effect",
+            "NoExecute",
+        ),
+        (
+            "runtime",
+            {"tolerations": [{"key": "a", "effect": "NoExecute", "tolerationSeconds": "30"}]},
+            "spec.runtime.tolerations[0].tolerationSeconds",
+            "integer",
+        ),
+        (
+            "runtime",
+            {"tolerations": [{"key": "a b"}]},
+            "spec.runtime.tolerations[0].key",
+            "pattern",
+        ),
+        (
+            "runtime",
+            {"affinity": {"nodeAffinity": "x"}},
+            "spec.runtime.affinity.nodeAffinity",
+            "dictionary",
+        ),
+        (
+            "runtime",
+            {"affinity": {"nodeAfinity": {}}},
+            "spec.runtime.affinity.nodeAfinity",
+            "unknown field",
+        ),
+        ("runtime", {"affinity": ["x"]}, "spec.runtime.affinity", "dictionary"),
+        (
+            "runtime",
+            {"env": [{"name": "A", "valueFrom": {"x": 1}}]},
+            "spec.runtime.env[0].valueFrom.x",
+            "unknown field",
+        ),
+        (
+            "runtime",
+            {"env": [{"name": "A", "valueFrom": {"secretKeyRef": {"name": "s"}}}]},
+            "spec.runtime.env[0].valueFrom.secretKeyRef.key",
+            "required",
+        ),
+        (
+            "runtime",
+            {"env": [{"name": "A", "valueFrom": {"configMapKeyRef": {"name": "C", "key": "k"}}}]},
+            "spec.runtime.env[0].valueFrom.configMapKeyRef.name",
+            "pattern",
+        ),
+        (
+            "runtime",
+            {"env": [{"name": "A", "valueFrom": {"fieldRef": {}}}]},
+            "spec.runtime.env[0].valueFrom.fieldRef.fieldPath",
+            "required",
+        ),
+        ("runtime", {"env": [{"name": "A=B"}]}, "spec.runtime.env[0].name", "pattern"),
+        ("runtime", {"env": [{"name": ""}]}, "spec.runtime.env[0].name", "at least 1 character"),
+        (
+            "runtime",
+            {"modelCache": {"claimName": "Cache_1"}},
+            "spec.runtime.modelCache.claimName",
+            "pattern",
+        ),
+        (
+            "runtime",
+            {"hfTokenSecret": {"name": "hf token"}},
+            "spec.runtime.hfTokenSecret.name",
+            "pattern",
+        ),
+        (
+            "runtime",
+            {"hfTokenSecret": {"name": "hf", "key": "a/b"}},
+            "spec.runtime.hfTokenSecret.key",
+            "pattern",
+        ),
+        # Strict types, as the CRD's schema: no quiet conversion of strings.
+        (
+            "drafter",
+            {"adaptiveVerification": "true"},
+            "spec.drafter.adaptiveVerification",
+            "valid boolean",
+        ),
+        ("drafter", {"numSpeculativeTokens": "8"}, "spec.drafter.numSpeculativeTokens", "integer"),
+        ("runtime", {"env": [{"name": "A", "value": 1}]}, "spec.runtime.env[0].value", "string"),
+        ("evaluation", {"tolerance": "0.1"}, "spec.evaluation.tolerance", "valid number"),
         ("drafter", {"method": "medusa"}, "spec.drafter.method", "dspark"),
         (
             "drafter",
@@ -85,6 +199,7 @@ def test_defaults_and_both_spellings() -> None:
         ("evaluation", {"confidence": 0.4}, "spec.evaluation.confidence", "0.5"),
         ("evaluation", {"window": "1d"}, "spec.evaluation.window", "invalid duration '1d'"),
         ("evaluation", {"window": 60.5}, "spec.evaluation.window", "a duration is a string"),
+        ("evaluation", {"window": " 60s"}, "spec.evaluation.window", "invalid duration ' 60s'"),
         ("evaluation", {"window": 60}, "spec.evaluation.window", "got int 60"),
         ("rollback", {"cooldown": True}, "spec.rollback.cooldown", "got bool True"),
         ("evaluation", {"minOutputTokens": 1}, "spec.evaluation.minOutputTokens", "2"),
@@ -108,6 +223,15 @@ def test_shape_errors_name_the_field(
     assert any(m.startswith(f"{path}: ") and fragment.lower() in m.lower() for m in messages), (
         messages
     )
+
+
+def test_replicas_must_be_an_integer() -> None:
+    # A top-level field: validated on its own too (for the rules), and strictly there.
+    with pytest.raises(SpecError) as caught:
+        validate_spec({**copy.deepcopy(BASE_SPEC), "replicas": "4", "shadow": {"replicas": 9}})
+    assert [str(p) for p in caught.value.problems] == [
+        "spec.replicas: Input should be a valid integer"
+    ]
 
 
 def test_all_problems_reported_at_once() -> None:

@@ -220,6 +220,148 @@ INVALID: list[tuple[str, dict[str, Any], str, str]] = [
     ),
 ]
 
+# Cases of the rules that keep rendered pods acceptable to the API server.
+FIELD_REF = {"fieldRef": {"fieldPath": "status.podIP"}}
+INVALID += [
+    (
+        "env-one-source",
+        patched(runtime={"env": [{"name": "A", "valueFrom": {}}]}),
+        "spec.runtime.env[0].valueFrom",
+        "set exactly one of secretKeyRef, configMapKeyRef, fieldRef, resourceFieldRef, got none",
+    ),
+    (
+        "env-one-source",
+        patched(
+            runtime={
+                "env": [
+                    {"name": "A", "value": "1"},
+                    {
+                        "name": "B",
+                        "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}, **FIELD_REF},
+                    },
+                ]
+            }
+        ),
+        "spec.runtime.env[1].valueFrom",
+        "got secretKeyRef, fieldRef",
+    ),
+    (
+        "env-value-or-source",
+        patched(runtime={"env": [{"name": "A", "value": "1", "valueFrom": FIELD_REF}]}),
+        "spec.runtime.env[0].value",
+        "set value or valueFrom, not both",
+    ),
+    (
+        "toleration-key-or-exists",
+        patched(runtime={"tolerations": [{"operator": "Equal", "value": "v"}]}),
+        "spec.runtime.tolerations[0].operator",
+        "must be Exists when key is empty",
+    ),
+    (
+        "toleration-key-or-exists",
+        patched(runtime={"tolerations": [{"key": "a"}, {"effect": "NoSchedule"}]}),
+        "spec.runtime.tolerations[1].operator",
+        "must be Exists when key is empty",
+    ),
+    (
+        "toleration-exists-no-value",
+        patched(runtime={"tolerations": [{"key": "a", "operator": "Exists", "value": "b"}]}),
+        "spec.runtime.tolerations[0].value",
+        "must be empty when operator is Exists",
+    ),
+    (
+        "toleration-seconds-no-execute",
+        patched(
+            runtime={
+                "tolerations": [
+                    {
+                        "key": "a",
+                        "operator": "Exists",
+                        "effect": "NoSchedule",
+                        "tolerationSeconds": 9,
+                    }
+                ]
+            }
+        ),
+        "spec.runtime.tolerations[0].tolerationSeconds",
+        "only with effect NoExecute, got NoSchedule",
+    ),
+    (
+        "toleration-seconds-no-execute",
+        patched(runtime={"tolerations": [{"key": "a", "tolerationSeconds": 9}]}),
+        "spec.runtime.tolerations[0].tolerationSeconds",
+        "got no effect",
+    ),
+    (
+        "gpu-resource-extended",
+        patched(runtime={"gpuResource": "kubernetes.io/gpu"}),
+        "spec.runtime.gpuResource",
+        "kubernetes.io/gpu is not an extended resource name",
+    ),
+    (
+        "gpu-resource-extended",
+        patched(runtime={"gpuResource": "requests.nvidia.com/gpu"}),
+        "spec.runtime.gpuResource",
+        "not an extended resource name",
+    ),
+    (
+        "cache-mount-path",
+        patched(runtime={"modelCache": {"claimName": "cache", "mountPath": "/dev/shm"}}),
+        "spec.runtime.modelCache.mountPath",
+        "/dev/shm is mounted by specguard",
+    ),
+    (
+        "cache-mount-path",
+        patched(runtime={"modelCache": {"claimName": "cache", "mountPath": "//dev//shm/"}}),
+        "spec.runtime.modelCache.mountPath",
+        "//dev//shm/ is mounted by specguard (/dev/shm)",
+    ),
+    (
+        "requests-within-limits",
+        patched(
+            runtime={"resources": {"requests": {"memory": "64Gi"}, "limits": {"memory": "32Gi"}}}
+        ),
+        "spec.runtime.resources.requests.memory",
+        "64Gi is above the limit 32Gi (spec.runtime.resources.limits.memory)",
+    ),
+    (
+        "requests-within-limits",
+        patched(runtime={"resources": {"requests": {"cpu": 2}, "limits": {"cpu": "1500m"}}}),
+        "spec.runtime.resources.requests.cpu",
+        "2 is above the limit 1500m",
+    ),
+    (
+        "adaptive-no-eager",
+        patched(runtime={"extraArgs": ["--max-model-len=1024", "--enforce-eager"]}),
+        "spec.drafter.adaptiveVerification",
+        "vLLM cannot combine it with --enforce-eager",
+    ),
+    (
+        "adaptive-no-eager",
+        patched(runtime={"extraArgs": ["--enforce_eager"]}),
+        "spec.drafter.adaptiveVerification",
+        "--enforce_eager in spec.runtime.extraArgs",
+    ),
+    (
+        "adaptive-no-pipeline",
+        patched(runtime={"extraArgs": ["-pp", "2"]}),
+        "spec.drafter.adaptiveVerification",
+        "vLLM cannot combine it with -pp 2 (pipeline parallelism above 1)",
+    ),
+    (
+        "adaptive-no-pipeline",
+        patched(runtime={"extraArgs": ["--pipeline-parallel-size=4"]}),
+        "spec.drafter.adaptiveVerification",
+        "--pipeline-parallel-size 4",
+    ),
+    (
+        "adaptive-no-pipeline",
+        patched(runtime={"extraArgs": ["--pipeline_parallel_size", "2", "--max-model-len=1"]}),
+        "spec.drafter.adaptiveVerification",
+        "--pipeline_parallel_size 2",
+    ),
+]
+
 # Owned `vllm serve` flags, each as users might write it, with the field to use instead.
 OWNED_ARGS: list[tuple[str, str, str]] = [
     (
@@ -312,6 +454,76 @@ VALID: list[tuple[str, dict[str, Any]]] = [
         "compound durations",
         patched(evaluation={"window": "1h30m"}, rollback={"cooldown": "1h0m30s"}),
     ),
+    ("amd gpu", patched(runtime={"gpuResource": "amd.com/gpu"})),
+    (
+        "tolerations",
+        patched(
+            runtime={
+                "tolerations": [
+                    {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+                    {"operator": "Exists"},
+                    {"key": "a", "value": "b"},
+                    {
+                        "key": "node.kubernetes.io/unreachable",
+                        "operator": "Equal",
+                        "value": "",
+                        "effect": "NoExecute",
+                        "tolerationSeconds": 30,
+                    },
+                ]
+            }
+        ),
+    ),
+    (
+        "every env source",
+        patched(
+            runtime={
+                "env": [
+                    {"name": "S", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}},
+                    {
+                        "name": "C",
+                        "valueFrom": {
+                            "configMapKeyRef": {"name": "cfg.v1", "key": "a.b", "optional": True}
+                        },
+                    },
+                    {"name": "IP", "value": "", "valueFrom": FIELD_REF},
+                    {
+                        "name": "MEM",
+                        "valueFrom": {
+                            "resourceFieldRef": {"resource": "limits.memory", "divisor": "1Mi"}
+                        },
+                    },
+                    {"name": "my.var-1 x", "value": "ok"},
+                ]
+            }
+        ),
+    ),
+    (
+        "requests within limits",
+        patched(
+            runtime={
+                "resources": {
+                    "requests": {"cpu": "1500m", "memory": "64Gi", "ephemeral-storage": "1T"},
+                    "limits": {"cpu": 2, "memory": "64Gi"},
+                }
+            }
+        ),
+    ),
+    (
+        "cache beside /dev/shm",
+        patched(runtime={"modelCache": {"claimName": "cache", "mountPath": "/dev/shm-cache"}}),
+    ),
+    (
+        "adaptive with pipeline 1",
+        patched(runtime={"extraArgs": ["-pp", "1", "--pipeline-parallel-size=1", "-pp=01"]}),
+    ),
+    (
+        "eager and pipeline without adaptive",
+        patched(
+            drafter={"adaptiveVerification": False},
+            runtime={"extraArgs": ["--enforce-eager", "-pp", "2", "--no-enforce-eager"]},
+        ),
+    ),
     (
         "look-alike args",
         patched(
@@ -334,8 +546,13 @@ VALID: list[tuple[str, dict[str, Any]]] = [
 RULE_BY_NAME = {rule.name: rule for rule in RULES}
 
 
-def test_only_extra_config_is_python_only() -> None:
-    assert [rule.name for rule in RULES if rule.cel is None] == ["extra-config-owned"]
+def test_python_only_rules_are_the_documented_ones() -> None:
+    # Each is listed, with why CEL cannot check it, in rules.py and docs/resource.md.
+    assert [rule.name for rule in RULES if rule.cel is None] == [
+        "extra-config-owned",
+        "requests-within-limits",
+        "adaptive-no-pipeline",
+    ]
 
 
 def python_failing(spec_obj: dict[str, Any]) -> set[str]:

@@ -245,7 +245,14 @@ def resources(draw: st.DrawFn) -> dict[str, Any]:
         drafter["model"] = "org/drafter"
     if draw(st.booleans()):
         drafter["numSpeculativeTokens"] = draw(st.integers(1, 32))
-    if method == "dspark":
+    extra_args = draw(
+        st.lists(
+            st.sampled_from(["--enforce-eager", "--max-num-seqs=64", "--max-model-len=8192"]),
+            max_size=3,
+        )
+    )
+    # vLLM refuses adaptive verification in eager mode (and so does specguard).
+    if method == "dspark" and "--enforce-eager" not in extra_args:
         drafter["adaptiveVerification"] = draw(st.booleans())
     if draw(st.booleans()):
         drafter["draftTensorParallelSize"] = draw(st.sampled_from(sorted({1, tp})))
@@ -261,14 +268,7 @@ def resources(draw: st.DrawFn) -> dict[str, Any]:
             "runtime": {
                 "tensorParallelSize": tp,
                 "gpuResource": draw(st.sampled_from(["nvidia.com/gpu", "amd.com/gpu"])),
-                "extraArgs": draw(
-                    st.lists(
-                        st.sampled_from(
-                            ["--enforce-eager", "--max-num-seqs=64", "--max-model-len=8192"]
-                        ),
-                        max_size=3,
-                    )
-                ),
+                "extraArgs": extra_args,
             },
             "replicas": replicas,
             "drafter": drafter,

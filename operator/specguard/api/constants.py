@@ -64,6 +64,11 @@ CONDITION_TYPES: Final = (
     CONDITION_JUDGE_DEGRADED,
 )
 
+# Paths specguard mounts in the vLLM container (a memory-backed /dev/shm for NCCL); a
+# model cache there would collide with it.
+SHM_MOUNT_PATH: Final = "/dev/shm"
+RESERVED_MOUNT_PATHS: Final = (SHM_MOUNT_PATH,)
+
 # specguard's own image and the port its router listens on inside the pod.
 SPECGUARD_IMAGE_REPOSITORY: Final = "ghcr.io/specguard/specguard"
 ROUTER_PORT: Final = 8080

@@ -18,7 +18,8 @@ _DURATION_RE: Final = re.compile(DURATION_PATTERN)
 
 def parse_duration(text: str) -> int:
     """Seconds in ``text``; ValueError naming the accepted form otherwise."""
-    match = _DURATION_RE.fullmatch(text.strip()) if text.strip() else None
+    # No stripping: the CRD's pattern refuses " 60s", so Python must refuse it too.
+    match = _DURATION_RE.fullmatch(text) if text else None
     if match is None:
         raise ValueError(
             f"invalid duration {text!r}: use whole hours, minutes and seconds like "

@@ -115,7 +115,8 @@ def _valid_sections(raw: Mapping[str, Any]) -> tuple[Spec, frozenset[str]]:
         )
         adapter: TypeAdapter[Any] = TypeAdapter(annotated)
         try:
-            values[name] = adapter.validate_python(raw.get(alias, raw.get(name)))
+            # Strict, as Spec itself (see SpecModel).
+            values[name] = adapter.validate_python(raw.get(alias, raw.get(name)), strict=True)
         except ValidationError:
             continue
         valid.add(alias)

@@ -6,8 +6,12 @@ exactly which value is wrong). The CEL twin goes into the CRD as an
 same objects at admission; tests evaluate every CEL rule against the same valid and
 invalid objects as the Python check.
 
-One rule has no CEL twin: the keys of ``spec.drafter.extraConfig`` (an object that
-preserves unknown fields, which the API server does not expose to CEL).
+Three rules have no CEL twin: the keys of ``spec.drafter.extraConfig`` (an object that
+preserves unknown fields, which the API server does not expose to CEL); requests not above
+limits in ``spec.runtime.resources`` (comparing "64Gi" with "96Gi" needs CEL's quantity
+library, which Kubernetes before 1.29 and cel-python lack); and a pipeline-parallel size
+with adaptive verification (``-pp 2`` spreads over two list items, and CEL on a list sees
+one item at a time).
 
 CEL rules are written for Kubernetes' CEL (cel-go) and only use what cel-python also
 evaluates: ``has()``, ``size()``, ``in``, ``all``/``exists``/``exists_one``, ``matches``
@@ -23,6 +27,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Final
 
+from specguard.api.constants import RESERVED_MOUNT_PATHS
 from specguard.api.durations import format_duration, parse_duration
 from specguard.api.errors import Problem
 from specguard.api.spec import (
@@ -30,6 +35,7 @@ from specguard.api.spec import (
     METHODS_WITHOUT_REQUIRED_MODEL,
     Spec,
 )
+from specguard.api.wire import quantity_value
 
 Check = Callable[[Spec], Iterator[Problem]]
 
@@ -256,6 +262,145 @@ def _hf_token_env(spec: Spec) -> Iterator[Problem]:
                     f"spec.runtime.env[{index}].name",
                     "HF_TOKEN is set from spec.runtime.hfTokenSecret; remove one of them",
                 )
+
+
+ENV_SOURCES: Final = ("secretKeyRef", "configMapKeyRef", "fieldRef", "resourceFieldRef")
+
+
+def _env_one_source(spec: Spec) -> Iterator[Problem]:
+    for index, env in enumerate(spec.runtime.env):
+        source = env.value_from
+        if source is None:
+            continue
+        wire = source.to_wire()
+        if len(wire) != 1:
+            found = ", ".join(wire) or "none"
+            yield Problem(
+                f"spec.runtime.env[{index}].valueFrom",
+                f"set exactly one of {', '.join(ENV_SOURCES)}, got {found}",
+            )
+
+
+def _env_value_or_source(spec: Spec) -> Iterator[Problem]:
+    for index, env in enumerate(spec.runtime.env):
+        if env.value and env.value_from is not None:
+            yield Problem(
+                f"spec.runtime.env[{index}].value",
+                "set value or valueFrom, not both",
+            )
+
+
+def _toleration_key_or_exists(spec: Spec) -> Iterator[Problem]:
+    for index, toleration in enumerate(spec.runtime.tolerations):
+        if not toleration.key and toleration.operator != "Exists":
+            yield Problem(
+                f"spec.runtime.tolerations[{index}].operator",
+                "must be Exists when key is empty (a toleration of every taint)",
+            )
+
+
+def _toleration_exists_no_value(spec: Spec) -> Iterator[Problem]:
+    for index, toleration in enumerate(spec.runtime.tolerations):
+        if toleration.operator == "Exists" and toleration.value:
+            yield Problem(
+                f"spec.runtime.tolerations[{index}].value",
+                "must be empty when operator is Exists",
+            )
+
+
+def _toleration_seconds_no_execute(spec: Spec) -> Iterator[Problem]:
+    for index, toleration in enumerate(spec.runtime.tolerations):
+        if toleration.toleration_seconds is not None and toleration.effect != "NoExecute":
+            yield Problem(
+                f"spec.runtime.tolerations[{index}].tolerationSeconds",
+                f"only with effect NoExecute, got {toleration.effect or 'no effect'}",
+            )
+
+
+def _gpu_resource_extended(spec: Spec) -> Iterator[Problem]:
+    name = spec.runtime.gpu_resource
+    if name.startswith("requests.") or "kubernetes.io/" in name:
+        yield Problem(
+            "spec.runtime.gpuResource",
+            f"{name} is not an extended resource name (the kubernetes.io domains and the "
+            "requests. prefix are Kubernetes' own)",
+        )
+
+
+def _mount_path_pattern(path: str) -> str:
+    # "/dev/shm" -> ^/+dev/+shm/*$: the same directory however many slashes it is spelt with.
+    return "^/+" + "/+".join(part for part in path.split("/") if part) + "/*$"
+
+
+RESERVED_MOUNT_PATTERN: Final = "|".join(
+    f"({_mount_path_pattern(path)})" for path in RESERVED_MOUNT_PATHS
+)
+
+
+def _cache_mount_path(spec: Spec) -> Iterator[Problem]:
+    cache = spec.runtime.model_cache
+    if cache is not None and re.search(RESERVED_MOUNT_PATTERN, cache.mount_path):
+        yield Problem(
+            "spec.runtime.modelCache.mountPath",
+            f"{cache.mount_path} is mounted by specguard "
+            f"({', '.join(RESERVED_MOUNT_PATHS)}); choose another path",
+        )
+
+
+def _requests_within_limits(spec: Spec) -> Iterator[Problem]:
+    resources = spec.runtime.resources
+    for name, request in resources.requests.items():
+        limit = resources.limits.get(name)
+        if limit is not None and quantity_value(request) > quantity_value(limit):
+            yield Problem(
+                f"spec.runtime.resources.requests.{name}",
+                f"{request} is above the limit {limit} (spec.runtime.resources.limits.{name})",
+            )
+
+
+# vLLM refuses enable_adaptive_verification with eager mode or pipeline parallelism > 1.
+ENFORCE_EAGER_PATTERN: Final = "^--enforce[-_]eager(=.*)?$"
+_PIPELINE_RE: Final = re.compile(r"(--pipeline[-_]parallel[-_]size|-pp)(=(.*))?")
+
+
+def _adaptive_no_eager(spec: Spec) -> Iterator[Problem]:
+    if not spec.drafter.adaptive_verification:
+        return
+    for arg in spec.runtime.extra_args:
+        if re.search(ENFORCE_EAGER_PATTERN, arg):
+            yield Problem(
+                "spec.drafter.adaptiveVerification",
+                f"vLLM cannot combine it with {arg.split('=', 1)[0]} in spec.runtime.extraArgs",
+            )
+
+
+def _pipeline_size(args: list[str], index: int) -> tuple[str, int] | None:
+    """(flag, size) when ``args[index]`` sets the pipeline-parallel size to an integer."""
+    match = _PIPELINE_RE.fullmatch(args[index])
+    if match is None:
+        return None
+    if match.group(2) is not None:
+        value: str | None = match.group(3)
+    else:
+        value = args[index + 1] if index + 1 < len(args) else None
+    try:
+        return match.group(1), int(value or "")
+    except ValueError:
+        return None  # not a number: vLLM's own parser says so
+
+
+def _adaptive_no_pipeline(spec: Spec) -> Iterator[Problem]:
+    if not spec.drafter.adaptive_verification:
+        return
+    args = spec.runtime.extra_args
+    for index in range(len(args)):
+        found = _pipeline_size(args, index)
+        if found is not None and found[1] > 1:
+            yield Problem(
+                "spec.drafter.adaptiveVerification",
+                f"vLLM cannot combine it with {found[0]} {found[1]} (pipeline parallelism "
+                "above 1) in spec.runtime.extraArgs",
+            )
 
 
 # --- shadow and timing ---------------------------------------------------------------
@@ -513,6 +658,108 @@ RULES: Final[tuple[Rule, ...]] = (
         field_path=".env",
         sections=frozenset({"runtime"}),
         check=_hf_token_env,
+    ),
+    Rule(
+        name="env-one-source",
+        scope="spec.runtime.env[].valueFrom",
+        cel=" + ".join(f"(has(self.{source}) ? 1 : 0)" for source in ENV_SOURCES) + " == 1",
+        message="spec.runtime.env[].valueFrom: set exactly one of " + ", ".join(ENV_SOURCES),
+        field_path="",
+        sections=frozenset({"runtime"}),
+        check=_env_one_source,
+    ),
+    Rule(
+        name="env-value-or-source",
+        scope="spec.runtime.env[]",
+        cel="!has(self.valueFrom) || !has(self.value) || self.value == ''",
+        message="spec.runtime.env[]: set value or valueFrom, not both",
+        field_path=".value",
+        sections=frozenset({"runtime"}),
+        check=_env_value_or_source,
+    ),
+    Rule(
+        name="toleration-key-or-exists",
+        scope="spec.runtime.tolerations[]",
+        cel="(has(self.key) && self.key != '') || "
+        "(has(self.operator) && self.operator == 'Exists')",
+        message="spec.runtime.tolerations[].operator: must be Exists when key is empty",
+        field_path=".operator",
+        sections=frozenset({"runtime"}),
+        check=_toleration_key_or_exists,
+    ),
+    Rule(
+        name="toleration-exists-no-value",
+        scope="spec.runtime.tolerations[]",
+        cel="!has(self.operator) || self.operator != 'Exists' || !has(self.value) || "
+        "self.value == ''",
+        message="spec.runtime.tolerations[].value: must be empty when operator is Exists",
+        field_path=".value",
+        sections=frozenset({"runtime"}),
+        check=_toleration_exists_no_value,
+    ),
+    Rule(
+        name="toleration-seconds-no-execute",
+        scope="spec.runtime.tolerations[]",
+        cel="!has(self.tolerationSeconds) || (has(self.effect) && self.effect == 'NoExecute')",
+        message="spec.runtime.tolerations[].tolerationSeconds: only with effect NoExecute",
+        field_path=".tolerationSeconds",
+        sections=frozenset({"runtime"}),
+        check=_toleration_seconds_no_execute,
+    ),
+    Rule(
+        name="gpu-resource-extended",
+        scope="spec.runtime",
+        cel=f"!{_GPU}.startsWith('requests.') && !{_GPU}.contains('kubernetes.io/')",
+        message="spec.runtime.gpuResource: must be an extended resource name, outside the "
+        "kubernetes.io domains and without the requests. prefix",
+        field_path=".gpuResource",
+        sections=frozenset({"runtime"}),
+        check=_gpu_resource_extended,
+    ),
+    Rule(
+        name="cache-mount-path",
+        scope="spec.runtime.modelCache",
+        cel=f"!has(self.mountPath) || !self.mountPath.matches('{RESERVED_MOUNT_PATTERN}')",
+        message="spec.runtime.modelCache.mountPath: "
+        + ", ".join(RESERVED_MOUNT_PATHS)
+        + " is mounted by specguard; choose another path",
+        field_path=".mountPath",
+        sections=frozenset({"runtime"}),
+        check=_cache_mount_path,
+    ),
+    Rule(
+        name="requests-within-limits",
+        scope="spec.runtime.resources",
+        # Quantities ("64Gi" vs "96Gi") compare only with CEL's quantity library, which
+        # Kubernetes < 1.29 and cel-python lack: the operator checks this one.
+        cel=None,
+        message="spec.runtime.resources.requests: must not be above the limits",
+        field_path="",
+        sections=frozenset({"runtime"}),
+        check=_requests_within_limits,
+    ),
+    Rule(
+        name="adaptive-no-eager",
+        scope="spec",
+        cel="!has(self.drafter.adaptiveVerification) || !self.drafter.adaptiveVerification || "
+        "!has(self.runtime) || !has(self.runtime.extraArgs) || "
+        f"!self.runtime.extraArgs.exists(a, a.matches('{ENFORCE_EAGER_PATTERN}'))",
+        message="spec.drafter.adaptiveVerification: vLLM cannot combine it with "
+        "--enforce-eager in spec.runtime.extraArgs",
+        field_path=".drafter.adaptiveVerification",
+        sections=frozenset({"drafter", "runtime"}),
+        check=_adaptive_no_eager,
+    ),
+    Rule(
+        name="adaptive-no-pipeline",
+        scope="spec",
+        # "-pp 2" is two list items; CEL's list macros see one item at a time.
+        cel=None,
+        message="spec.drafter.adaptiveVerification: vLLM cannot combine it with "
+        "--pipeline-parallel-size/-pp above 1 in spec.runtime.extraArgs",
+        field_path=".drafter.adaptiveVerification",
+        sections=frozenset({"drafter", "runtime"}),
+        check=_adaptive_no_pipeline,
     ),
     Rule(
         name="shadow-not-above-replicas",

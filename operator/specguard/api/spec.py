@@ -7,12 +7,22 @@ together live in :mod:`specguard.api.rules`, where each has a CEL twin for the C
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import Field, StringConstraints
+from pydantic_core import PydanticUndefined
 
 from specguard.api.durations import Duration, Seconds
-from specguard.api.wire import Passthrough, Quantity, WireModel
+from specguard.api.wire import (
+    CONFIG_KEY_PATTERN,
+    DNS1123_SUBDOMAIN_PATTERN,
+    EXTENDED_RESOURCE_PATTERN,
+    LABEL_VALUE_PATTERN,
+    QUALIFIED_NAME_PATTERN,
+    Passthrough,
+    Quantity,
+    SpecModel,
+)
 
 DrafterMethod = Literal[
     "dspark", "dflash", "eagle3", "eagle", "mtp", "draft_model", "ngram", "suffix"
@@ -31,9 +41,12 @@ MAX_EXTRA_ARGS = 64
 MAX_ARG_LENGTH = 1024
 DEFAULT_IMAGE = "vllm/vllm-openai:v0.33.0"
 DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
+MAX_NAME = 253  # Secret, ConfigMap and PersistentVolumeClaim names; Secret keys
+# Printable ASCII but '=': what the API server takes as an environment variable name.
+ENV_NAME_PATTERN = r"^[ -<>-~]+$"
 
 
-class ModelSpec(WireModel):
+class ModelSpec(SpecModel):
     name: str = Field(
         min_length=1,
         max_length=512,
@@ -60,17 +73,139 @@ class ModelSpec(WireModel):
         return self.served_model_name or self.name
 
 
-class EnvVar(WireModel):
-    name: str = Field(min_length=1, max_length=256, description="Environment variable name.")
-    value: str | None = Field(default=None, description="Literal value.")
-    value_from: Passthrough | None = Field(
-        default=None,
-        description="Source for the value (a core/v1 EnvVarSource: secretKeyRef, "
-        "configMapKeyRef, fieldRef, resourceFieldRef).",
+def _object_name(what: str) -> Any:
+    return Field(
+        min_length=1,
+        max_length=MAX_NAME,
+        pattern=DNS1123_SUBDOMAIN_PATTERN,
+        description=f"{what} name, in the resource's namespace (lowercase DNS-1123 subdomain).",
     )
 
 
-class Resources(WireModel):
+def _config_key(default: Any = PydanticUndefined) -> Any:
+    return Field(
+        default=default,
+        min_length=1,
+        max_length=MAX_NAME,
+        pattern=CONFIG_KEY_PATTERN,
+        description="Key inside the object (letters, digits, '-', '_' and '.').",
+    )
+
+
+class SecretKeySelector(SpecModel):
+    """core/v1 SecretKeySelector."""
+
+    name: str = _object_name("Secret")
+    key: str = _config_key()
+    optional: bool | None = Field(default=None, description="Start even if it is missing.")
+
+
+class ConfigMapKeySelector(SpecModel):
+    """core/v1 ConfigMapKeySelector."""
+
+    name: str = _object_name("ConfigMap")
+    key: str = _config_key()
+    optional: bool | None = Field(default=None, description="Start even if it is missing.")
+
+
+class ObjectFieldSelector(SpecModel):
+    """core/v1 ObjectFieldSelector."""
+
+    api_version: str | None = Field(
+        default=None, min_length=1, description="Version of fieldPath's schema (v1)."
+    )
+    field_path: str = Field(
+        min_length=1, description="Field of the pod to read, e.g. status.podIP."
+    )
+
+
+class ResourceFieldSelector(SpecModel):
+    """core/v1 ResourceFieldSelector."""
+
+    container_name: str | None = Field(
+        default=None, min_length=1, description="Container whose resources to read."
+    )
+    resource: str = Field(min_length=1, description="Resource to read, e.g. limits.memory.")
+    divisor: Quantity | None = Field(default=None, description="Unit of the value (e.g. 1Mi).")
+
+
+class EnvVarSource(SpecModel):
+    """core/v1 EnvVarSource; exactly one source is set (a rule checks it)."""
+
+    secret_key_ref: SecretKeySelector | None = Field(
+        default=None, description="A key of a Secret in the resource's namespace."
+    )
+    config_map_key_ref: ConfigMapKeySelector | None = Field(
+        default=None, description="A key of a ConfigMap in the resource's namespace."
+    )
+    field_ref: ObjectFieldSelector | None = Field(
+        default=None, description="A field of the pod (metadata.name, status.podIP, ...)."
+    )
+    resource_field_ref: ResourceFieldSelector | None = Field(
+        default=None, description="A resource request or limit of a container."
+    )
+
+
+class EnvVar(SpecModel):
+    name: str = Field(
+        min_length=1,
+        max_length=256,
+        pattern=ENV_NAME_PATTERN,
+        description="Environment variable name (printable ASCII without '=').",
+    )
+    value: str | None = Field(default=None, description="Literal value.")
+    value_from: EnvVarSource | None = Field(
+        default=None,
+        description="Source for the value (a core/v1 EnvVarSource: exactly one of "
+        "secretKeyRef, configMapKeyRef, fieldRef, resourceFieldRef); not with value.",
+    )
+
+
+class Toleration(SpecModel):
+    """core/v1 Toleration."""
+
+    key: str | None = Field(
+        default=None,
+        max_length=317,
+        pattern=QUALIFIED_NAME_PATTERN,
+        description="Taint key the toleration applies to; unset: all keys (operator Exists).",
+    )
+    operator: Literal["Exists", "Equal"] | None = Field(
+        default=None,
+        description="Exists (any value) or Equal (the value below). Default Equal.",
+    )
+    value: str | None = Field(
+        default=None,
+        max_length=63,
+        pattern=LABEL_VALUE_PATTERN,
+        description="Taint value to match with operator Equal (a label value).",
+    )
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
+        default=None, description="Taint effect to match; unset: all effects."
+    )
+    toleration_seconds: int | None = Field(
+        default=None,
+        description="With effect NoExecute: how long the pod stays bound after the taint "
+        "appears; unset: forever.",
+    )
+
+
+class Affinity(SpecModel):
+    """core/v1 Affinity. Its three parts are passed through as given (kubernetes-validate
+    and the API server check their insides); only their names and kinds are typed here."""
+
+    node_affinity: Passthrough | None = Field(
+        default=None, description="Node affinity (core/v1 NodeAffinity)."
+    )
+    pod_affinity: Passthrough | None = Field(
+        default=None, description="Pod affinity (core/v1 PodAffinity)."
+    )
+    pod_anti_affinity: Passthrough | None = Field(
+        default=None, description="Pod anti-affinity (core/v1 PodAntiAffinity)."
+    )
+
+
+class Resources(SpecModel):
     requests: dict[str, Quantity] = Field(
         default_factory=dict,
         description="Resource requests of the vLLM container (cpu, memory, ...). The GPU "
@@ -83,29 +218,34 @@ class Resources(WireModel):
     )
 
 
-class ModelCache(WireModel):
+class ModelCache(SpecModel):
     claim_name: str = Field(
         min_length=1,
+        max_length=MAX_NAME,
+        pattern=DNS1123_SUBDOMAIN_PATTERN,
         description="PersistentVolumeClaim holding downloaded model weights, shared by the pods "
         "of both arms (use a ReadWriteMany claim when pods run on several nodes).",
     )
     mount_path: str = Field(
         default="/root/.cache/huggingface",
+        # Bounded so that the API server's cost estimate of the CEL rule on it stays small.
+        max_length=1024,
         pattern=r"^/",
-        description="Where the claim is mounted in the vLLM container. The default is the "
-        "Hugging Face cache of the vllm/vllm-openai image.",
+        description="Where the claim is mounted in the vLLM container (not /dev/shm, which "
+        "specguard mounts). The default is the Hugging Face cache of the vllm/vllm-openai "
+        "image.",
     )
     read_only: bool = Field(
         default=False, description="Mount the claim read-only (weights must already be there)."
     )
 
 
-class SecretKey(WireModel):
-    name: str = Field(min_length=1, description="Secret name, in the resource's namespace.")
-    key: str = Field(default="token", min_length=1, description="Key inside the Secret.")
+class SecretKey(SpecModel):
+    name: str = _object_name("Secret")
+    key: str = _config_key(default="token")
 
 
-class Runtime(WireModel):
+class Runtime(SpecModel):
     image: str = Field(
         default=DEFAULT_IMAGE,
         min_length=1,
@@ -119,8 +259,10 @@ class Runtime(WireModel):
     gpu_resource: str = Field(
         default=DEFAULT_GPU_RESOURCE,
         min_length=1,
-        description="Extended resource name of a GPU on the nodes (nvidia.com/gpu, "
-        "amd.com/gpu, ...).",
+        max_length=317,
+        pattern=EXTENDED_RESOURCE_PATTERN,
+        description="Extended resource name of a GPU on the nodes, <domain>/<name> "
+        "(nvidia.com/gpu, amd.com/gpu, ...).",
     )
     extra_args: list[Annotated[str, StringConstraints(min_length=1, max_length=MAX_ARG_LENGTH)]] = (
         Field(
@@ -145,10 +287,13 @@ class Runtime(WireModel):
     node_selector: dict[str, str] = Field(
         default_factory=dict, description="Node labels the vLLM pods must match."
     )
-    tolerations: list[Passthrough] = Field(
-        default_factory=list, description="Tolerations of the vLLM pods (core/v1 Toleration)."
+    tolerations: list[Toleration] = Field(
+        default_factory=list,
+        # Bounded, as env: the API server estimates CEL rules' cost per list item.
+        max_length=64,
+        description="Tolerations of the vLLM pods (core/v1 Toleration).",
     )
-    affinity: Passthrough | None = Field(
+    affinity: Affinity | None = Field(
         default=None, description="Affinity of the vLLM pods (core/v1 Affinity)."
     )
     model_cache: ModelCache | None = Field(
@@ -172,7 +317,7 @@ class Runtime(WireModel):
     )
 
 
-class BatchSizeRange(WireModel):
+class BatchSizeRange(SpecModel):
     min_batch_size: int = Field(
         ge=1, description="First batch size (number of running requests) of this range."
     )
@@ -185,7 +330,7 @@ class BatchSizeRange(WireModel):
     )
 
 
-class Drafter(WireModel):
+class Drafter(SpecModel):
     method: DrafterMethod = Field(
         description="Speculative-decoding method (--speculative-config `method`): dspark, "
         "dflash, eagle3, eagle, mtp, draft_model, ngram or suffix."
@@ -234,7 +379,7 @@ class Drafter(WireModel):
     )
 
 
-class Shadow(WireModel):
+class Shadow(SpecModel):
     replicas: int = Field(
         default=1,
         ge=1,
@@ -257,7 +402,7 @@ class Shadow(WireModel):
     )
 
 
-class Evaluation(WireModel):
+class Evaluation(SpecModel):
     window: Duration = Field(
         default=Seconds(60),
         description="Length of one evaluation window (10s to 24h). Default 60s.",
@@ -303,7 +448,7 @@ class Evaluation(WireModel):
     )
 
 
-class Rollback(WireModel):
+class Rollback(SpecModel):
     policy: Literal["auto", "notify", "off"] = Field(
         default="auto",
         description="auto: swap to the baseline arm on a regression. notify: judge and report "
@@ -332,7 +477,7 @@ class Rollback(WireModel):
     )
 
 
-class MetricsSource(WireModel):
+class MetricsSource(SpecModel):
     type: Literal["router", "prometheus", "scrape"] = Field(
         default="router",
         description="Where per-token latency comes from: router (per-request samples from "
@@ -346,7 +491,7 @@ class MetricsSource(WireModel):
     )
 
 
-class Spec(WireModel):
+class Spec(SpecModel):
     model: ModelSpec = Field(description="The target model vLLM serves.")
     runtime: Runtime = Field(
         default_factory=Runtime, description="How each vLLM pod runs (both arms)."

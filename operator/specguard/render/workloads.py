@@ -80,7 +80,7 @@ def _volumes(spec: Spec) -> list[dict[str, Any]]:
 
 
 def _volume_mounts(spec: Spec) -> list[dict[str, Any]]:
-    mounts: list[dict[str, Any]] = [{"name": SHM_VOLUME, "mountPath": "/dev/shm"}]
+    mounts: list[dict[str, Any]] = [{"name": SHM_VOLUME, "mountPath": c.SHM_MOUNT_PATH}]
     cache = spec.runtime.model_cache
     if cache is not None:
         mounts.append(
@@ -134,9 +134,9 @@ def desired_arm_deployment(sd: SpeculativeDeployment, arm: str, replicas: int) -
     if runtime.node_selector:
         pod_spec["nodeSelector"] = dict(runtime.node_selector)
     if runtime.tolerations:
-        pod_spec["tolerations"] = [dict(t) for t in runtime.tolerations]
+        pod_spec["tolerations"] = [t.to_wire() for t in runtime.tolerations]
     if runtime.affinity is not None:
-        pod_spec["affinity"] = dict(runtime.affinity)
+        pod_spec["affinity"] = runtime.affinity.to_wire()
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
