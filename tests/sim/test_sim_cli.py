@@ -74,6 +74,9 @@ def test_bad_speculative_config_exits_2_with_one_line() -> None:
         (["--max-model-len", "0"], "--max-model-len"),
         (["--startup-delay", "nan"], "--startup-delay"),
         (["--seed", "x"], "argument --seed: invalid int value"),
+        (["--block-size", "0"], "--block-size: must be >= 1"),
+        (["--max-model-len", "4096", "--num-gpu-blocks-override", "100"],
+         "--num-gpu-blocks-override: 100 blocks of 16 tokens hold 1600 tokens, fewer than"),
         (["-tp", "2", "--speculative-config",
           '{"method": "dspark", "model": "m", "draft_tensor_parallel_size": 4}'],
          "draft_tensor_parallel_size must be 1 or"),
@@ -150,3 +153,30 @@ def test_spec_shorthand_flags() -> None:
 def test_underscore_flag_spelling_like_vllm() -> None:
     o = parse_options(["m", "--max_num_seqs", "8", "--served_model_name=x", "--time_scale", "0.5"])
     assert (o.max_num_seqs, o.served_model_names, o.time_scale) == (8, ("x",), 0.5)
+
+
+@pytest.mark.parametrize(
+    ("args", "model", "unknown"),
+    [
+        # an unknown flag's value is its own, not the positional model's
+        (["--dtype", "auto", "Qwen/x"], "Qwen/x", ("--dtype", "auto")),
+        (["Qwen/x", "--dtype", "auto"], "Qwen/x", ("--dtype", "auto")),
+        (["--dtype=auto", "Qwen/x"], "Qwen/x", ("--dtype=auto",)),
+        # a known vLLM boolean flag takes no value
+        (["--enforce-eager", "Qwen/x"], "Qwen/x", ("--enforce-eager",)),
+        (["--dtype", "auto", "--enforce-eager", "Qwen/x"], "Qwen/x",
+         ("--dtype", "auto", "--enforce-eager")),
+        (["--no-enable-prefix-caching", "Qwen/x"], "Qwen/x", ("--no-enable-prefix-caching",)),
+        # an unknown boolean flag before the model: the model is the last value taken
+        (["--some-new-bool", "Qwen/x"], "Qwen/x", ("--some-new-bool",)),
+        (["--model", "Qwen/x", "--dtype", "auto"], "Qwen/x", ("--dtype", "auto")),
+        (["--model", "Qwen/x", "--some-new-bool"], "Qwen/x", ("--some-new-bool",)),
+        (["Qwen/x", "--swap-space", "-1", "--seed", "3"], "Qwen/x", ("--swap-space", "-1")),
+        (["Qwen/x", "stray"], "Qwen/x", ("stray",)),
+    ],
+)  # fmt: skip
+def test_positional_model_next_to_unknown_flags(
+    args: list[str], model: str, unknown: tuple[str, ...]
+) -> None:
+    o = parse_options(args)
+    assert (o.model, o.unknown) == (model, unknown)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import socket
 import subprocess
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from specguard.sim.launch import start_sim
+from specguard.sim.scrape import scrape, value
 
 
 def _post(url: str, body: dict[str, object]) -> tuple[int, dict[str, object]]:
@@ -44,9 +46,10 @@ def test_fail_after_kills_the_engine() -> None:
         assert _health(sim.url) == 503
         status, body = _post(sim.url, {"prompt": "hi", "max_tokens": 3})
     assert status == 500
-    assert body["object"] == "error"
-    assert body["type"] == "InternalServerError"
-    assert body["code"] == 500
+    error = body["error"]
+    assert isinstance(error, dict)  # vLLM's ErrorResponse: {"error": ErrorInfo}
+    assert error["type"] == "InternalServerError"
+    assert error["code"] == 500
 
 
 def test_error_rate_fails_that_fraction() -> None:
@@ -92,3 +95,48 @@ def _try_health(url: str) -> int | None:
         return _health(url)
     except (urllib.error.URLError, TimeoutError, OSError):
         return None
+
+
+def _open_request(port: int, max_tokens: int) -> socket.socket:
+    """A non-streamed completion sent on a raw socket, so the test decides exactly when
+    the client goes away (by closing it)."""
+    body = json.dumps({"prompt": "hi", "max_tokens": max_tokens}).encode()
+    sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+    head = b"POST /v1/completions HTTP/1.1\r\nHost: sim\r\nContent-Type: application/json\r\n"
+    sock.sendall(head + b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+    return sock
+
+
+def _wait_gauge(url: str, name: str, want: float) -> None:
+    deadline = time.monotonic() + 10
+    while value(scrape(url), name) != want:
+        assert time.monotonic() < deadline, f"{name} never reached {want}"
+        time.sleep(0.02)
+
+
+def test_client_leaving_a_non_streamed_request_aborts_it() -> None:
+    # One batch slot. A holds it with ~27 s of work, B and C wait behind it. B's client
+    # leaves while it waits, then A's: both are aborted (as vLLM aborts a request whose
+    # client disconnected) and C, which nobody else wakes the engine for, runs at once.
+    with start_sim(["--max-num-seqs", "1", "--seed", "4"]) as sim:
+        before = scrape(sim.url)
+        a = _open_request(sim.port, 3000)
+        _wait_gauge(sim.url, "vllm:num_requests_running", 1)
+        b = _open_request(sim.port, 3000)
+        _wait_gauge(sim.url, "vllm:num_requests_waiting", 1)
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            c = pool.submit(_post, sim.url, {"prompt": "hi", "max_tokens": 3})
+            _wait_gauge(sim.url, "vllm:num_requests_waiting", 2)
+            b.close()
+            time.sleep(0.3)  # B's cancellation lands before A leaves the batch
+            a.close()
+            status, _ = c.result(timeout=5)
+        after = scrape(sim.url)
+        log = sim.log_tail()
+    assert status == 200
+    success = "vllm:request_success_total"
+    assert value(after, success, finished_reason="abort") - value(
+        before, success, finished_reason="abort") == 2  # fmt: skip
+    assert value(after, success, finished_reason="length") - value(
+        before, success, finished_reason="length") == 1  # fmt: skip
+    assert "Traceback" not in log

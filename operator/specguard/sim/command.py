@@ -9,6 +9,7 @@ import os
 import signal
 import sys
 
+import prometheus_client
 from aiohttp import web
 
 from specguard.sim.options import OptionError, SimOptions, parse_options
@@ -30,9 +31,16 @@ async def _watch_parent(parent: int, stop: asyncio.Event) -> None:
 
 
 async def serve(options: SimOptions) -> None:
+    # vLLM turns off prometheus_client's `_created` samples; a process-wide switch, so it
+    # is flipped here in the simulator's own process, not where the metrics module loads
+    prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
     app = build_app(options)
     state = app[STATE_KEY]
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5, handle_signals=False)
+    # handler_cancellation (off by default since aiohttp 3.9): a client that leaves a
+    # non-streamed request cancels its handler, which aborts the sequence as vLLM does;
+    # without it the sequence kept its batch slot and finished as a success.
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5, handle_signals=False,
+                           handler_cancellation=True)  # fmt: skip
     await runner.setup()
     site = web.TCPSite(runner, options.host, options.port, backlog=1024, reuse_address=True)
     await site.start()

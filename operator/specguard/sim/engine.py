@@ -34,7 +34,7 @@ class Sequence:
     max_new_tokens: int
     finish_reason: str  # reported when max_new_tokens is reached
     arrival: float
-    max_tokens_param: int | None = None  # as the client sent it (a vLLM histogram)
+    max_tokens_param: int | None = None  # SamplingParams.max_tokens: sent, or the room left
     generated: int = 0
     prefilled: bool = False
     scheduled_at: float = 0.0
@@ -75,12 +75,16 @@ class Engine:
         max_num_seqs: int,
         time_scale: float,
         seed: int | None,
+        kv_capacity_tokens: int,
+        block_size: int,
     ) -> None:
         self.profile = profile
         self.spec = spec
         self.metrics = metrics
         self.max_num_seqs = max_num_seqs
         self.time_scale = time_scale
+        self.kv_capacity_tokens = kv_capacity_tokens
+        self.block_size = block_size
         self.rng = random.Random(seed)
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
@@ -105,6 +109,8 @@ class Engine:
             self._cum[domain] = cum
         self.steps = 0
         self.last_k = 0
+        # computed when /metrics is scraped, not every step: no cost in the engine loop
+        metrics.kv_cache_usage.set_function(self.kv_usage)
 
     def _rates(self, domain: str) -> list[float]:
         if self._synthetic is not None:
@@ -121,6 +127,8 @@ class Engine:
         while self.waiting and len(self.running) < self.max_num_seqs:
             seq = self.waiting.popleft()
             if seq.cancelled:
+                seq.finished = True  # its client left while it waited: aborted too
+                self.metrics.success["abort"].inc()
                 continue
             seq.scheduled_at = now
             self.running.append(seq)
@@ -159,8 +167,10 @@ class Engine:
         m = self.metrics
         while True:
             now = loop.time()
-            self._admit(now)
+            # drop before admitting: the other order let a step that dropped every running
+            # sequence go to sleep with requests still waiting, until the next arrival
             self._drop_cancelled()
+            self._admit(now)
             if not self.running:
                 m.running.set(0)
                 m.waiting.set(len(self.waiting))
@@ -190,6 +200,13 @@ class Engine:
             self.steps += 1
             self._emit(decoders, fresh, k, t)
             self.running = [s for s in self.running if not s.finished]
+
+    def kv_usage(self) -> float:
+        """Fraction of the KV cache the running sequences hold, in whole blocks as vLLM
+        allocates them. Capped at 1: the simulator does not preempt."""
+        size = self.block_size
+        blocks = sum(-(-(s.prompt_tokens + s.generated) // size) for s in self.running)
+        return min(1.0, blocks * size / self.kv_capacity_tokens)
 
     def _drop_cancelled(self) -> None:
         """Sequences whose client went away leave the batch (vLLM aborts them)."""
@@ -260,7 +277,7 @@ class Engine:
         m.tpot.observe(decode / (s.generated - 1) if s.generated > 1 else 0.0)
         m.decode_time.observe(decode)
         m.inference_time.observe(t - s.scheduled_at)
-        if s.max_tokens_param is not None:
+        if s.max_tokens_param is not None:  # always set by the server
             m.max_tokens_param.observe(s.max_tokens_param)
         m.e2e.observe(t - s.arrival)
         m.generation_tokens_hist.observe(s.generated)

@@ -25,9 +25,20 @@ REQUEST_LATENCY_BUCKETS: tuple[float, ...] = (
     0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0,
     60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0,
 )  # fmt: skip
-TOKEN_BUCKETS: tuple[float, ...] = (
-    1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000,
-)  # fmt: skip
+
+
+def build_1_2_5_buckets(max_value: int) -> tuple[int, ...]:
+    """vLLM's token-count buckets: 1, 2, 5, 10, 20, 50, ... up to ``max_value``
+    (vllm.v1.metrics.loggers builds them from max_model_len)."""
+    buckets: list[int] = []
+    scale = 1
+    while True:
+        for mantissa in (1, 2, 5):
+            if mantissa * scale > max_value:
+                return tuple(buckets)
+            buckets.append(mantissa * scale)
+        scale *= 10
+
 
 LABELS = ("model_name", "engine")
 
@@ -40,10 +51,12 @@ class SimMetrics:
         model_name: str,
         *,
         num_spec_tokens: int,
+        max_model_len: int,
         itl_buckets: Sequence[float] = ITL_BUCKETS,
     ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
+        token_buckets = build_1_2_5_buckets(max_model_len)
         labels = {"model_name": model_name, "engine": "0"}
 
         def gauge(name: str, doc: str) -> Gauge:
@@ -117,7 +130,7 @@ class SimMetrics:
         self.max_tokens_param = hist(
             "vllm:request_params_max_tokens",
             "Histogram of the max_tokens request parameter.",
-            TOKEN_BUCKETS,
+            token_buckets,
         ).labels(**labels)
         self.preemptions = counter(
             "vllm:num_preemptions", "Cumulative number of preemption from the engine."
@@ -128,12 +141,12 @@ class SimMetrics:
             REQUEST_LATENCY_BUCKETS,
         ).labels(**labels)
         self.prompt_tokens_hist = hist(
-            "vllm:request_prompt_tokens", "Number of prefill tokens processed.", TOKEN_BUCKETS
+            "vllm:request_prompt_tokens", "Number of prefill tokens processed.", token_buckets
         ).labels(**labels)
         self.generation_tokens_hist = hist(
             "vllm:request_generation_tokens",
             "Number of generation tokens processed.",
-            TOKEN_BUCKETS,
+            token_buckets,
         ).labels(**labels)
         self.spec_enabled = num_spec_tokens > 0
         if self.spec_enabled:

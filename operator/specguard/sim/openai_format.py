@@ -93,9 +93,10 @@ class ChunkEncoder:
         )
 
 
-def error_body(message: str, err_type: str, code: int) -> dict[str, Any]:
-    """vLLM's ErrorResponse shape."""
-    return {"object": "error", "message": message, "type": err_type, "param": None, "code": code}
+def error_body(message: str, err_type: str, code: int, param: str | None = None) -> dict[str, Any]:
+    """vLLM's ErrorResponse: ``{"error": ErrorInfo}``, the OpenAI envelope (vLLM dropped
+    the flat ``{"object": "error", ...}`` shape); ``code`` is the HTTP status, an int."""
+    return {"error": {"message": message, "type": err_type, "param": param, "code": code}}
 
 
 def chat_response(

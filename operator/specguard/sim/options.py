@@ -33,6 +33,8 @@ class SimOptions:
     tensor_parallel_size: int
     max_num_seqs: int
     max_model_len: int
+    kv_capacity_tokens: int
+    block_size: int
     spec: SpecConfig | None
     itl_buckets: tuple[float, ...]
     force_include_usage: bool
@@ -53,10 +55,14 @@ class SimOptions:
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="specguard sim",
+        usage="%(prog)s [MODEL] [options]",
         description="vLLM simulator with speculative-decoding economics "
-        "(accepts `vllm serve` flags; unknown vLLM flags are ignored with a warning).",
+        "(accepts `vllm serve` flags; unknown vLLM flags are ignored with a warning). "
+        "MODEL is positional as in `vllm serve MODEL`; put it first or use --model.",
     )
-    p.add_argument("model_tag", nargs="?", help="model name (as `vllm serve MODEL`)")
+    # The positional model is not an argparse argument: argparse would hand it the value
+    # of an unknown flag before it (`--dtype auto M` -> model "auto"). _split_unknown
+    # sorts positionals from unknown flags' values instead.
     p.add_argument("--model", dest="model_flag")
     p.add_argument("--served-model-name", nargs="+")
     p.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
@@ -71,6 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--spec-tokens", type=int)
     p.add_argument("--custom-histogram-buckets")
     p.add_argument("--enable-force-include-usage", action="store_true")
+    # KV cache size, for vllm:kv_cache_usage_perc only (the simulator never preempts)
+    p.add_argument("--block-size", type=int, default=16)
+    p.add_argument("--num-gpu-blocks-override", type=int, default=None)
     sim = p.add_argument_group("simulator")
     sim.add_argument("--profile", default=DEFAULT_PROFILE, help=f"one of {', '.join(PROFILES)}")
     sim.add_argument(
@@ -124,6 +133,29 @@ def _buckets(text: str | None) -> tuple[float, ...]:
     return tuple(values)
 
 
+# A notional KV cache when --num-gpu-blocks-override is not given: 2**20 tokens, the
+# order of what one 8-GPU node holds for a large model. It only scales
+# vllm:kv_cache_usage_perc; the engine's timing does not depend on it.
+DEFAULT_KV_CAPACITY_TOKENS = 1 << 20
+
+
+def _kv_capacity(args: argparse.Namespace) -> int:
+    """KV cache size in tokens; vLLM refuses to start when one max-length request
+    cannot fit, and so does the simulator."""
+    if args.block_size < 1:
+        raise OptionError(f"--block-size: must be >= 1, got {args.block_size}")
+    blocks = args.num_gpu_blocks_override
+    if blocks is None:
+        return max(DEFAULT_KV_CAPACITY_TOKENS, int(args.max_model_len))
+    tokens = blocks * args.block_size
+    if blocks < 1 or tokens < args.max_model_len:
+        raise OptionError(
+            f"--num-gpu-blocks-override: {blocks} blocks of {args.block_size} tokens hold "
+            f"{max(tokens, 0)} tokens, fewer than --max-model-len {args.max_model_len}"
+        )
+    return int(tokens)
+
+
 def _merge_spec_shorthands(args: argparse.Namespace) -> str | None:
     """--spec-method/--spec-model/--spec-tokens folded into the JSON; giving a key both
     ways is an error, as in vLLM."""
@@ -167,13 +199,74 @@ def _dashes(argv: list[str]) -> list[str]:
     return out
 
 
+# vLLM boolean flags: a token after one is not its value. Any `--no-...` is boolean too
+# (vLLM's BooleanOptionalAction). An unknown boolean flag missing here still works when
+# the model comes first or through --model; before the model it is resolved by the
+# "no model left" rule in _split_unknown.
+_VLLM_BOOLEAN_FLAGS = frozenset({
+    "--enforce-eager", "--trust-remote-code", "--enable-prefix-caching",
+    "--enable-chunked-prefill", "--disable-log-stats", "--disable-log-requests",
+    "--enable-log-requests", "--enable-auto-tool-choice", "--enable-lora",
+    "--enable-sleep-mode", "--disable-custom-all-reduce", "--enable-expert-parallel",
+    "--async-scheduling", "--enable-prompt-tokens-details", "--disable-fastapi-docs",
+    "--enable-server-load-tracking", "--enable-request-id-headers", "--headless",
+    "--disable-uvicorn-access-log", "--return-tokens-as-token-ids", "--skip-tokenizer-init",
+    "--disable-frontend-multiprocessing", "--enable-eplb", "--enable-log-outputs",
+    "--disable-sliding-window", "--disable-cascade-attn", "--fully-sharded-loras",
+    "--enable-tokenizer-info-endpoint", "--kv-sharing-fast-prefill", "--enable-dbo",
+})  # fmt: skip
+
+
+def _is_value(token: str) -> bool:
+    if not token.startswith("-"):
+        return True
+    try:
+        float(token)  # a negative number is a value, not a flag
+    except ValueError:
+        return False
+    return True
+
+
+def _takes_value(flag: str) -> bool:
+    return "=" not in flag and not flag.startswith("--no-") and flag not in _VLLM_BOOLEAN_FLAGS
+
+
+def _split_unknown(tokens: list[str], have_model: bool) -> tuple[list[str], list[str]]:
+    """(positional tokens, unknown flags with their values) from what argparse left.
+
+    Rule (vLLM's flags are ``--name value``, ``--name=value`` or a boolean ``--flag``):
+    an unknown flag followed by a non-flag token takes it as its value, unless it is a
+    known boolean flag. If that leaves no model at all (no positional, no --model), the
+    last value taken goes back to being the model: ``--some-bool M`` still serves M.
+    """
+    positional: list[str] = []
+    flags: list[str] = []
+    taken: list[int] = []  # indices in flags of values taken by unknown flags
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        i += 1
+        if _is_value(token):
+            positional.append(token)
+            continue
+        flags.append(token)
+        if _takes_value(token) and i < len(tokens) and _is_value(tokens[i]):
+            taken.append(len(flags))
+            flags.append(tokens[i])
+            i += 1
+    if not positional and not have_model and taken:
+        positional.append(flags.pop(taken[-1]))
+    return positional, flags
+
+
 def parse_options(argv: list[str]) -> SimOptions:
     parser = build_parser()
-    args, unknown = parser.parse_known_args(_dashes(argv))
-    model = args.model_flag or args.model_tag
-    if args.model_flag and args.model_tag and args.model_tag != args.model_flag:
-        # A stray value of an unknown flag landed in the positional slot.
-        unknown.append(args.model_tag)
+    args, rest = parser.parse_known_args(_dashes(argv))
+    positional, unknown = _split_unknown(rest, have_model=args.model_flag is not None)
+    model = args.model_flag or (positional[0] if positional else None)
+    # Positionals beyond the model (or besides --model) are warned about, like flags.
+    extra = [p for p in positional if p != model]
+    unknown.extend(extra)
     if args.profile not in PROFILES:
         raise OptionError(
             f"--profile: unknown profile {args.profile!r}; one of {', '.join(PROFILES)}"
@@ -188,6 +281,7 @@ def parse_options(argv: list[str]) -> SimOptions:
         raise OptionError(f"--max-num-seqs: must be >= 1, got {args.max_num_seqs}")
     if args.max_model_len < 1:
         raise OptionError(f"--max-model-len: must be >= 1, got {args.max_model_len}")
+    kv_tokens = _kv_capacity(args)
     if not 0 <= args.port <= 65535:
         raise OptionError(f"--port: must be in 0..65535, got {args.port}")
     if not (args.time_scale > 0 and math.isfinite(args.time_scale)):
@@ -219,6 +313,8 @@ def parse_options(argv: list[str]) -> SimOptions:
         tensor_parallel_size=args.tensor_parallel_size,
         max_num_seqs=args.max_num_seqs,
         max_model_len=args.max_model_len,
+        kv_capacity_tokens=kv_tokens,
+        block_size=args.block_size,
         spec=spec,
         itl_buckets=_buckets(args.custom_histogram_buckets),
         force_include_usage=args.enable_force_include_usage,
