@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import itertools
 import math
+from pathlib import Path
 
+import jsonschema
 import pytest
 import yaml
 
-from specguard.evaluate import metrics
+from specguard.api.resource import parse_resource
+from specguard.evaluate import metrics, report
 from specguard.evaluate.analysis import DrafterInfo, analyse, crossover
 from specguard.evaluate.report import spec_yaml
 from specguard.evaluate.sweep import ArmRun, Cell
@@ -116,7 +119,22 @@ def test_recommendation_off_above_n_for_a_non_dspark_drafter() -> None:
             (row.gain or 0) > 0 if row.concurrency <= rec.max_concurrency else (row.gain or 0) <= 0
         )  # type: ignore[operator]
     fields = yaml.safe_load(spec_yaml(rec.spec))["spec"]["drafter"]
-    assert fields["perBatchSize"] == rec.schedule and fields["numSpeculativeTokens"] == 3
+    assert fields["numSpeculativeTokens"] == 3
+    assert [
+        [r["minBatchSize"], r["maxBatchSize"], r["numSpeculativeTokens"]]
+        for r in fields["perBatchSize"]
+    ] == rec.schedule
+    # ... and the resource accepts the pasted fields (field names, ranges, k within bounds).
+    _resource_with(fields)
+
+
+EXAMPLE = Path(__file__).parents[2] / "examples" / "eagle3-tp8.yaml"
+
+
+def _resource_with(drafter: dict[str, object]) -> None:
+    resource = yaml.safe_load(EXAMPLE.read_text())
+    resource["spec"]["drafter"] = {"model": "org/drafter", **drafter}
+    parse_resource(resource)
 
 
 def test_recommendation_adaptive_for_fixed_dspark_and_keep_without_crossover() -> None:
@@ -136,6 +154,75 @@ def test_recommendation_off_when_the_drafter_never_pays() -> None:
     assert result.overall.at_first_level
     assert result.recommendation.action == "off"
     assert result.recommendation.schedule == [[1, 1024, 0]]
+
+
+def test_unequal_request_counts_of_a_duration_run_are_judged_not_mismatched() -> None:
+    # --duration: in the same seconds the faster arm (drafter 40% faster) completes more
+    # requests (300 vs 200). At a fixed number of workers that is the win, not a load gap.
+    cell = Cell(
+        concurrency=16, subset="chat",
+        arms={
+            "speculative": ArmRun("speculative", _samples("speculative", "chat", 16, 0.006, 300)),
+            "baseline": ArmRun("baseline", _samples("baseline", "chat", 16, 0.010, 200)),
+        },
+        acceptance=None, wall_s=1.0,
+    )  # fmt: skip
+    result = analyse([cell], drafter=DrafterInfo(k=4), judge_settings=SETTINGS)
+    verdict = result.levels[0].verdict
+    assert verdict is not None and verdict.outcome == "improved", verdict.sentence()
+    assert result.recommendation.action == "keep"
+
+
+def test_a_noise_dip_inside_the_band_is_no_measurable_gain_not_a_loss() -> None:
+    # -0.5% at the lowest level (neutral), a clear gain above it: keep, never "turn off".
+    levels = {1: (10.05, 10.0), 16: (6.0, 10.0), 64: (8.0, 11.0)}
+    cells = [_cell("chat", c, s / 1000, b / 1000) for c, (s, b) in levels.items()]
+    result = analyse(cells, drafter=DrafterInfo("eagle3", 3), judge_settings=SETTINGS)
+    by_level = {r.concurrency: r for r in result.levels}
+    assert by_level[1].verdict is not None and by_level[1].verdict.outcome == "neutral"
+    assert by_level[1].gain is not None and by_level[1].gain < 0
+    assert result.overall.step is None and result.crossovers[0].step is None
+    rec = result.recommendation
+    assert rec.action == "keep" and rec.schedule == [[1, 1024, 3]]
+    assert "no measurable gain" in rec.sentence and "at 1." in rec.sentence
+    # A neutral dip right before a measured loss: speculate up to the level before the
+    # loss (the gain's zero is not between the two), not off everywhere.
+    cells.append(_cell("chat", 128, 0.0101, 0.010))
+    cells.append(_cell("chat", 256, 0.030, 0.020))
+    result = analyse(cells, drafter=DrafterInfo("eagle3", 3), judge_settings=SETTINGS)
+    assert result.overall.step == 256 and result.overall.interpolated is None
+    assert result.recommendation.action == "off_above"
+    assert result.recommendation.max_concurrency == 128
+
+
+def test_all_levels_without_measurable_gain_turn_the_drafter_off() -> None:
+    cells = [_cell("chat", c, 0.01005, 0.010) for c in (1, 8)]
+    result = analyse(cells, drafter=DrafterInfo(k=4), judge_settings=SETTINGS)
+    assert result.overall.step is None
+    rec = result.recommendation
+    assert rec.action == "off" and "not measurably faster" in rec.sentence
+
+
+def test_unknown_k_gives_no_made_up_schedule() -> None:
+    result = analyse(_cells(), drafter=DrafterInfo("eagle3", None), judge_settings=SETTINGS)
+    rec = result.recommendation
+    assert rec.action == "off_above" and rec.k is None and rec.schedule is None
+    n = rec.max_concurrency
+    assert n is not None
+    assert f"[[1, {n}, K], [{n + 1}, 1024, 0]]" in rec.sentence
+    assert "numSpeculativeTokens" in rec.sentence and "--drafter-config" in rec.sentence
+    assert "perBatchSize" not in rec.spec["drafter"]
+    document = report.build(result, config=_CONFIG, warnings=[], partial=False)
+    jsonschema.Draft202012Validator(report.schema()).validate(document)
+    assert document["recommendation"]["num_speculative_tokens_per_batch_size"] is None
+    assert document["recommendation"]["num_speculative_tokens"] is None
+    low = [c for c in _cells() if c.concurrency < 256 and c.subset == "math_reasoning"]
+    keep = analyse(low, drafter=DrafterInfo(), judge_settings=SETTINGS).recommendation
+    assert keep.action == "keep" and keep.schedule is None and "[[1, 1024, K]]" in keep.sentence
+
+
+_CONFIG = {"with_drafter": "http://a", "without_drafter": "http://b", "concurrency": [],
+           "subsets": []}  # fmt: skip
 
 
 def test_crossover_of_no_rows_and_gain_never_negative() -> None:

@@ -4,7 +4,12 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
 import sys
+import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,6 +17,7 @@ import pytest
 
 from specguard.evaluate.command import main
 from specguard.evaluate.sweep import error_text
+from specguard.judge.sample import parse_lines
 from specguard.sim.launch import SimProcess, start_sim
 from specguard.testing.ports import free_port
 
@@ -24,8 +30,6 @@ def sims() -> Iterator[tuple[SimProcess, SimProcess]]:
     common = ["m", "--served-model-name", "served", "--profile", "kimi-k3", "--time-scale", "0.2"]
     with start_sim([*common, "--speculative-config", DRAFTER]) as spec, start_sim(common) as base:
         yield spec, base
-
-
 
 
 def _one_line(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
@@ -115,6 +119,87 @@ def test_bad_command_lines(
     capsys: pytest.CaptureFixture[str], argv: list[str], expected: str
 ) -> None:
     assert expected in _one_line(capsys, argv)
+
+
+def test_bad_out_is_refused_before_anything_runs(
+    sims: tuple[SimProcess, SimProcess], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    spec, base = sims
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory\n")
+    argv = ["--with-drafter", spec.url, "--without-drafter", base.url, *SMALL]
+    before = [_completed(sim) for sim in sims]
+    line = _one_line(capsys, [*argv, "--out", str(blocker)])
+    assert line == f"specguard evaluate: --out: {blocker} exists and is not a directory"
+    line = _one_line(capsys, [*argv, "--out", str(blocker / "sub" / "dir")])
+    assert f"--out: {blocker / 'sub' / 'dir'} cannot be created: {blocker} is not a" in line
+    # refused before the sweep: no request reached either server
+    assert [_completed(sim) for sim in sims] == before
+
+
+def _completed(sim: SimProcess) -> float:
+    lines = _metrics(sim).splitlines()
+    return sum(float(x.split()[-1]) for x in lines if x.startswith("vllm:request_success_total{"))
+
+
+def _metrics(sim: SimProcess) -> str:
+    with urllib.request.urlopen(f"{sim.url}/metrics", timeout=10) as response:
+        text: str = response.read().decode()
+    return text
+
+
+def test_write_error_after_the_sweep_is_one_line_and_keeps_the_samples(
+    sims: tuple[SimProcess, SimProcess], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    spec, base = sims
+    (tmp_path / "report.json").mkdir()  # passes the --out check, fails only at the end
+    code = main(
+        ["--with-drafter", spec.url, "--without-drafter", base.url, *SMALL, "--out", str(tmp_path)]
+    )
+    captured = capsys.readouterr()
+    assert code == 2 and "Traceback" not in captured.err
+    errors = [line for line in captured.err.splitlines() if line.startswith("specguard evaluate")]
+    assert errors == [
+        f"specguard evaluate: --out: cannot write the report ({tmp_path / 'report.json'}: "
+        "Is a directory)"
+    ]
+    # what could be written was: the measured samples, the plots, and the answer on stdout
+    samples = list(parse_lines((tmp_path / "samples.jsonl").read_text().splitlines()))
+    assert len(samples) == 2 * 2
+    assert (tmp_path / "gain.png").stat().st_size > 0
+    assert "Recommendation" in captured.out
+
+
+def test_ctrl_c_before_the_first_cell_says_nothing_was_measured(tmp_path: Path) -> None:
+    # slow simulators, so the first cell is still running when the interrupt comes
+    slow = ["m", "--served-model-name", "served", "--profile", "kimi-k3", "--time-scale", "20"]
+    with start_sim([*slow, "--speculative-config", DRAFTER]) as spec, start_sim(slow) as base:
+        cmd = [
+            sys.executable, "-m", "specguard", "evaluate", "--with-drafter", spec.url,
+            "--without-drafter", base.url, *SMALL, "--out", str(tmp_path / "out"),
+        ]  # fmt: skip
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 60
+            # the sweep has started once a request is running on the drafter's server
+            while not _running(spec):
+                assert time.monotonic() < deadline and proc.poll() is None
+                time.sleep(0.1)
+            os.kill(proc.pid, signal.SIGINT)
+            _, stderr = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr and "writing a partial report" not in stderr
+    assert "interrupted before any cell finished: nothing measured, no report written" in stderr
+    assert not (tmp_path / "out").exists()
+
+
+def _running(sim: SimProcess) -> str:
+    """The running-requests gauge line when it is above zero, else ''."""
+    running = [x for x in _metrics(sim).splitlines() if x.startswith("vllm:num_requests_running{")]
+    return next((x for x in running if float(x.split()[-1]) > 0), "")
 
 
 def test_bad_prompt_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

@@ -53,12 +53,27 @@ def test_deepseek_v4_sweep_finds_the_calibrated_crossover(tmp_path: Path) -> Non
     doc = _validated(tmp_path)
     assert doc["partial"] is False and doc["subsets"] == subsets and doc["concurrency"] == levels
 
-    # The simulator's calibration (tests/sim/test_sim_deepseek_shape.py): with fixed 7-token
-    # verification, chat traffic crosses over between 128 and 256. Within one step: the
-    # first level with no gain is 128 or 256.
+    # The simulator's calibration (tests/sim/test_sim_deepseek_shape.py, docs/simulator.md):
+    # with fixed 7-token verification the gain's zero lies between 128 and 256 for the
+    # calibrated mix (measured at 1,4,16,64,256: chat ≈186, pooled ≈179). Within one
+    # concurrency step: chat still gains at 128 and loses at 256, its zero interpolated
+    # strictly between them, and so does the pooled traffic.
     crossings = {c["subset"]: c for c in doc["crossovers"]}
-    assert crossings["chat"]["step"] in (128, 256), crossings["chat"]
-    assert 1 < crossings["chat"]["interpolated"] <= 256
+    for cross in (crossings["chat"], doc["overall_crossover"]):
+        assert cross["step"] == 256 and not cross["at_first_level"], cross
+        assert 128 < cross["interpolated"] < 256, cross
+    # Tool calls accept fewer draft tokens, so they stop paying no later than chat (the
+    # simulator puts their zero just below 128: gain about -11% at 128 over 24 requests,
+    # so "≈133" interpolated between 64 and 256 is the log-linear chord, not the curve).
+    tool = crossings["tool_call"]
+    assert tool["step"] in (128, 256) and not tool["at_first_level"], tool
+    # (no interpolation when 128 shows no gain but no measurable loss: the zero is <= 128)
+    assert (tool["interpolated"] or 128) <= crossings["chat"]["interpolated"], crossings
+    # Math gains most: no crossover in range, or a later one than the others.
+    math_cross = crossings["math_reasoning"]
+    if math_cross["step"] is not None:
+        assert math_cross["step"] == 256 and math_cross["interpolated"] is not None, math_cross
+        assert math_cross["interpolated"] > crossings["chat"]["interpolated"], crossings
     # Drafters gain less on tool calls than on math, at every level; acceptance agrees.
     for level in levels:
         tool, math_ = _cell(doc, "tool_call", level), _cell(doc, "math_reasoning", level)
@@ -68,9 +83,10 @@ def test_deepseek_v4_sweep_finds_the_calibrated_crossover(tmp_path: Path) -> Non
     assert 0 < tvm["extra_tokens_share"] < 1
     assert all(0 < s["share"] < 1 for s in tvm["gain_share"] if s["concurrency"] < 128)
 
-    # The recommendation follows the pooled data: a fixed-k DSpark drafter that crosses
-    # over is kept with adaptive verification, and the fallback schedule speculates exactly
-    # where the pooled gain is positive.
+    # The recommendation follows the pooled data and the judge: a fixed-k DSpark drafter
+    # that crosses over is kept with adaptive verification, and the fallback schedule
+    # speculates up to the interpolated zero of the pooled gain, below the first level that
+    # measurably loses (verdict regressed or gain below -tolerance) and at none above.
     rec = doc["recommendation"]
     overall = doc["overall_crossover"]
     assert overall["step"] is not None and not overall["at_first_level"]
@@ -78,9 +94,12 @@ def test_deepseek_v4_sweep_finds_the_calibrated_crossover(tmp_path: Path) -> Non
     n = rec["max_concurrency"]
     schedule = rec["alternative"]["schedule"]
     assert schedule == [[1, n, 7], [n + 1, 1024, 0]]
+    assert 128 < n < 256 and n == int(overall["interpolated"])
     for level in doc["levels"]:
-        assert (level["gain"] > 0) == (level["concurrency"] <= n), (level["concurrency"], n)
-        assert level["verdict"]["outcome"] in ("improved", "regressed", "neutral")
+        verdict = level["verdict"]["outcome"]
+        losing = verdict == "regressed" or level["gain"] < -level["verdict"]["tolerance"]
+        assert losing == (level["concurrency"] > n), (level["concurrency"], n)
+        assert verdict in ("improved", "regressed", "neutral")
     assert doc["levels"][0]["verdict"]["outcome"] == "improved"
     assert doc["levels"][-1]["verdict"]["outcome"] == "regressed"
 
@@ -136,6 +155,14 @@ def test_user_jsonl_duration_mode_and_sequential_arms(tmp_path: Path) -> None:
             and cell["arms"]["baseline"]["requests"] >= 4
         )
         assert cell["gain"] > 0 and cell["acceptance_length"] > 1.5
+    # Both arms ran for the same seconds, so the faster drafter arm completed more requests:
+    # the judge compares in-flight requests (fixed by the closed loop), not request counts,
+    # and calls the win a win.
+    level = doc["levels"][0]
+    arms = level["arms"]
+    assert arms["speculative"]["requests"] > arms["baseline"]["requests"], arms
+    assert level["verdict"]["outcome"] == "improved", level["verdict"]["sentence"]
+    assert doc["recommendation"]["action"] == "keep"
     samples = list(parse_lines((tmp_path / "out" / "samples.jsonl").read_text().splitlines()))
     assert {s.domain for s in samples} == {"support", "stories"}
     # measured requests ran with both workers busy (fillers keep the level up); only a

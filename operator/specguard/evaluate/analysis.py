@@ -6,20 +6,28 @@ Pure: no I/O. Definitions (docs/evaluate.md repeats them for users):
   (t_last_token − t_first_token) / (tokens − 1), from exact streamed token counts.
 - **gain** = baseline per-token latency ÷ drafter per-token latency − 1: +0.50 means tokens
   arrive 1.5× as fast with the drafter; 0 or below means the drafter does not pay.
-- **crossover** of a subset: the first swept concurrency whose gain is ≤ 0 (``step``), and
-  a log-linear interpolation of the gain's zero between that level and the one before it
-  (``interpolated``), since gain falls roughly linearly in log-concurrency between levels.
+- **losing level**: one where the drafter is measurably slower: the judge's verdict there is
+  regressed (pooled rows), or the gain is below −tolerance. A level with gain ≤ 0 but
+  neither is "no measurable gain", not a loss: a −0.5% dip inside the noise must not turn
+  a drafter off.
+- **crossover** of a subset: the first swept concurrency that loses (``step``), and a
+  log-linear interpolation of the gain's zero between that level and the one before it
+  (``interpolated``, when the gain there is positive), since gain falls roughly linearly in
+  log-concurrency between levels.
 - **tool-call share of math**: tool_call gain ÷ math_reasoning gain at each concurrency
   (where math gains), and the ratio of extra accepted tokens per step, (AL−1)/(AL−1).
-- **recommendation**: from the gain over all subsets pooled (the traffic mix the sweep
-  ran): no crossover → keep the drafter; a DSpark drafter without adaptive verification
-  that crosses over → keep it with adaptive verification (the schedule is the fallback);
-  otherwise → no drafter above concurrency N, as a ``num_speculative_tokens_per_batch_size``
-  schedule; a drafter that loses already at the lowest level → turn it off.
+- **recommendation**: from all subsets pooled (the traffic mix the sweep ran) and the
+  judge's verdicts: no crossover → keep the drafter (off when it gains at no level);
+  a DSpark drafter without adaptive verification that crosses over → keep it with adaptive
+  verification (the schedule is the fallback); otherwise → no drafter above concurrency N,
+  as a ``num_speculative_tokens_per_batch_size`` schedule; a drafter that loses already at
+  the lowest level → turn it off. With k unknown the schedule is left out (None) and the
+  sentence says what to put there, rather than inventing a k.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -87,7 +95,7 @@ class Row:
 @dataclass(frozen=True, slots=True)
 class Crossover:
     subset: str
-    step: int | None  # first swept level with gain <= 0; None when the drafter always gains
+    step: int | None  # first swept level that loses; None when none does
     interpolated: float | None
     at_first_level: bool
 
@@ -176,25 +184,39 @@ def _row(
         samples: list[Sample] = [s for c in cells for run in c.arms.values() for s in run.samples]
         verdict = judge(
             samples,
-            settings,
+            # The sweep is a closed loop at a fixed number of workers per arm: in-flight
+            # requests are what stay equal. Requests per pod are not: in --duration mode the
+            # faster arm completes more, and the judge's default load check would call a
+            # clear win "mismatched load".
+            dataclasses.replace(settings, concurrency_match="in_flight"),
             acceptance_length=acceptance,
             basis="evaluate sweep (per-request TPOT)",
         )
     return Row(subset, concurrency, arms, acceptance, sum(c.wall_s for c in cells), verdict)
 
 
-def crossover(subset: str, rows: Sequence[Row]) -> Crossover:
-    """First level with gain <= 0, and the log-linear zero of the gain before it."""
+def loses(row: Row, tolerance: float) -> bool:
+    """Measurably slower with the drafter: the judge says regressed, or the gain is below
+    −tolerance (rows without a verdict: the per-subset cells, inconclusive levels)."""
+    if row.verdict is not None and row.verdict.outcome == "regressed":
+        return True
+    return row.gain is not None and row.gain < -tolerance
+
+
+def crossover(subset: str, rows: Sequence[Row], tolerance: float = 0.0) -> Crossover:
+    """First level that loses, and the log-linear zero of the gain before it."""
     ordered = sorted((r for r in rows if r.gain is not None), key=lambda r: r.concurrency)
     previous: Row | None = None
     for row in ordered:
         gain = row.gain
         assert gain is not None
-        if gain <= 0:
+        if loses(row, tolerance) and gain < 0:
             if previous is None:
                 return Crossover(subset, row.concurrency, None, at_first_level=True)
             g_a = previous.gain
             assert g_a is not None
+            if g_a <= 0:  # no gain at the level before: its zero is not between the two
+                return Crossover(subset, row.concurrency, None, at_first_level=False)
             t = g_a / (g_a - gain)
             log_c = math.log(previous.concurrency) + t * (
                 math.log(row.concurrency) - math.log(previous.concurrency)
@@ -239,12 +261,56 @@ def _mean_acceptance(rows: Sequence[Row]) -> float | None:
     return float(np.mean(values)) if values else None
 
 
+def _no_gain(levels: Sequence[Row]) -> list[int]:
+    """Levels where the drafter is not measurably faster (and not measurably slower)."""
+    return [
+        r.concurrency
+        for r in levels
+        if (r.verdict is not None and r.verdict.outcome == "neutral")
+        or (r.gain is not None and r.gain <= 0)
+    ]
+
+
+def _levels_text(levels: Sequence[int]) -> str:
+    return ", ".join(str(c) for c in levels)
+
+
+def _schedule(k: int | None, limit: int, max_batch: int) -> list[list[int]] | None:
+    """vLLM's [start, end, k] ranges; None when k is unknown (no k is made up)."""
+    if k is None:
+        return None
+    if limit >= max_batch:
+        return [[1, max_batch, k]]
+    return [[1, limit, k], [limit + 1, max_batch, 0]]
+
+
+def _per_batch_size(schedule: list[list[int]]) -> list[dict[str, int]]:
+    """The schedule as spec.drafter.perBatchSize (the resource's field names)."""
+    return [
+        {"minBatchSize": lo, "maxBatchSize": hi, "numSpeculativeTokens": k}
+        for lo, hi, k in schedule
+    ]
+
+
+def _unknown_k(limit: int, max_batch: int) -> str:
+    speculate = (
+        f"[1, {max_batch}, K]"
+        if limit >= max_batch
+        else f"[1, {limit}, K], [{limit + 1}, {max_batch}, 0]"
+    )
+    return (
+        f" The drafter's num_speculative_tokens is unknown to this run (no --drafter-config, no "
+        f"per-position counter), so no schedule is given: num_speculative_tokens_per_batch_size"
+        f" is [{speculate}] with K your drafter's numSpeculativeTokens; rerun with "
+        "--drafter-config '{\"num_speculative_tokens\": K, ...}' for a ready spec."
+    )
+
+
 def recommend(
     overall: Crossover, levels: Sequence[Row], drafter: DrafterInfo, max_batch: int
 ) -> Recommendation:
     k = drafter.k
     k_text = str(k) if k is not None else "k"
-    k_value = k if k is not None else 1
 
     def drafter_fields(**extra: Any) -> dict[str, Any]:
         fields: dict[str, Any] = {}
@@ -257,42 +323,69 @@ def recommend(
         fields.update(extra)
         return {"drafter": fields}
 
-    if overall.step is None:
-        top = max((r.concurrency for r in levels), default=0)
+    no_gain = _no_gain(levels)
+    # Faster where the gain is positive and the judge does not call it neutral.
+    faster = [r.concurrency for r in levels if r.gain is not None and r.concurrency not in no_gain]
+    if overall.step is None and faster:
+        top = max(r.concurrency for r in levels)
         suffix = " with adaptive verification" if drafter.adaptive else ""
+        sentence = (
+            f"Keep the drafter{suffix}: it is faster per token at every swept concurrency up "
+            f"to {top}."
+            if not no_gain
+            else f"Keep the drafter{suffix}: it is faster per token at concurrency "
+            f"{_levels_text(faster)}, with no measurable gain (and no measurable loss) at "
+            f"{_levels_text(no_gain)}."
+        )
+        schedule = _schedule(k, max_batch, max_batch)
         return Recommendation(
             action="keep",
-            sentence=(
-                f"Keep the drafter{suffix}: it is faster per token at every swept "
-                f"concurrency up to {top}."
-            ),
+            sentence=sentence + ("" if k is not None else _unknown_k(max_batch, max_batch)),
             max_concurrency=None,
             k=k,
-            schedule=[[1, max_batch, k_value]],
+            schedule=schedule,
             spec=drafter_fields(**({"adaptiveVerification": True} if drafter.adaptive else {})),
         )
-    if overall.at_first_level:
+    below = [r for r in levels if overall.step is None or r.concurrency < overall.step]
+    if (
+        overall.step is None
+        or overall.at_first_level
+        or not any(r.concurrency in faster for r in below)
+    ):
+        if overall.step is None:
+            why = (
+                "it is not measurably faster per token at any swept concurrency "
+                f"({_levels_text(no_gain)})"
+            )
+        elif overall.at_first_level:
+            why = (
+                f"it is slower per token already at concurrency {overall.step}, "
+                "the lowest level swept"
+            )
+        else:
+            why = (
+                f"it is not measurably faster per token below concurrency {overall.step} "
+                f"and slower from {overall.step} on"
+            )
         return Recommendation(
             action="off",
-            sentence=(
-                f"Turn the drafter off: it is no faster per token even at concurrency "
-                f"{overall.step}, "
-                "the lowest level swept."
-            ),
+            sentence=f"Turn the drafter off: {why}.",
             max_concurrency=0,
             k=k,
             schedule=[[1, max_batch, 0]],
             spec={"drafter": None},
         )
-    below = [r.concurrency for r in levels if r.concurrency < overall.step]
-    last_win = max(below) if below else 1
+    last_win = max(r.concurrency for r in below)
     limit = max(last_win, math.floor(overall.interpolated or last_win))
     limit = min(limit, max_batch - 1)
-    schedule = [[1, limit, k_value], [limit + 1, max_batch, 0]]
+    schedule = _schedule(k, limit, max_batch)
+    unknown = "" if k is not None else _unknown_k(limit, max_batch)
     off_above: dict[str, Any] = {
         "action": "off_above",
         "schedule": schedule,
-        "spec": drafter_fields(perBatchSize=[list(r) for r in schedule]),
+        "spec": drafter_fields(
+            **({"perBatchSize": _per_batch_size(schedule)} if schedule is not None else {})
+        ),
     }
     where = (
         f"interpolated crossover ≈ {overall.interpolated:.0f}"
@@ -304,9 +397,10 @@ def recommend(
             action="keep_adaptive",
             sentence=(
                 "Keep the DSpark drafter with adaptive verification: with fixed "
-                f"{k_text}-token verification it stops paying at concurrency {overall.step} "
-                f"({where}); adaptive verification shrinks the verified budget as the batch "
-                f"grows. Without it, speculate only up to {limit} concurrent requests."
+                f"{k_text}-token verification it is slower per token from concurrency "
+                f"{overall.step} on ({where}); adaptive verification shrinks the verified "
+                "budget as the batch grows. Without it, speculate only up to "
+                f"{limit} concurrent requests.{unknown}"
             ),
             max_concurrency=limit,
             k=k,
@@ -318,7 +412,7 @@ def recommend(
         action="off_above",
         sentence=(
             f"No drafter above concurrency {limit}: it is faster per token below that, "
-            f"and no faster from {overall.step} on ({where})."
+            f"and slower from {overall.step} on ({where}).{unknown}"
         ),
         max_concurrency=limit,
         k=k,
@@ -347,8 +441,11 @@ def analyse(
         _row(ALL, level, [c for c in cells if c.concurrency == level], judge_settings)
         for level in levels_swept
     ]
-    crossovers = [crossover(subset, [r for r in rows if r.subset == subset]) for subset in subsets]
-    overall = crossover(ALL, levels)
+    tolerance = judge_settings.tolerance
+    crossovers = [
+        crossover(subset, [r for r in rows if r.subset == subset], tolerance) for subset in subsets
+    ]
+    overall = crossover(ALL, levels, tolerance)
     return Analysis(
         rows=rows,
         levels=levels,
@@ -374,6 +471,7 @@ __all__ = [
     "analyse",
     "arm_stats",
     "crossover",
+    "loses",
     "recommend",
     "tool_vs_math",
 ]

@@ -6,7 +6,8 @@
     specguard evaluate --simulate PROFILE [...]
 
 Writes ``report.json`` (schema: report.schema.json), ``samples.jsonl`` and PNG plots to
-``--out`` and prints the table and the recommendation. Ctrl-C writes a partial report.
+``--out`` and prints the table and the recommendation. Ctrl-C writes a partial report (of the
+cells that finished; none finished: nothing is written).
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ import asyncio
 import contextlib
 import json
 import math
+import os
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -33,6 +35,8 @@ DEFAULT_REQUESTS = 32
 # Simulated sweeps default to fewer requests: the simulator's per-request spread is small.
 SIMULATE_REQUESTS = 16
 SIMULATE_MAX_TOKENS = 64
+
+_T = TypeVar("_T")
 
 
 class UsageError(ValueError):
@@ -182,6 +186,20 @@ def _validate(args: argparse.Namespace) -> None:
         raise UsageError("--min-requests: must be >= 2")
     if args.max_batch_size < 2:
         raise UsageError("--max-batch-size: must be >= 2")
+    _check_out(Path(args.out))
+
+
+def _check_out(out: Path) -> None:
+    """--out must be creatable and writable before the sweep: finding out after an hour
+    of measuring would lose it all."""
+    existing = out
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if existing.exists() and not existing.is_dir():
+        what = "exists and" if existing == out else f"cannot be created: {existing}"
+        raise UsageError(f"--out: {out} {what} is not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UsageError(f"--out: {existing} is not writable")
 
 
 # JudgeSettings field → the flag that sets it, so a bad value names what the user typed.
@@ -391,10 +409,9 @@ class Evaluation:
             "max_batch_size": a.max_batch_size,
         }
 
-    def finish(self, *, partial: bool) -> Path | None:
-        """Analyse what ran, print it, write the report and plots."""
-        if not self.cells:
-            return None
+    def finish(self, *, partial: bool) -> bool:
+        """Analyse what ran, print it, write samples, plots and the report. False when
+        something could not be written (one line each; the rest is still written)."""
         a = self.args
         result = analysis.analyse(
             self.cells,
@@ -402,20 +419,35 @@ class Evaluation:
             judge_settings=self.judge_settings,
             max_batch=a.max_batch_size,
         )
+        report.render(self.console, result, partial=partial)
         out = Path(a.out)
+        ok = self._written("samples", lambda: report.write_samples(out, self.cells)) is not None
         title = (
             f"specguard evaluate: {a.simulate} (simulated)" if a.simulate else "specguard evaluate"
         )
-        written = plots.write_plots(result, out, title)
+        written = self._written("plots", lambda: plots.write_plots(result, out, title))
         document = report.build(
-            result, config=self.config(), warnings=self.warnings, partial=partial, plots=written
+            result,
+            config=self.config(),
+            warnings=self.warnings,
+            partial=partial,
+            plots=written or [],
         )
-        path = report.write(out, document, self.cells)
-        report.render(self.console, result, partial=partial)
-        self.console.print(
-            f"report: {path}  plots: {', '.join(str(out / p) for p in written)}", highlight=False
-        )
-        return path
+        path = self._written("report", lambda: report.write_report(out, document))
+        if path is not None:
+            shown = ", ".join(str(out / p) for p in written or [])
+            self.console.print(f"report: {path}  plots: {shown or 'none'}", highlight=False)
+        return ok and written is not None and path is not None
+
+    def _written(self, what: str, write: Callable[[], _T]) -> _T | None:
+        try:
+            return write()
+        except OSError as exc:
+            where = exc.filename or self.args.out
+            why = exc.strerror or str(exc)
+            print(f"specguard evaluate: --out: cannot write the {what} ({where}: {why})",
+                  file=sys.stderr)  # fmt: skip
+            return None
 
 
 def main(argv: list[str]) -> int:
@@ -432,6 +464,10 @@ def main(argv: list[str]) -> int:
     try:
         asyncio.run(evaluation.sweep())
     except KeyboardInterrupt:
+        if not evaluation.cells:
+            err.print("[yellow]interrupted before any cell finished: nothing measured, no report "
+                      "written[/yellow]")  # fmt: skip
+            return 130
         err.print("[yellow]interrupted: writing a partial report[/yellow]")
         evaluation.finish(partial=True)
         return 130
@@ -448,8 +484,7 @@ def main(argv: list[str]) -> int:
             print(f"specguard evaluate: --simulate: {first}", file=sys.stderr)
             return 2
         raise
-    evaluation.finish(partial=False)
-    return 0
+    return 0 if evaluation.finish(partial=False) else 2
 
 
 __all__ = ["build_parser", "main"]

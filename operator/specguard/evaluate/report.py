@@ -143,13 +143,20 @@ def build(
     }
 
 
-def write(out: Path, document: Mapping[str, Any], cells: Sequence[Cell]) -> Path:
+def write_samples(out: Path, cells: Sequence[Cell]) -> Path:
+    """Every measured request, one JSON line each: written first, it is what cost the time."""
     out.mkdir(parents=True, exist_ok=True)
-    with open(out / SAMPLES_FILE, "w", encoding="utf-8") as handle:
+    path = out / SAMPLES_FILE
+    with open(path, "w", encoding="utf-8") as handle:
         for cell in cells:
             for run in cell.arms.values():
                 for sample in run.samples:
                     handle.write(sample.to_json() + "\n")
+    return path
+
+
+def write_report(out: Path, document: Mapping[str, Any]) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
     path = out / REPORT_FILE
     path.write_text(json.dumps(document, indent=2, allow_nan=False) + "\n", encoding="utf-8")
     return path
@@ -258,5 +265,6 @@ __all__ = [
     "render",
     "schema",
     "spec_yaml",
-    "write",
+    "write_report",
+    "write_samples",
 ]
