@@ -183,18 +183,25 @@ class OwnedFlags:
 
     @property
     def pattern(self) -> str:
-        # vLLM's parser takes --a-b and --a_b alike, "--flag=value", and for JSON flags
-        # "--flag.key=value"; short forms only as written. No backslashes: the pattern is
-        # embedded in a CEL string literal as it is.
-        alternatives = []
-        for flag in self.flags:
-            if not re.fullmatch(r"--?[a-z0-9-]+", flag):
-                raise ValueError(f"flag {flag!r} would need escaping in CEL")
-            if flag.startswith("--"):
-                alternatives.append("--" + "[-_]".join(flag[2:].split("-")))
-            else:
-                alternatives.append(flag)
-        return "^(" + "|".join(alternatives) + ")([=.].*)?$"
+        return flag_pattern(*self.flags)
+
+
+def flag_pattern(*flags: str) -> str:
+    """A regex matching an extraArgs item that is one of ``flags``, alone or with a value.
+
+    vLLM's parser takes --a-b and --a_b alike, "--flag=value", and for JSON flags
+    "--flag.key=value"; short forms only as written. No backslashes: the pattern is
+    embedded in a CEL string literal as it is.
+    """
+    alternatives = []
+    for flag in flags:
+        if not re.fullmatch(r"--?[a-z0-9-]+", flag):
+            raise ValueError(f"flag {flag!r} would need escaping in CEL")
+        if flag.startswith("--"):
+            alternatives.append("--" + "[-_]".join(flag[2:].split("-")))
+        else:
+            alternatives.append(flag)
+    return "^(" + "|".join(alternatives) + ")([=.].*)?$"
 
 
 OWNED_FLAGS: Final = (
@@ -359,8 +366,8 @@ def _requests_within_limits(spec: Spec) -> Iterator[Problem]:
 
 
 # vLLM refuses enable_adaptive_verification with eager mode or pipeline parallelism > 1.
-ENFORCE_EAGER_PATTERN: Final = "^--enforce[-_]eager(=.*)?$"
-_PIPELINE_RE: Final = re.compile(r"(--pipeline[-_]parallel[-_]size|-pp)(=(.*))?")
+ENFORCE_EAGER_PATTERN: Final = flag_pattern("--enforce-eager")
+_PIPELINE_PATTERN: Final = flag_pattern("--pipeline-parallel-size", "-pp")
 
 
 def _adaptive_no_eager(spec: Spec) -> Iterator[Problem]:
@@ -376,15 +383,14 @@ def _adaptive_no_eager(spec: Spec) -> Iterator[Problem]:
 
 def _pipeline_size(args: list[str], index: int) -> tuple[str, int] | None:
     """(flag, size) when ``args[index]`` sets the pipeline-parallel size to an integer."""
-    match = _PIPELINE_RE.fullmatch(args[index])
-    if match is None:
+    arg = args[index]
+    if not re.fullmatch(_PIPELINE_PATTERN, arg):
         return None
-    if match.group(2) is not None:
-        value: str | None = match.group(3)
-    else:
-        value = args[index + 1] if index + 1 < len(args) else None
+    flag, eq, value = arg.partition("=")
+    if not eq:
+        value = args[index + 1] if index + 1 < len(args) else ""
     try:
-        return match.group(1), int(value or "")
+        return flag, int(value)
     except ValueError:
         return None  # not a number: vLLM's own parser says so
 
