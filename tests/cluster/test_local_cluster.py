@@ -405,7 +405,7 @@ def ready_heartbeat(cluster: LocalCluster, node: str) -> float:
 
 @pytest.mark.slow
 def test_node_heartbeats_and_teardown_leaves_no_process_behind() -> None:
-    before = _descendants(os.getpid())  # the session's own cluster, if one is running
+    before = {p.pid for p in _descendants(os.getpid())}  # the session's cluster, if any
     with LocalCluster() as cluster:
         (node,) = cluster.add_gpu_nodes(1)
         kubelet = cluster.start_kubelet(KubeletConfig(heartbeat_interval=1.0))
@@ -425,7 +425,8 @@ def test_node_heartbeats_and_teardown_leaves_no_process_behind() -> None:
         assert all(group_members(g) for g in groups)
         # Beyond the recorded groups: every process started under this test (at any depth,
         # in any group) and every process whose command line names the cluster's work dir.
-        started = (_descendants(os.getpid()) - before) | _mentioning(str(cluster.workdir))
+        started = {p for p in _descendants(os.getpid()) if p.pid not in before}
+        started |= _mentioning(str(cluster.workdir))
         assert set(pod_pids.values()) <= {p.pid for p in started}
     leftovers = {g: group_members(g) for g in groups if group_members(g)}
     assert not leftovers
@@ -434,22 +435,15 @@ def test_node_heartbeats_and_teardown_leaves_no_process_behind() -> None:
     assert not still
 
 
-def _parent(pid: int) -> int | None:
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(raw.rsplit(")", 1)[1].split()[1])
-
-
 def _descendants(root: int) -> set[ProcStat]:
-    parents = {int(e): _parent(int(e)) for e in os.listdir("/proc") if e.isdigit()}
-    found: set[int] = set()
+    stats = [s for e in os.listdir("/proc") if e.isdigit() and (s := proc_stat(int(e)))]
+    found: set[ProcStat] = set()
     frontier = {root}
     while frontier:
-        frontier = {pid for pid, parent in parents.items() if parent in frontier} - found
-        found |= frontier
-    return {stat for pid in found if (stat := proc_stat(pid)) is not None}
+        children = {s for s in stats if s.ppid in frontier} - found
+        found |= children
+        frontier = {s.pid for s in children}
+    return found
 
 
 def _mentioning(text: str) -> set[ProcStat]:

@@ -40,6 +40,7 @@ class ProcStat:
 
     pid: int
     state: str
+    ppid: int
     pgid: int
     start_ticks: int
 
@@ -52,7 +53,10 @@ def proc_stat(pid: int) -> ProcStat | None:
         return None
     # The command name (field 2) may hold spaces and parentheses: split after the last ')'.
     fields = raw.rsplit(")", 1)[1].split()
-    return ProcStat(pid=pid, state=fields[0], pgid=int(fields[2]), start_ticks=int(fields[19]))
+    return ProcStat(
+        pid=pid, state=fields[0], ppid=int(fields[1]), pgid=int(fields[2]),
+        start_ticks=int(fields[19]),
+    )  # fmt: skip
 
 
 def group_members(pgid: int) -> list[int]:
