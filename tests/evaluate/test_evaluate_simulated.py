@@ -94,7 +94,8 @@ def test_deepseek_v4_sweep_finds_the_calibrated_crossover(tmp_path: Path) -> Non
     n = rec["max_concurrency"]
     schedule = rec["alternative"]["schedule"]
     assert schedule == [[1, n, 7], [n + 1, 1024, 0]]
-    assert 128 < n < 256 and n == int(overall["interpolated"])
+    # report.json rounds the crossover to 0.1, so 149.97 is written 150.0 while n is 149.
+    assert 128 < n < 256 and overall["interpolated"] - 1 <= n <= overall["interpolated"]
     for level in doc["levels"]:
         verdict = level["verdict"]["outcome"]
         losing = verdict == "regressed" or level["gain"] < -level["verdict"]["tolerance"]
