@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from specguard.evaluate.command import main
 from specguard.evaluate.sweep import error_text
 from specguard.judge.sample import parse_lines
 from specguard.sim.launch import SimProcess, start_sim
+from specguard.sim.scrape import scrape, value
 from specguard.testing.ports import free_port
 
 DRAFTER = json.dumps({"method": "dspark", "model": "org/drafter", "num_speculative_tokens": 4})
@@ -138,14 +138,7 @@ def test_bad_out_is_refused_before_anything_runs(
 
 
 def _completed(sim: SimProcess) -> float:
-    lines = _metrics(sim).splitlines()
-    return sum(float(x.split()[-1]) for x in lines if x.startswith("vllm:request_success_total{"))
-
-
-def _metrics(sim: SimProcess) -> str:
-    with urllib.request.urlopen(f"{sim.url}/metrics", timeout=10) as response:
-        text: str = response.read().decode()
-    return text
+    return value(scrape(sim.url), "vllm:request_success_total")
 
 
 def test_write_error_after_the_sweep_is_one_line_and_keeps_the_samples(
@@ -196,10 +189,8 @@ def test_ctrl_c_before_the_first_cell_says_nothing_was_measured(tmp_path: Path) 
     assert not (tmp_path / "out").exists()
 
 
-def _running(sim: SimProcess) -> str:
-    """The running-requests gauge line when it is above zero, else ''."""
-    running = [x for x in _metrics(sim).splitlines() if x.startswith("vllm:num_requests_running{")]
-    return next((x for x in running if float(x.split()[-1]) > 0), "")
+def _running(sim: SimProcess) -> bool:
+    return value(scrape(sim.url), "vllm:num_requests_running") > 0
 
 
 def test_bad_prompt_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -210,8 +201,6 @@ def test_bad_prompt_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> 
 
 
 def test_cli_entry_point_dispatches(tmp_path: Path) -> None:
-    import subprocess
-
     proc = subprocess.run(
         [sys.executable, "-m", "specguard", "evaluate", "--simulate", "nope"],
         capture_output=True, text=True, timeout=60, check=False,
