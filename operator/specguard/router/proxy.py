@@ -225,6 +225,9 @@ class Router:
                 tried.append(pod)
                 next_pod = top.pick(arm, exclude=tried)
                 if next_pod is None:
+                    if measured:  # the arm failed this request: the judge counts it
+                        of = _SampleOf(arm, "serving", pod.name, domain, 1, pair_id, wall)
+                        self._record(_failed(started, time.perf_counter()), of, 502)
                     return openai_error(502, _unreachable(tried, arm), "service_unavailable")
                 pod = next_pod
 
@@ -249,6 +252,7 @@ class Router:
         gauge = self.metrics.in_flight.labels(arm, "serving")
         gauge.inc()
         result = _Outcome()
+        sample_of = _SampleOf(arm, "serving", pod.name, domain, concurrency, pair_id, wall)
         try:
             url = pod.url + request.raw_path
             try:
@@ -260,12 +264,15 @@ class Router:
                 raise _PodUnreachableError from exc
             except TimeoutError:
                 result.value = "timeout"
+                if measured:
+                    self._record(_failed(started, time.perf_counter()), sample_of, 504)
                 return openai_error(504, f"serving pod {pod.name} timed out", "timeout")
             except aiohttp.ClientError as exc:
                 log.warning("serving pod %s failed: %s", pod.name, type(exc).__name__)
+                if measured:
+                    self._record(_failed(started, time.perf_counter()), sample_of, 502)
                 return openai_error(502, f"serving pod {pod.name} failed", "upstream_error")
             try:
-                sample_of = _SampleOf(arm, "serving", pod.name, domain, concurrency, pair_id, wall)
                 if _is_event_stream(upstream.headers):
                     return await self._relay_stream(
                         request, upstream, result, stripper=stripper, measured=measured,
