@@ -85,9 +85,16 @@ class WindowSamples:
             )
         else:
             verdict = judge(self.samples, settings)
-        extra = (*((f"{self.source} {self.state}: {self.problem}",) if self.degraded else ()),
-                 *self.notes)  # fmt: skip
-        return replace(verdict, reasons=(*verdict.reasons, *extra)) if extra else verdict
+        if self.state == "down":
+            # What the source said comes first: it is why the verdict is inconclusive.
+            reasons = (f"{self.source} unavailable: {self.problem}", *verdict.reasons)
+        elif self.state == "empty":
+            reasons = (*verdict.reasons, f"{self.source} empty: {self.problem}")
+        else:
+            reasons = verdict.reasons
+        reasons = (*reasons, *self.notes)
+        return replace(verdict, reasons=reasons)
+
 
 
 class Source(Protocol):
