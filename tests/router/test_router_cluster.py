@@ -169,6 +169,17 @@ async def test_router_follows_pods_and_resource_status(  # noqa: PLR0917 (fixtur
         assert await post(url) == 200
         assert spec_up.started == 1 and base_up.started == 0
 
+        # The operator writes the mirror share alone (status.arms.mirrorShare): it takes
+        # effect at the next poll, exactly (error diffusion: 0.25 carried, then 2 of 4).
+        api(local_cluster, "PATCH", f"{group}/{NAME}/status",
+            {"status": {"mode": "speculative", "arms": {"mirrorShare": 0.5}}},
+            patch=True)  # fmt: skip
+        await health_when(url, lambda v: v.get("mirror_share") == 0.5)
+        for _ in range(4):
+            assert await post(url) == 200
+        await h.wait_for(lambda: base_up.started == 2, timeout=10)
+        assert spec_up.started == 5
+
         # A pod turning Ready joins; the other deployment's pod never does.
         set_ready(local_cluster, ns, "qwen-spec-1", True)
         await health_when(url, lambda v: v.get("serving_pods") == 2)
@@ -192,7 +203,7 @@ async def test_router_follows_pods_and_resource_status(  # noqa: PLR0917 (fixtur
             ),
         )
         assert await post(url) == 200
-        await h.wait_for(lambda: base_up.started == 1 and spec_up.started == 2, timeout=10)
+        await h.wait_for(lambda: base_up.started == 3 and spec_up.started == 6, timeout=10)
         async with aiohttp.ClientSession() as s, s.get(url + "/samples") as r:
             samples = (await r.json())["samples"]
         last = {x["role"]: x for x in samples if x.get("pair_id")}

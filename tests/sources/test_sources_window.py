@@ -16,8 +16,15 @@ from specguard.judge.sample import Arm, Role, Sample
 from specguard.judge.verdict import JudgeSettings
 from specguard.router.pool import Topology
 from specguard.router.proxy import Router
-from specguard.sources.router_feed import RouterFeedSource
-from specguard.sources.window import WindowSamples, pod_concurrency
+from specguard.sources import (
+    ArmSelectors,
+    PrometheusSource,
+    RouterFeedSource,
+    ScrapeSource,
+    Source,
+    WindowSamples,
+    pod_concurrency,
+)
 from specguard.testing.ports import free_port
 
 T0 = 1_800_000_000.0
@@ -189,3 +196,17 @@ async def test_window_verdict_is_the_paired_judgement(
     verdict = window.verdict(JudgeSettings(min_requests_per_arm=20))
     assert verdict.n_pairs == 30 and verdict.outcome == "regressed"
     assert verdict.ratio == pytest.approx(1.5, rel=0.01)
+
+
+async def test_every_metrics_source_is_a_source() -> None:
+    # mypy checks the protocol; each one answers an empty configuration as "down".
+    sources: list[Source] = [
+        RouterFeedSource(),
+        PrometheusSource(f"http://127.0.0.1:{free_port()}", ArmSelectors.for_deployment("d"),
+                         timeout=2),
+        ScrapeSource(),
+    ]  # fmt: skip
+    for source in sources:
+        window = await source.collect(T0, T0 + 60)
+        assert window.state == "down" and window.problem, window
+        await source.aclose()
