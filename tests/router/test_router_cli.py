@@ -127,7 +127,7 @@ async def test_no_prompt_or_completion_text_in_logs_metrics_samples(sim, h, tmp_
                 samples = await r.text()
     finally:
         proc.terminate()
-        proc.wait(timeout=10)
+        proc.wait(timeout=60)  # a loaded 2-core machine can take seconds
     logs = log_path.read_text()
     completion = "".join(texts)
     assert len(completion) > 100  # the completion text we look for is really there

@@ -50,7 +50,7 @@ async def stream_then_close(url: str, how: str) -> bytes:
     await writer.drain()
     got = b""
     while b"data: [DONE]\n\n" not in got:
-        data = await asyncio.wait_for(reader.read(65536), timeout=10)
+        data = await asyncio.wait_for(reader.read(65536), timeout=30)
         if not data:
             raise AssertionError(f"the router closed before [DONE]: {got[-200:]!r}")
         got += data
@@ -111,7 +111,7 @@ async def test_close_right_after_done_is_a_completed_request(
     router, url = await serve_router(one_pod(up.url), cancellation)
     got = await stream_then_close(url, how)
     assert got.startswith(b"HTTP/1.1 200")
-    for _ in range(500):  # until the router has finished with the request (5 s at most)
+    for _ in range(3000):  # until the router has finished with the request (30 s at most)
         if router.topology.pods["speculative"][0].in_flight == 0 and up.finished == 1:
             break
         await asyncio.sleep(0.01)
@@ -119,7 +119,12 @@ async def test_close_right_after_done_is_a_completed_request(
     [sample] = router.feed.read(None, 10).samples
     assert sample.status == 200 and sample.role == "serving"
     assert sample.output_tokens == 6 and sample.tpot_s is not None
-    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    # The router's and aiohttp's own logs ("Error handling request" was the symptom); not
+    # asyncio's, where an earlier test's garbage may report itself.
+    errors = [
+        r for r in caplog.records
+        if r.levelno >= logging.ERROR and r.name.startswith(("aiohttp", "specguard"))
+    ]  # fmt: skip
     assert not errors, [r.getMessage() for r in errors]
 
 
@@ -138,9 +143,9 @@ async def test_close_before_done_is_still_client_closed(
         b"Content-Length: %d\r\n\r\n" % len(payload) + payload
     )
     await writer.drain()
-    assert b"data: " in await asyncio.wait_for(reader.read(65536), timeout=10)
+    assert b"data: " in await asyncio.wait_for(reader.read(65536), timeout=30)
     writer.close()
-    for _ in range(500):
+    for _ in range(3000):
         if up.finished == 1 and router.topology.pods["speculative"][0].in_flight == 0:
             break
         await asyncio.sleep(0.01)

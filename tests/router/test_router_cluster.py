@@ -221,5 +221,5 @@ async def test_router_follows_pods_and_resource_status(  # noqa: PLR0917 (fixtur
         assert await post(url) == 502
     finally:
         proc.terminate()
-        proc.wait(timeout=10)
+        proc.wait(timeout=60)
     assert "Traceback" not in log_path.read_text(), log_path.read_text()

@@ -56,7 +56,7 @@ def router(serving: str, shadow: str) -> Iterator[str]:
         yield url
     finally:
         proc.terminate()
-        proc.wait(timeout=10)
+        proc.wait(timeout=60)
 
 
 async def test_concurrency_counts_every_router(sims: tuple[SimProcess, SimProcess]) -> None:
