@@ -55,8 +55,13 @@ def sse_event_end(buffer: bytes, start: int = 0) -> int:
 def sse_event_data(event: bytes) -> bytes | None:
     """The data of one server-sent event (its ``data:`` lines joined by LF), or None when
     it has none (comments, ``event:``/``id:``/``retry:`` lines carry no tokens)."""
-    if event.startswith(b"data: ") and event.count(b"\n") <= 2 and b"\r" not in event:
-        return event[6:].rstrip(b"\n")  # the usual single-line event
+    if event.startswith(b"data: "):  # the usual single-line event, fast
+        nl = event.find(b"\n")
+        if nl < 0:
+            if not event.endswith(b"\r"):
+                return event[6:]
+        elif event[nl - 1] != 0x0D and not event[nl + 1 :].strip(b"\n"):
+            return event[6:nl]
     lines = [line[:-1] if line.endswith(b"\r") else line for line in event.split(b"\n")]
     data = [line[5:] for line in lines if line.startswith(b"data:")]
     if not data:
