@@ -171,9 +171,15 @@ async def test_router_follows_pods_and_resource_status(  # noqa: PLR0917 (fixtur
 
         # The operator writes the mirror share alone (status.arms.mirrorShare): it takes
         # effect at the next poll, exactly (error diffusion: 0.25 carried, then 2 of 4).
+        half = {
+            "serving": {"arm": "speculative", "deployment": f"{NAME}-spec", "replicas": 2,
+                        "readyReplicas": 1},
+            "shadow": {"arm": "baseline", "deployment": f"{NAME}-base", "replicas": 1,
+                       "readyReplicas": 1},
+            "mirrorShare": 0.5,
+        }  # fmt: skip
         api(local_cluster, "PATCH", f"{group}/{NAME}/status",
-            {"status": {"mode": "speculative", "arms": {"mirrorShare": 0.5}}},
-            patch=True)  # fmt: skip
+            {"status": {"mode": "speculative", "arms": half}}, patch=True)  # fmt: skip
         await health_when(url, lambda v: v.get("mirror_share") == 0.5)
         for _ in range(4):
             assert await post(url) == 200
