@@ -24,6 +24,7 @@ from specguard.sources import (
     Source,
     WindowSamples,
     pod_concurrency,
+    router_pod_urls,
 )
 from specguard.testing.ports import free_port
 
@@ -210,3 +211,22 @@ async def test_every_metrics_source_is_a_source() -> None:
         window = await source.collect(T0, T0 + 60)
         assert window.state == "down" and window.problem, window
         await source.aclose()
+
+
+def test_router_pod_urls_are_every_running_pod_with_an_ip() -> None:
+    def pod(phase: str, ip: str | None, **meta: str) -> dict[str, object]:
+        return {"metadata": meta, "status": {"phase": phase, "podIP": ip}}
+
+    pods = [
+        pod("Running", "10.0.0.9"),
+        pod("Running", "10.0.0.5", deletionTimestamp="2026-01-01T00:00:00Z"),  # still read
+        pod("Pending", None),
+        pod("Running", None),
+        pod("Succeeded", "10.0.0.7"),
+        pod("Running", "fd00::3"),
+    ]
+    assert router_pod_urls(pods, 8080) == [
+        "http://10.0.0.5:8080",
+        "http://10.0.0.9:8080",
+        "http://[fd00::3]:8080",
+    ]

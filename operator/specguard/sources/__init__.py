@@ -2,7 +2,8 @@
 
 The operator's interface, the same for every ``metricsSource`` (see sources.window)::
 
-    source: Source = RouterFeedSource(router_urls)   # or PrometheusSource / ScrapeSource
+    source: Source = RouterFeedSource()              # or PrometheusSource / ScrapeSource
+    source.set_urls(router_pod_urls(router_pods, ROUTER_PORT))   # each window
     window: WindowSamples = await source.collect(start, end)
     if window.degraded:        # window.state "down" or "empty", window.problem one line
         ...                    # JudgeDegraded; no mode change
@@ -18,7 +19,7 @@ See docs/judge.md and docs/samples.md.
 """
 
 from specguard.sources.prometheus import ArmSelectors, PrometheusSource
-from specguard.sources.router_feed import RouterFeed, RouterFeedSource
+from specguard.sources.router_feed import RouterFeed, RouterFeedSource, router_pod_urls
 from specguard.sources.scrape import ScrapeSource
 from specguard.sources.window import (
     ArmHistograms,
@@ -41,4 +42,5 @@ __all__ = [
     "SourceState",
     "WindowSamples",
     "pod_concurrency",
+    "router_pod_urls",
 ]

@@ -18,7 +18,7 @@ concurrency counted over the requests of every router.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -138,6 +138,23 @@ class RouterFeed:
                 # empty one does.
                 break
         return read
+
+
+def router_pod_urls(pods: Iterable[Mapping[str, Any]], port: int) -> list[str]:
+    """Base URLs of the router pods to read (``http://<pod IP>:<port>``), from pod objects as
+    the API server sends them (e.g. listed by the router Deployment's selector). Every
+    running pod with an IP counts, ready or not, terminating or not: a router answers
+    ``/samples`` as long as its process runs, and a terminating one still holds samples."""
+    urls = []
+    for pod in pods:
+        status = pod.get("status") if isinstance(pod, Mapping) else None
+        if not isinstance(status, Mapping) or status.get("phase") != "Running":
+            continue
+        ip = status.get("podIP")
+        if isinstance(ip, str) and ip:
+            host = f"[{ip}]" if ":" in ip else ip
+            urls.append(f"http://{host}:{port}")
+    return sorted(urls)
 
 
 def _sequence(cursor: str) -> int | None:
@@ -268,4 +285,4 @@ def _notes(read: FeedRead, routers: int, duplicates: int, late: int) -> tuple[st
     return tuple(notes)
 
 
-__all__ = ["FeedRead", "RouterFeed", "RouterFeedSource"]
+__all__ = ["FeedRead", "RouterFeed", "RouterFeedSource", "router_pod_urls"]
