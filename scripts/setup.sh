@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up a development environment in .venv.
 #   scripts/setup.sh            Python environment only (enough for render, sim, router, judge, evaluate)
-#   scripts/setup.sh --cluster  also Debian packages (etcd, Prometheus, Go) and the local control plane
+#   scripts/setup.sh --cluster  also Prometheus (Debian), kubectl and helm, and the local control plane
+#                               (Kubernetes and etcd built once from the Go modules; needs Go >= 1.26)
 # Idempotent; heavy builds are cached under ~/.cache/specguard.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,9 +14,7 @@ say() { echo "setup: $*" >&2; }
 
 if [ "$want_cluster" = 1 ]; then
   missing=()
-  command -v etcd >/dev/null || missing+=(etcd-server)
   command -v prometheus >/dev/null || missing+=(prometheus)
-  command -v go >/dev/null || missing+=(golang-go)
   if [ "${#missing[@]}" -gt 0 ]; then
     say "installing Debian packages: ${missing[*]}"
     export DEBIAN_FRONTEND=noninteractive
