@@ -20,6 +20,22 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "evaluate": ("specguard.evaluate.command", "A/B sweep of a drafter against no drafter"),
 }
 
+# Libraries that come with an optional extra (pyproject.toml), so that the operator image can
+# leave them out: top-level module -> extra.
+EXTRAS: dict[str, str] = {"matplotlib": "evaluate", "rich": "evaluate"}
+
+
+def missing_extra(command: str, error: ModuleNotFoundError) -> str | None:
+    """One line naming the extra that brings the missing module, or None if none does."""
+    module = (error.name or "").partition(".")[0]
+    extra = EXTRAS.get(module)
+    if extra is None:
+        return None
+    return (
+        f"specguard {command}: needs {module}, which comes with the {extra!r} extra: "
+        f"pip install 'specguard[{extra}]'"
+    )
+
 
 def _usage() -> str:
     width = max(len(name) for name in COMMANDS)
@@ -42,7 +58,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if name not in COMMANDS:
         print(f"specguard: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
         return 2
-    module = importlib.import_module(COMMANDS[name][0])
+    try:
+        module = importlib.import_module(COMMANDS[name][0])
+    except ModuleNotFoundError as error:
+        message = missing_extra(name, error)
+        if message is None:
+            raise
+        print(message, file=sys.stderr)
+        return 2
     result: int = module.main(rest)
     return result
 

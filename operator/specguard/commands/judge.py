@@ -8,7 +8,6 @@ over them as a dry run ("would roll back at window 5").
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import sys
@@ -17,21 +16,15 @@ from pathlib import Path
 
 import numpy as np
 
+from specguard._args import ArgumentParser
 from specguard.judge.policy import PolicySettings, PolicyState, step
 from specguard.judge.sample import ARMS, Sample, SampleError, parse_lines
 from specguard.judge.verdict import JudgeSettings, Verdict, judge
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        # One clear line, exit 2 (argparse would add the usage block).
-        print(f"specguard judge: {message}", file=sys.stderr)
-        raise SystemExit(2)
-
-
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> ArgumentParser:
     d = JudgeSettings()
-    p = _Parser(prog="specguard judge", description=__doc__.split("\n\n")[0])
+    p = ArgumentParser(prog="specguard judge", description=__doc__.split("\n\n")[0])
     p.add_argument("samples", help="JSONL file of sample records (docs/samples.md); - for stdin")
     p.add_argument(
         "--tolerance",
@@ -146,8 +139,8 @@ def _table(verdict: Verdict, samples: Sequence[Sample]) -> str:
 
 
 def main(argv: list[str]) -> int:
-    args = _parser().parse_args(argv)
     try:
+        args = build_parser().parse_args(argv)
         settings = JudgeSettings(
             tolerance=args.tolerance,
             confidence=args.confidence,
