@@ -6,6 +6,8 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -141,3 +143,25 @@ def test_every_package_shows_its_public_surface(package: str) -> None:
         except ModuleNotFoundError:
             missing.append(name)
     assert missing == [], f"{package}: __all__ names what it does not have"
+
+
+def test_only_evaluate_needs_the_evaluate_extra() -> None:
+    # The operator image installs without matplotlib and rich (the `evaluate` extra): every
+    # module outside specguard.evaluate must import without them.
+    modules = [
+        info.name
+        for info in pkgutil.walk_packages(specguard.__path__, "specguard.")
+        if not info.name.startswith("specguard.evaluate")
+        and info.name not in {"specguard.__main__", "specguard.testing.__main__"}
+    ]
+    code = (
+        "import importlib, sys\n"
+        "for blocked in ('matplotlib', 'rich'):\n"
+        "    sys.modules[blocked] = None\n"
+        f"for name in {modules!r}:\n"
+        "    importlib.import_module(name)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
