@@ -96,7 +96,7 @@ def test_subcommand_help(name: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0, err
     assert out.startswith(f"usage: specguard {name} ")
     assert "--version" in out
-    assert "``" not in out, "reST markup in the help"
+    assert "`" not in out, "reST markup in the help"
 
 
 @pytest.mark.parametrize("name", sorted(SUBCOMMANDS))

@@ -2,8 +2,8 @@
 
 - A bad command line is one line naming the flag (``--seed: invalid int value: 'x'``), raised
   as ``UsageError``; the command prints ``specguard NAME: <message>`` and exits 2.
-- ``--help`` shows every flag's default (unless its help already says it) and plain text
-  (reST ````literal```` markup in docstrings is shown without the backquotes).
+- ``--help`` shows every flag's default (unless its help already says it) and plain text:
+  the backquotes of reST literals and interpreted text in docstrings are left out.
 - ``--version`` prints ``specguard NAME <version>``.
 
 Validation after parsing raises the same ``UsageError``, with the flag first.
@@ -19,7 +19,7 @@ from specguard import __version__
 
 __all__ = ["ArgumentParser", "UsageError"]
 
-_LITERAL = re.compile(r"``(.+?)``")
+_LITERAL = re.compile(r"``(.+?)``|`([^`]+)`")
 
 
 class UsageError(ValueError):
@@ -27,7 +27,7 @@ class UsageError(ValueError):
 
 
 def _plain(text: str) -> str:
-    return _LITERAL.sub(r"\1", text)
+    return _LITERAL.sub(lambda m: m[1] or m[2], text)
 
 
 class _HelpFormatter(argparse.HelpFormatter):

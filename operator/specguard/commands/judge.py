@@ -17,45 +17,52 @@ from pathlib import Path
 import numpy as np
 
 from specguard._args import ArgumentParser
+from specguard.api.spec import Evaluation
 from specguard.judge.policy import PolicySettings, PolicyState, step
 from specguard.judge.sample import ARMS, Sample, SampleError, parse_lines
 from specguard.judge.verdict import JudgeSettings, Verdict, judge
 
 
 def build_parser() -> ArgumentParser:
-    d = JudgeSettings()
+    # Defaults are the resource's spec.evaluation defaults: this command calibrates them.
+    r, d = Evaluation(), JudgeSettings()
     p = ArgumentParser(prog="specguard judge", description=__doc__.split("\n\n")[0])
     p.add_argument("samples", help="JSONL file of sample records (docs/samples.md); - for stdin")
     p.add_argument(
         "--tolerance",
         type=float,
-        default=d.tolerance,
-        help=f"δ: changes within ±δ are not acted on (default {d.tolerance})",
+        default=r.tolerance,
+        help="relative band δ around a latency ratio of 1 that is not acted on "
+        f"(0.03: ±3%%; default {r.tolerance}, as the resource's evaluation.tolerance)",
     )
     p.add_argument(
         "--confidence",
         type=float,
-        default=d.confidence,
-        help=f"confidence of the interval (default {d.confidence})",
+        default=r.confidence,
+        help="confidence level of the interval on the ratio, 0.5 to 0.999 "
+        f"(default {r.confidence}, as the resource's evaluation.confidence)",
     )
     p.add_argument(
         "--window",
         type=float,
         default=None,
         metavar="SECONDS",
-        help="cut the samples into windows of this length and replay the policy",
+        help="cut the samples into windows of this many seconds and replay the policy "
+        "(default: the whole file is one window)",
     )
     p.add_argument(
         "--min-requests",
         type=int,
-        default=d.min_requests_per_arm,
-        help=f"minimum usable requests per arm (default {d.min_requests_per_arm})",
+        default=r.min_requests_per_arm,
+        help="usable requests each arm needs for a verdict "
+        f"(default {r.min_requests_per_arm}, as the resource's evaluation.minRequestsPerArm)",
     )
     p.add_argument(
         "--min-tokens",
         type=int,
-        default=d.min_output_tokens,
-        help=f"minimum output tokens per request (default {d.min_output_tokens})",
+        default=r.min_output_tokens,
+        help="requests with fewer output tokens are not used "
+        f"(default {r.min_output_tokens}, as the resource's evaluation.minOutputTokens)",
     )
     p.add_argument(
         "--resamples",
@@ -63,12 +70,13 @@ def build_parser() -> ArgumentParser:
         default=d.resamples,
         help=f"bootstrap resamples (default {d.resamples})",
     )
-    p.add_argument("--seed", type=int, default=d.seed, help="bootstrap seed (default 0)")
+    p.add_argument("--seed", type=int, default=d.seed, help=f"bootstrap seed (default {d.seed})")
     p.add_argument(
         "--consecutive",
         type=int,
-        default=PolicySettings().consecutive_windows,
-        help="windows in a row before a rollback, for the replay (default 3)",
+        default=r.consecutive_windows,
+        help="regressed windows in a row before a rollback, for the replay "
+        f"(default {r.consecutive_windows}, as the resource's evaluation.consecutiveWindows)",
     )
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     return p
