@@ -1,7 +1,8 @@
 """The one argument-parser style of every ``specguard`` subcommand.
 
-- A bad command line is one line naming the flag (``--seed: invalid int value: 'x'``), raised
-  as ``UsageError``; the command prints ``specguard NAME: <message>`` and exits 2.
+- A bad command line is one line naming the flag (``argument --seed: invalid int value:
+  'x'``), raised as ``UsageError``; the command (or ``specguard.cli``, for one that lets it
+  through) prints ``specguard NAME: <message>`` and exits 2.
 - ``--help`` shows every flag's default (unless its help already says it) and plain text:
   the backquotes of reST literals and interpreted text in docstrings are left out.
 - ``--version`` prints ``specguard NAME <version>``.
@@ -74,5 +75,5 @@ class ArgumentParser(argparse.ArgumentParser):
         )  # fmt: skip
 
     def error(self, message: str) -> NoReturn:
-        # argparse says "argument --seed: invalid int value: 'x'"; the flag comes first here.
-        raise UsageError(message.removeprefix("argument "))
+        # argparse's message names the flag; without the usage block it is one line.
+        raise UsageError(message)

@@ -10,6 +10,8 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from specguard._args import UsageError
+
 # name -> (module holding ``main(argv) -> int``, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "render": ("specguard.commands.render", "print the Kubernetes objects of a resource"),
@@ -66,7 +68,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(message, file=sys.stderr)
         return 2
-    result: int = module.main(rest)
+    try:
+        result: int = module.main(rest)
+    except UsageError as error:  # a bad command line the subcommand did not print itself
+        print(f"specguard {name}: {error}", file=sys.stderr)
+        return 2
     return result
 
 

@@ -79,7 +79,7 @@ def test_reads_stdin(recording: Path) -> None:
         ("", ("--confidence", "1.5"), "--confidence: must be in [0.5, 1)"),
         ("", ("--window", "0"), "--window: must be a positive number"),
         ("", ("--seed", "-1"), "--seed: must be >= 0"),
-        ("", ("--tolerance", "abc"), "--tolerance: invalid float value"),
+        ("", ("--tolerance", "abc"), "argument --tolerance: invalid float value"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(

@@ -73,7 +73,7 @@ def test_bad_speculative_config_exits_2_with_one_line() -> None:
         (["--max-num-seqs", "0"], "--max-num-seqs"),
         (["--max-model-len", "0"], "--max-model-len"),
         (["--startup-delay", "nan"], "--startup-delay"),
-        (["--seed", "x"], "--seed: invalid int value"),
+        (["--seed", "x"], "argument --seed: invalid int value"),
         (["--block-size", "0"], "--block-size: must be >= 1"),
         (["--max-model-len", "4096", "--num-gpu-blocks-override", "100"],
          "--num-gpu-blocks-override: 100 blocks of 16 tokens hold 1600 tokens, fewer than"),
@@ -95,7 +95,7 @@ def test_bad_flag_exit_code_is_2() -> None:
     typo = _run("--seed", "x")
     assert typo.returncode == 2
     assert typo.stderr.strip().splitlines() == [
-        "specguard sim: --seed: invalid int value: 'x'"
+        "specguard sim: argument --seed: invalid int value: 'x'"
     ]
 
 

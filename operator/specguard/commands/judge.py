@@ -8,6 +8,7 @@ over them as a dry run ("would roll back at window 5").
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import sys
@@ -17,52 +18,45 @@ from pathlib import Path
 import numpy as np
 
 from specguard._args import ArgumentParser
-from specguard.api.spec import Evaluation
 from specguard.judge.policy import PolicySettings, PolicyState, step
 from specguard.judge.sample import ARMS, Sample, SampleError, parse_lines
 from specguard.judge.verdict import JudgeSettings, Verdict, judge
 
 
-def build_parser() -> ArgumentParser:
-    # Defaults are the resource's spec.evaluation defaults: this command calibrates them.
-    r, d = Evaluation(), JudgeSettings()
+def _parser() -> argparse.ArgumentParser:
+    d = JudgeSettings()
     p = ArgumentParser(prog="specguard judge", description=__doc__.split("\n\n")[0])
     p.add_argument("samples", help="JSONL file of sample records (docs/samples.md); - for stdin")
     p.add_argument(
         "--tolerance",
         type=float,
-        default=r.tolerance,
-        help="relative band δ around a latency ratio of 1 that is not acted on "
-        f"(0.03: ±3%%; default {r.tolerance}, as the resource's evaluation.tolerance)",
+        default=d.tolerance,
+        help=f"δ: changes within ±δ are not acted on (default {d.tolerance})",
     )
     p.add_argument(
         "--confidence",
         type=float,
-        default=r.confidence,
-        help="confidence level of the interval on the ratio, 0.5 to 0.999 "
-        f"(default {r.confidence}, as the resource's evaluation.confidence)",
+        default=d.confidence,
+        help=f"confidence of the interval (default {d.confidence})",
     )
     p.add_argument(
         "--window",
         type=float,
         default=None,
         metavar="SECONDS",
-        help="cut the samples into windows of this many seconds and replay the policy "
-        "(default: the whole file is one window)",
+        help="cut the samples into windows of this length and replay the policy",
     )
     p.add_argument(
         "--min-requests",
         type=int,
-        default=r.min_requests_per_arm,
-        help="usable requests each arm needs for a verdict "
-        f"(default {r.min_requests_per_arm}, as the resource's evaluation.minRequestsPerArm)",
+        default=d.min_requests_per_arm,
+        help=f"minimum usable requests per arm (default {d.min_requests_per_arm})",
     )
     p.add_argument(
         "--min-tokens",
         type=int,
-        default=r.min_output_tokens,
-        help="requests with fewer output tokens are not used "
-        f"(default {r.min_output_tokens}, as the resource's evaluation.minOutputTokens)",
+        default=d.min_output_tokens,
+        help=f"minimum output tokens per request (default {d.min_output_tokens})",
     )
     p.add_argument(
         "--resamples",
@@ -70,13 +64,12 @@ def build_parser() -> ArgumentParser:
         default=d.resamples,
         help=f"bootstrap resamples (default {d.resamples})",
     )
-    p.add_argument("--seed", type=int, default=d.seed, help=f"bootstrap seed (default {d.seed})")
+    p.add_argument("--seed", type=int, default=d.seed, help="bootstrap seed (default 0)")
     p.add_argument(
         "--consecutive",
         type=int,
-        default=r.consecutive_windows,
-        help="regressed windows in a row before a rollback, for the replay "
-        f"(default {r.consecutive_windows}, as the resource's evaluation.consecutiveWindows)",
+        default=PolicySettings().consecutive_windows,
+        help="windows in a row before a rollback, for the replay (default 3)",
     )
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     return p
@@ -147,8 +140,8 @@ def _table(verdict: Verdict, samples: Sequence[Sample]) -> str:
 
 
 def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
     try:
-        args = build_parser().parse_args(argv)
         settings = JudgeSettings(
             tolerance=args.tolerance,
             confidence=args.confidence,
