@@ -41,10 +41,10 @@ if [ ! -x .venv/bin/python ]; then
   say "creating .venv"
   python3 -m venv .venv
 fi
-if ! .venv/bin/python -c "import specguard, pytest" 2>/dev/null || [ pyproject.toml -nt .venv/.installed ]; then
+if ! .venv/bin/python -c "import specguard, pytest, matplotlib, rich" 2>/dev/null || [ pyproject.toml -nt .venv/.installed ]; then
   say "installing specguard and its development dependencies into .venv"
   .venv/bin/pip install -q -U pip >/dev/null
-  .venv/bin/pip install -q -e '.[dev,fast]'
+  .venv/bin/pip install -q -e '.[dev,fast,evaluate]'
   touch .venv/.installed
 fi
 say "ready"
