@@ -63,9 +63,7 @@ def outside_links(path: Path, root: Path = ROOT) -> list[str]:
 # Top-level entries of the repository, found rather than listed, so a new folder (charts/,
 # e2e/) is checked as soon as it exists.
 _TOPS = sorted(p.name for p in ROOT.iterdir() if not p.name.startswith((".", "specguard.egg")))
-# scripts/build-control-plane.sh still points into ../shared: it is being rewritten on
-# another branch. Strict, so this mark must go when it no longer does.
-_PENDING_TOPS = {"scripts"}
+_PENDING_TOPS: set[str] = set()
 
 
 @pytest.mark.parametrize(
