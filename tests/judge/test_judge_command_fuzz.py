@@ -48,12 +48,24 @@ RECORDS = st.one_of(
     ),
     JSON,
 )
-LINES = st.lists(
-    st.one_of(
-        RECORDS.map(json.dumps),
-        st.text(max_size=40),
-        st.integers(min_value=1, max_value=3000).map(lambda n: "[" * n),
+# A valid record with one field set to a number of hundreds to thousands of digits, written
+# by hand (json.dumps refuses ints of more than 4300 digits).
+GIANT = st.builds(
+    lambda name, digits, sign: (
+        json.dumps({**VALID, name: 0})[:-1].replace(
+            f'"{name}": 0', f'"{name}": {sign}{"9" * digits}'
+        )
+        + "}"
     ),
+    st.sampled_from(FIELDS),
+    st.integers(min_value=300, max_value=6000),
+    st.sampled_from(["", "-"]),
+)
+NESTED = st.builds(
+    lambda n, open_: open_ * n, st.integers(min_value=1, max_value=30_000), st.sampled_from("[{")
+)
+LINES = st.lists(
+    st.one_of(RECORDS.map(json.dumps), st.text(max_size=40), GIANT, NESTED),
     max_size=12,
 )
 FLAG_VALUES = st.one_of(
