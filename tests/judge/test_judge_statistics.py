@@ -2,7 +2,8 @@
 (specguard.testing.synthetic): A/A false alarms, power, false rollbacks over repeated looks.
 
 Seeded, so each figure is deterministic; the sizes are chosen so that the thresholds hold with
-margin (see bench/judge_power.py for the same figures on more windows)."""
+margin. These shapes are optimistic (log-spread 0.10, one concurrency); realistic traffic is in
+test_judge_traffic.py and bench/judge_calibration.py."""
 
 from __future__ import annotations
 

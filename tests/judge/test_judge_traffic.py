@@ -19,10 +19,10 @@ LOW: Load = {4: 0.8, 48: 0.2}
 HIGH: Load = {4: 0.2, 48: 0.8}
 
 
-def _verdict(seed: int, effect: float, spec_load: Load, base_load: Load, n: int = 1000) -> Verdict:
-    # σ 0.2: these tests are about the bias of the comparison, not its power.
+def _verdict(seed: int, effect: float, spec_load: Load, base_load: Load, n: int = 1500) -> Verdict:
+    # σ 0.15: these tests are about the bias of the comparison, not its power.
     rng = np.random.default_rng(seed)
-    traffic = Traffic(sigma=0.2)
+    traffic = Traffic(sigma=0.15)
     samples = window(rng, n, traffic, effect=effect, spec_load=spec_load, base_load=base_load)
     return judge(samples, SETTINGS)
 

@@ -19,8 +19,10 @@ Per-token latency (TPOT) of one request on one arm::
 - ``effect``: the speculative arm's true per-token factor at every concurrency (1 = A/A).
 
 Paired windows send each prompt to both arms (the same ``pair_id``), each arm measuring it
-at its own concurrency, on its own pod, with its own noise. Unpaired windows draw every
-request independently.
+on its own pod, with its own noise, at its own concurrency: the shadow's in-flight count is
+the serving pod's × exp(N(0, pair_load_noise)), since a mirror sends the shadow the same
+arrivals at the same moment (unless the two arms' loads are given apart). Unpaired windows
+draw every request independently.
 
 Measurement kinds: ``stream_usage`` reports the true TPOT; ``stream_chunks`` counts a chunk
 as a token, so an arm that packs ``tokens_per_chunk`` tokens into a chunk (a drafter)
@@ -59,6 +61,7 @@ class Traffic:
     pods: int = 3
     pod_bias: float = 0.05
     pair_noise: float = 0.08
+    pair_load_noise: float = 0.15
     measurement: Mapping[str, Measurement] = field(
         default_factory=lambda: {"speculative": "stream_usage", "baseline": "stream_usage"}
     )
@@ -81,7 +84,8 @@ def prompts(traffic: Traffic, n: int, rng: np.random.Generator) -> FloatArray:
     if not traffic.heavy:
         return np.exp(rng.normal(0.0, traffic.sigma, n))
     # t(3) has variance 3: scaled so its interquartile range matches a normal of sigma.
-    values = np.exp(traffic.sigma * 0.75 * rng.standard_t(3, n))
+    # Clipped at ±8 (a factor of ~8 at σ 0.35): beyond it a t(3) draw is no latency.
+    values = np.exp(traffic.sigma * 0.75 * np.clip(rng.standard_t(3, n), -8.0, 8.0))
     stragglers = rng.random(n) < 0.03
     return np.where(stragglers, values * rng.uniform(2.0, 10.0, n), values)
 
@@ -96,7 +100,7 @@ def _arm(
     arm: Arm,
     traffic: Traffic,
     prompt: FloatArray,
-    load: Load,
+    conc: IntArray,
     *,
     effect: float,
     rng: np.random.Generator,
@@ -105,7 +109,6 @@ def _arm(
     duration: float,
 ) -> list[Sample]:
     n = prompt.size
-    conc = concurrencies(load, n, rng)
     pods = pod_factors(traffic, rng)
     which = rng.integers(0, traffic.pods, size=n)
     noise = np.exp(rng.normal(0.0, traffic.pair_noise, n))
@@ -157,8 +160,15 @@ def window(
     """One window: n requests per arm (n pairs when ``paired``), the speculative arm's
     per-token latency ``effect`` × the baseline's at every concurrency."""
     traffic = traffic or Traffic()
+    apart = spec_load is not None or base_load is not None
     spec_load = traffic.load if spec_load is None else spec_load
     base_load = traffic.load if base_load is None else base_load
+    spec_conc = concurrencies(spec_load, n, rng)
+    if paired and not apart:
+        jitter = np.exp(rng.normal(0.0, traffic.pair_load_noise, n))
+        base_conc = np.maximum(1, np.rint(spec_conc * jitter)).astype(np.int64)
+    else:
+        base_conc = concurrencies(base_load, n, rng)
     if paired:
         prompt = prompts(traffic, n, rng)
         ids: list[str] | None = [f"w{start:g}-{i}" for i in range(n)]
@@ -167,11 +177,11 @@ def window(
         ids = None
         spec_prompt, base_prompt = prompts(traffic, n, rng), prompts(traffic, n, rng)
     spec = _arm(
-        "speculative", traffic, spec_prompt, spec_load, effect=effect, rng=rng,
+        "speculative", traffic, spec_prompt, spec_conc, effect=effect, rng=rng,
         pair_ids=ids, start=start, duration=duration,
     )  # fmt: skip
     base = _arm(
-        "baseline", traffic, base_prompt, base_load, effect=1.0, rng=rng,
+        "baseline", traffic, base_prompt, base_conc, effect=1.0, rng=rng,
         pair_ids=ids, start=start, duration=duration,
     )  # fmt: skip
     return spec + base
