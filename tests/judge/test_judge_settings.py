@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from specguard.api import SpecError, validate_spec
@@ -52,44 +52,56 @@ def test_each_field_maps_to_its_setting() -> None:
     assert (policy.cooldown_s, policy.startup_deadline_s, policy.max_flaps) == (0.0, 3600.0, 9)
 
 
-def _duration() -> st.SearchStrategy[str]:
-    return st.builds(
+def _duration(low: int, high: int) -> st.SearchStrategy[str]:
+    """Durations mostly within [low, high] seconds, sometimes anywhere."""
+    anywhere = st.builds(
         lambda n, unit: f"{n}{unit}",
         st.integers(min_value=0, max_value=200_000),
         st.sampled_from(["s", "m", "h"]),
     )
+    within = st.integers(min_value=low, max_value=high).map(lambda n: f"{n}s")
+    return st.one_of(within, within, within, anywhere)
 
 
-_NUMBER = st.one_of(
-    st.integers(min_value=-3, max_value=1000),
-    st.floats(min_value=-1.0, max_value=2.0, allow_nan=False),
-)
-
-EVALUATION = st.fixed_dictionaries(
-    {},
-    optional={
-        "window": _duration(),
-        "minRequestsPerArm": st.integers(min_value=-2, max_value=100_000),
-        "minOutputTokens": st.integers(min_value=-2, max_value=10_000),
-        "tolerance": _NUMBER,
-        "confidence": _NUMBER,
-        "consecutiveWindows": st.integers(min_value=-2, max_value=200),
-        "concurrencyMatch": _NUMBER,
-    },
-)
-ROLLBACK = st.fixed_dictionaries(
-    {},
-    optional={
-        "policy": st.sampled_from(["auto", "notify", "off"]),
-        "repromote": st.sampled_from(["auto", "manual"]),
-        "cooldown": _duration(),
-        "startupDeadline": _duration(),
-        "maxFlaps": st.integers(min_value=-2, max_value=200),
-    },
-)
+def _count(low: int, high: int) -> st.SearchStrategy[int]:
+    # The edges of every bound as often as the rest.
+    return st.one_of(
+        st.integers(min_value=low - 2, max_value=low + 2),
+        st.integers(min_value=low, max_value=high + 2),
+    )
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def _fraction(low: float, high: float) -> st.SearchStrategy[float]:
+    anything = st.one_of(
+        st.integers(min_value=-3, max_value=1000),
+        st.floats(min_value=-1.0, max_value=2.0, allow_nan=False),
+    )
+    return st.one_of(
+        st.floats(min_value=low, max_value=high), st.sampled_from([low, high]), anything
+    )
+
+
+EVALUATION_FIELDS: dict[str, st.SearchStrategy[Any]] = {
+    "window": _duration(10, 86_400),
+    "minRequestsPerArm": _count(2, 100_000),
+    "minOutputTokens": _count(2, 10_000),
+    "tolerance": _fraction(0.0, 0.5),
+    "confidence": _fraction(0.5, 0.999),
+    "consecutiveWindows": _count(1, 100),
+    "concurrencyMatch": _fraction(0.0, 1.0),
+}
+ROLLBACK_FIELDS: dict[str, st.SearchStrategy[Any]] = {
+    "policy": st.sampled_from(["auto", "notify", "off"]),
+    "repromote": st.sampled_from(["auto", "manual"]),
+    "cooldown": _duration(0, 604_800),
+    "startupDeadline": _duration(60, 86_400),
+    "maxFlaps": _count(1, 100),
+}
+EVALUATION = st.fixed_dictionaries({}, optional=EVALUATION_FIELDS)
+ROLLBACK = st.fixed_dictionaries({}, optional=ROLLBACK_FIELDS)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(evaluation=EVALUATION, rollback=ROLLBACK)
 def test_every_spec_the_api_accepts_converts(
     evaluation: dict[str, Any], rollback: dict[str, Any]
@@ -98,9 +110,33 @@ def test_every_spec_the_api_accepts_converts(
     try:
         spec = validate_spec(raw)
     except SpecError:
-        return  # refused by the API: nothing to convert
+        event("refused by the API")
+        return  # nothing to convert
+    event("accepted by the API")
     judge, policy = settings_from_spec(spec)  # must not raise
     assert judge.min_requests_per_arm == spec.evaluation.min_requests_per_arm
     assert judge.concurrency_tolerance == spec.evaluation.concurrency_match
     assert policy.cooldown_s == spec.rollback.cooldown
     assert policy.consecutive_windows == spec.evaluation.consecutive_windows
+
+
+# One field at a time, the others at their defaults: every bound of every field is reached.
+ONE_FIELD: dict[tuple[str, str], st.SearchStrategy[Any]] = {
+    **{("evaluation", k): v for k, v in EVALUATION_FIELDS.items()},
+    **{("rollback", k): v for k, v in ROLLBACK_FIELDS.items()},
+}
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), where=st.sampled_from(sorted(ONE_FIELD)))
+def test_each_accepted_field_value_converts(data: st.DataObject, where: tuple[str, str]) -> None:
+    section, name = where
+    value = data.draw(ONE_FIELD[where], label=name)
+    raw = {**copy.deepcopy(SPEC), section: {name: value}}
+    try:
+        spec = validate_spec(raw)
+    except SpecError:
+        event(f"{name}: refused")
+        return
+    event(f"{name}: accepted")
+    settings_from_spec(spec)  # must not raise
