@@ -11,14 +11,33 @@ The CLI front end is ``specguard.commands.judge`` (``specguard judge SAMPLES.jso
 See docs/judge.md.
 """
 
-from specguard.judge.policy import PolicySettings
+from specguard.judge.histogram import Histogram, judge_histograms
+from specguard.judge.policy import (
+    Decision,
+    Guardrails,
+    PolicySettings,
+    PolicyState,
+    step,
+)
+from specguard.judge.sample import Sample, SampleError, parse_lines
 from specguard.judge.settings import judge_settings, policy_settings, settings_from_spec
-from specguard.judge.verdict import JudgeSettings
+from specguard.judge.verdict import JudgeSettings, Verdict, judge
 
 __all__ = [
+    "Decision",
+    "Guardrails",
+    "Histogram",
     "JudgeSettings",
     "PolicySettings",
+    "PolicyState",
+    "Sample",
+    "SampleError",
+    "Verdict",
+    "judge",
+    "judge_histograms",
     "judge_settings",
+    "parse_lines",
     "policy_settings",
     "settings_from_spec",
+    "step",
 ]
