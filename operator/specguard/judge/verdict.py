@@ -13,11 +13,19 @@ estimate ``ratio`` and its CI are always of the same statistic (``quantity`` nam
   differs by request, it is the typical request's ratio, which is what a user feels. The ratio
   of the two arms' medians over the same pairs is reported beside it (``ratio_of_medians``)
   but is not what the CI is about.
-- stratified (otherwise): the ratio of medians, median(speculative TPOTs) ÷ median(baseline
-  TPOTs); CI from a bootstrap that resamples each arm within its concurrency strata, so every
-  resample keeps the arm's mix of concurrencies. Strata thinner than
-  ``min_requests_per_stratum`` are pooled with their neighbours for resampling (a stratum
-  resampled within itself adds no variance, so thin ones would narrow the CI falsely).
+- stratified (otherwise): the ratio of medians at matched concurrency. Requests fall in
+  half-octave bands of in-flight count (``stratum_of``); adjacent bands are merged until each
+  group holds ``min_requests_per_stratum`` requests of both arms (``matched_groups``). Per
+  group, the ratio of the arms' medians; combined as a geometric mean weighted by the serving
+  arm's share of requests per group (the mix clients see). The CI resamples each arm within
+  each group, so the mix stays fixed, as in the estimate. One group (the arms share too few
+  bands, e.g. a large regression that lifts the slower arm's in-flight count, Little's law)
+  is the pooled ratio of medians, said in ``reasons``; the pooled ratio is always reported
+  beside it (``ratio_of_medians``).
+
+Only one measurement kind is compared (``Sample.measurement``: the kind both arms share
+most of), and a chunk-counted or non-streamed comparison is never ``regressed``
+(``INEXACT_MEASUREMENTS``): such figures overstate a drafter's per-token latency.
 
 CIs are percentile bootstrap intervals, seeded, vectorised (resamples × samples index matrix).
 Pure: no I/O, no clocks; the same input and seed give the same verdict.
@@ -59,7 +67,7 @@ MAX_RESAMPLES = 100_000
 
 @dataclass(frozen=True, slots=True)
 class JudgeSettings:
-    """The parameters of one verdict. Defaults match the resource's ``evaluation`` defaults.
+    """The parameters of one verdict.
 
     ``concurrency_match`` — when are the two arms under the same load?
 
@@ -79,13 +87,14 @@ class JudgeSettings:
 
     Either way the verdict reports both (``concurrency`` and ``requests_per_pod``).
 
-    ``min_requests_per_stratum`` is the minimum evidence per concurrency stratum *for
-    resampling*: thinner strata are pooled with their neighbours. It is deliberately not an
-    inconclusive rule: at one arrival rate a slower arm holds more requests in flight, so a
-    large regression moves the speculative arm into higher strata than the baseline's, and a
-    rule wanting both arms in one stratum would silence exactly the regressions that matter.
-    The minimum per arm plus the load check guard the comparison; a caller that wants one
-    concurrency judges one stratum's samples (``specguard evaluate`` judges each level alone).
+    ``min_requests_per_stratum`` is the minimum evidence per group of concurrency bands, of
+    *both* arms, for the matched comparison: thinner bands are merged with their neighbours.
+    It is deliberately not an inconclusive rule: at one arrival rate a slower arm holds more
+    requests in flight, so a large regression moves the speculative arm into higher bands
+    than the baseline's, and a rule wanting both arms in one band would silence exactly the
+    regressions that matter; the arms are then compared pooled (one group).
+
+    Defaults are the resource's ``spec.evaluation`` defaults (``settings_from_spec``).
     """
 
     tolerance: float = 0.03
