@@ -111,7 +111,6 @@ def _packages() -> list[str]:
 _SURFACE_PENDING = {
     "specguard.controller",
     "specguard.evaluate",
-    "specguard.judge",
     "specguard.router",
     "specguard.sim",
     "specguard.sources",

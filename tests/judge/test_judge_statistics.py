@@ -1,8 +1,9 @@
 """Statistical validation of the judge and the policy on synthetic windows with known truth
-(specguard.judge.synthetic): A/A false alarms, power, false rollbacks over repeated looks.
+(specguard.testing.synthetic): A/A false alarms, power, false rollbacks over repeated looks.
 
 Seeded, so each figure is deterministic; the sizes are chosen so that the thresholds hold with
-margin (see bench/judge_power.py for the same figures on more windows)."""
+margin. These shapes are optimistic (log-spread 0.10, one concurrency); realistic traffic is in
+test_judge_traffic.py and bench/judge_calibration.py."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ import numpy as np
 import pytest
 
 from specguard.judge.policy import PolicySettings, PolicyState, step
-from specguard.judge.synthetic import SHAPES, Shape, window
 from specguard.judge.verdict import JudgeSettings, Verdict, judge
+from specguard.testing.synthetic import SHAPES, Shape, window
 
 pytestmark = pytest.mark.slow
 

@@ -71,7 +71,9 @@ class StatusVerdict(WireModel):
     outcome: Outcome = Field(description="regressed, improved, neutral or inconclusive.")
     ratio: float | None = Field(
         default=None,
-        description="Median per-token latency, speculative / baseline (< 1: the drafter helps).",
+        description="Per-token latency, speculative / baseline (< 1: the drafter helps): the "
+        "median per-request ratio of mirrored pairs, or the ratio of medians at matched "
+        "concurrency.",
     )
     ci_lower: float | None = Field(default=None, description="Lower confidence bound of ratio.")
     ci_upper: float | None = Field(default=None, description="Upper confidence bound of ratio.")
@@ -79,7 +81,8 @@ class StatusVerdict(WireModel):
         default_factory=ArmFigures, description="Requests counted per arm in the window."
     )
     concurrency: ArmFigures = Field(
-        default_factory=ArmFigures, description="Observed mean per-pod concurrency per arm."
+        default_factory=ArmFigures,
+        description="Median in-flight requests per pod per arm, over the judged requests.",
     )
     domains: dict[str, float] = Field(
         default_factory=dict, description="Per-domain latency ratio (tool_call, chat, ...)."

@@ -31,6 +31,9 @@ from specguard.evaluate import analysis, plots, preflight, promptset, report, si
 from specguard.evaluate.sweep import Cell, SweepError, SweepSettings, run_level
 from specguard.judge.verdict import JudgeSettings
 
+# The judge's defaults are the resource's (specguard.judge.settings_from_spec).
+_RESOURCE = JudgeSettings()
+
 DEFAULT_CONCURRENCY = "1,4,16,64,256"
 DEFAULT_REQUESTS = 32
 # Simulated sweeps default to fewer requests: the simulator's per-request spread is small.
@@ -106,22 +109,29 @@ def build_parser() -> argparse.ArgumentParser:
         help="output directory (default ./specguard-evaluate)",
     )
     answer.add_argument(
-        "--tolerance", type=float, default=0.03, help="judge tolerance band (default 0.03)"
+        "--tolerance",
+        type=float,
+        default=_RESOURCE.tolerance,
+        help=f"judge tolerance band (default {_RESOURCE.tolerance}, the resource's)",
     )
-    # 0.95, not the judge's 0.99: the operator's judge looks again every window and acts on its
-    # own, so it guards against repeated false alarms; evaluate looks once per level and a
+    # 0.95, not the resource's 0.99: the operator's judge looks again every window and acts on
+    # its own, so it guards against repeated false alarms; evaluate looks once per level and a
     # person reads the answer, so a conventional 95% interval is the fitting level.
     answer.add_argument(
         "--confidence",
         type=float,
         default=0.95,
-        help="judge confidence level (default 0.95; `specguard judge` defaults to 0.99)",
+        help="judge confidence level (default 0.95, not the resource's "
+        f"{_RESOURCE.confidence}: evaluate judges each level once and a person reads it, "
+        "the operator judges every window and acts alone)",
     )
     answer.add_argument(
         "--min-requests",
         type=int,
         default=20,
-        help="judge minimum requests per arm and level (default 20)",
+        help="judge minimum requests (pairs) per arm and level (default 20, not the "
+        f"resource's {_RESOURCE.min_requests_per_arm}: a sweep measures many levels, and its "
+        "mirrored pairs need far fewer requests than an unpaired window)",
     )
     answer.add_argument(
         "--max-batch-size",
@@ -209,6 +219,8 @@ def _judge_settings(args: argparse.Namespace) -> JudgeSettings:
             tolerance=args.tolerance,
             confidence=args.confidence,
             min_requests_per_arm=args.min_requests,
+            # the resource's minimum, unless --max-tokens caps every request below it
+            min_output_tokens=min(_RESOURCE.min_output_tokens, max(args.max_tokens or 2**31, 2)),
             seed=args.seed,
         )
     except ValueError as exc:

@@ -4,8 +4,40 @@
 - ``verdict``: one window of samples → ``Verdict`` (``judge``, ``JudgeSettings``);
 - ``histogram``: per-arm TPOT histograms → ``Verdict`` (coarser; ``judge_histograms``);
 - ``policy``: successive verdicts + guardrails → ``Decision`` (``step``, ``PolicySettings``);
-- ``synthetic``: windows with known truth for validation;
-- ``command``: ``specguard judge SAMPLES.jsonl``.
+- ``settings``: the resource's ``spec.evaluation``/``spec.rollback`` → ``JudgeSettings`` and
+  ``PolicySettings`` (``settings_from_spec``), the one conversion.
 
+The CLI front end is ``specguard.commands.judge`` (``specguard judge SAMPLES.jsonl``).
 See docs/judge.md.
 """
+
+from specguard.judge.histogram import Histogram, judge_histograms
+from specguard.judge.policy import (
+    Decision,
+    Guardrails,
+    PolicySettings,
+    PolicyState,
+    step,
+)
+from specguard.judge.sample import Sample, SampleError, parse_lines
+from specguard.judge.settings import judge_settings, policy_settings, settings_from_spec
+from specguard.judge.verdict import JudgeSettings, Verdict, judge
+
+__all__ = [
+    "Decision",
+    "Guardrails",
+    "Histogram",
+    "JudgeSettings",
+    "PolicySettings",
+    "PolicyState",
+    "Sample",
+    "SampleError",
+    "Verdict",
+    "judge",
+    "judge_histograms",
+    "judge_settings",
+    "parse_lines",
+    "policy_settings",
+    "settings_from_spec",
+    "step",
+]
