@@ -18,7 +18,8 @@ from specguard.evaluate.command import main
 from specguard.evaluate.sweep import error_text
 from specguard.judge.sample import parse_lines
 from specguard.sim.launch import SimProcess, start_sim
-from specguard.sim.scrape import scrape, value
+from specguard.sources.exposition import sample_value
+from specguard.testing.loadclient import read_metrics
 from specguard.testing.ports import free_port
 
 DRAFTER = json.dumps({"method": "dspark", "model": "org/drafter", "num_speculative_tokens": 4})
@@ -138,7 +139,7 @@ def test_bad_out_is_refused_before_anything_runs(
 
 
 def _completed(sim: SimProcess) -> float:
-    return value(scrape(sim.url), "vllm:request_success_total")
+    return sample_value(read_metrics(sim.url), "vllm:request_success_total")
 
 
 def test_write_error_after_the_sweep_is_one_line_and_keeps_the_samples(
@@ -190,7 +191,7 @@ def test_ctrl_c_before_the_first_cell_says_nothing_was_measured(tmp_path: Path) 
 
 
 def _running(sim: SimProcess) -> bool:
-    return value(scrape(sim.url), "vllm:num_requests_running") > 0
+    return sample_value(read_metrics(sim.url), "vllm:num_requests_running") > 0
 
 
 def test_bad_prompt_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

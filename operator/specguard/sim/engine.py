@@ -17,7 +17,7 @@ import random
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
-from specguard.sim.metrics import SimMetrics
+from specguard.sim.exporter import SimMetrics
 from specguard.sim.profiles import Profile, conditional_rates, solve_rate
 from specguard.sim.specconfig import SpecConfig
 

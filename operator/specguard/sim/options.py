@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass
 from typing import NoReturn
 
-from specguard.sim.metrics import ITL_BUCKETS
+from specguard.sim.exporter import ITL_BUCKETS
 from specguard.sim.profiles import DEFAULT_PROFILE, PROFILES, Profile
 from specguard.sim.specconfig import SpecConfig, SpecConfigError, parse_spec_config
 

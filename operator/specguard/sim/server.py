@@ -22,8 +22,8 @@ from specguard.sim.domains import (
     message_text,
 )
 from specguard.sim.engine import Engine, Sequence
+from specguard.sim.exporter import SimMetrics
 from specguard.sim.filler import Filler, tool_tokens
-from specguard.sim.metrics import SimMetrics
 from specguard.sim.openai_format import (
     DONE,
     ChunkEncoder,
