@@ -189,7 +189,6 @@ def acceptance_between(before: Reading, after: Reading) -> Acceptance | None:
     return Acceptance(drafts=values[0], draft_tokens=values[1], accepted=values[2])
 
 
-
 __all__ = [
     "ACCEPTED_METRIC",
     "DRAFTS_METRIC",

@@ -35,6 +35,7 @@ def read_reading(url: str, timeout: float = 5.0) -> Reading:
     """``url``/metrics as the Reading specguard's sources take."""
     return parse_reading(fetch_metrics(url, timeout))
 
+
 _USAGE_KEY = b'"completion_tokens":'
 
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
-from specguard.sim.launch import signal_group as signal_group  # one implementation
+from specguard.sim.launch import signal_group
 from specguard.testing.binaries import cache_dir
 
 log = logging.getLogger(__name__)
