@@ -223,7 +223,7 @@ def test_endpoint_that_dies_mid_sweep(
     assert code == 2 and "Traceback" not in err
     errors = [line for line in err.splitlines() if line.startswith("specguard evaluate: ")]
     assert len(errors) == 1
-    assert f"with-drafter endpoint {spec.url}: 10 requests failed in a row (HTTP 500" in errors[0]
+    assert f"--with-drafter {spec.url}: 10 requests failed in a row (HTTP 500" in errors[0]
 
 
 def test_failed_request_text_never_echoes_the_request() -> None:

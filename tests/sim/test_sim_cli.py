@@ -35,6 +35,9 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
         ('{"method": "ngram"}', "num_speculative_tokens: required"),
         ('{"method": "dspark", "model": "m", "num_speculative_tokens": 3, "bogus": 1}',
          "bogus: Extra inputs are not permitted"),
+        # removed from vLLM (a no-op since v0.10): per-batch-size k=0 is what is left
+        ('{"method": "dspark", "model": "m", "num_speculative_tokens": 3, '
+         '"disable_by_batch_size": 8}', "disable_by_batch_size: Extra inputs are not permitted"),
         ('{"method": "dspark", "model": "m", "num_speculative_tokens": 4, '
          '"num_speculative_tokens_per_batch_size": [[2, 8, 4]]}', "must start at 1"),
         ('{"method": "dspark", "model": "m", "num_speculative_tokens": 4, '

@@ -466,7 +466,7 @@ def _recommend(
                     f"Keep the drafter with adaptive verification: measured, it is not slower "
                     f"than no drafter at any swept concurrency (gain {gains}). {fixed_text}"
                 ),
-                max_concurrency=None,
+                max_concurrency=limit,  # the fallback's N
                 k=k,
                 schedule=_schedule(k, max_batch, max_batch),
                 spec=drafter_fields(adaptiveVerification=True),
