@@ -162,15 +162,14 @@ def test_recommendation_off_above_n_for_a_non_dspark_drafter() -> None:
     assert rec.action == "off_above"
     assert "measured" in rec.sentence
     assert overall.step is not None and overall.interpolated is not None
-    assert 64 <= rec.max_concurrency < overall.step  # type: ignore[operator]
-    assert rec.max_concurrency == math.floor(overall.interpolated)
-    assert rec.schedule == [[1, rec.max_concurrency, 3], [rec.max_concurrency + 1, 512, 0]]  # type: ignore[operator]
+    n = rec.max_concurrency
+    assert n is not None and 64 <= n < overall.step
+    assert n == math.floor(overall.interpolated)
+    assert rec.schedule == [[1, n, 3], [n + 1, 512, 0]]
     _check_schedule(rec.schedule, 512)
     # the gain is positive at every level up to N and not above the crossover
     for row in result.levels:
-        assert (
-            (row.gain or 0) > 0 if row.concurrency <= rec.max_concurrency else (row.gain or 0) <= 0
-        )  # type: ignore[operator]
+        assert (row.gain or 0) > 0 if row.concurrency <= n else (row.gain or 0) <= 0
     fields = yaml.safe_load(spec_yaml(rec.spec))["spec"]["drafter"]
     assert fields["numSpeculativeTokens"] == 3
     assert [
@@ -230,7 +229,7 @@ def test_unequal_request_counts_of_a_duration_run_are_judged_not_mismatched() ->
     )  # fmt: skip
     result = analyse([cell], drafter=DrafterInfo(k=4), judge_settings=SETTINGS)
     verdict = result.levels[0].verdict
-    assert verdict is not None and verdict.outcome == "improved", verdict.sentence()
+    assert verdict is not None and verdict.outcome == "improved", verdict
     assert result.recommendation.action == "keep"
 
 

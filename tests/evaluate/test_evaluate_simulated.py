@@ -34,7 +34,8 @@ def _validated(out: Path) -> dict[str, Any]:
 def _cell(document: dict[str, Any], subset: str, level: int) -> dict[str, Any]:
     rows = [c for c in document["cells"] if c["subset"] == subset and c["concurrency"] == level]
     assert len(rows) == 1
-    return rows[0]
+    row: dict[str, Any] = rows[0]
+    return row
 
 
 @pytest.mark.slow
