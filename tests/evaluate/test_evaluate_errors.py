@@ -86,6 +86,34 @@ def test_server_without_spec_decode_metrics_is_a_warning_and_the_run_goes_on(
     assert report["warnings"] and report["cells"][0]["acceptance_length"] is None
 
 
+def test_a_third_endpoint_is_measured_as_its_own_arm(
+    sims: tuple[SimProcess, SimProcess], tmp_path: Path
+) -> None:
+    spec, base = sims
+    ranges = [[1, 1, 4], [2, 64, 0]]
+    schedule = json.dumps({**json.loads(DRAFTER), "num_speculative_tokens_per_batch_size": ranges})
+    common = ["m", "--served-model-name", "served", "--profile", "kimi-k3", "--time-scale", "0.2"]
+    with start_sim([*common, "--speculative-config", schedule]) as third:
+        argv = [
+            "--with-drafter", spec.url, "--without-drafter", base.url, "--with-variant",
+            third.url, "--variant-config", schedule, "--concurrency", "4", "--requests", "6",
+            "--min-requests", "4", "--subsets", "chat", "--max-tokens", "24",
+            "--out", str(tmp_path),
+        ]  # fmt: skip
+        assert main(argv) == 0
+    doc = json.loads((tmp_path / "report.json").read_text())
+    arms = {a["name"]: a for a in doc["drafter_arms"]}
+    assert set(arms) == {"fixed", "schedule"}
+    assert arms["schedule"]["config"] == json.loads(schedule)
+    row = arms["schedule"]["levels"][0]
+    # 4 streams fall in the k=0 range: held there, it gains nothing (it costs a little)
+    assert row["arms"]["speculative"]["requests"] == 6
+    assert row["gain"] < 0.2 < arms["fixed"]["levels"][0]["gain"]
+    assert doc["config"]["with_variant"] == third.url
+    pairs = (tmp_path / "samples-schedule.jsonl").read_text().splitlines()
+    assert len(pairs) == 12
+
+
 @pytest.mark.parametrize(
     ("argv", "expected"),
     [
@@ -134,34 +162,6 @@ def test_server_without_spec_decode_metrics_is_a_warning_and_the_run_goes_on(
         ),
     ],
 )  # fmt: skip
-def test_a_third_endpoint_is_measured_as_its_own_arm(
-    sims: tuple[SimProcess, SimProcess], tmp_path: Path
-) -> None:
-    spec, base = sims
-    ranges = [[1, 1, 4], [2, 64, 0]]
-    schedule = json.dumps({**json.loads(DRAFTER), "num_speculative_tokens_per_batch_size": ranges})
-    common = ["m", "--served-model-name", "served", "--profile", "kimi-k3", "--time-scale", "0.2"]
-    with start_sim([*common, "--speculative-config", schedule]) as third:
-        argv = [
-            "--with-drafter", spec.url, "--without-drafter", base.url, "--with-variant",
-            third.url, "--variant-config", schedule, "--concurrency", "4", "--requests", "6",
-            "--min-requests", "4", "--subsets", "chat", "--max-tokens", "24",
-            "--out", str(tmp_path),
-        ]  # fmt: skip
-        assert main(argv) == 0
-    doc = json.loads((tmp_path / "report.json").read_text())
-    arms = {a["name"]: a for a in doc["drafter_arms"]}
-    assert set(arms) == {"fixed", "schedule"}
-    assert arms["schedule"]["config"] == json.loads(schedule)
-    row = arms["schedule"]["levels"][0]
-    # 4 streams fall in the k=0 range: held there, it gains nothing (it costs a little)
-    assert row["arms"]["speculative"]["requests"] == 6
-    assert row["gain"] < 0.2 < arms["fixed"]["levels"][0]["gain"]
-    assert doc["config"]["with_variant"] == third.url
-    pairs = (tmp_path / "samples-schedule.jsonl").read_text().splitlines()
-    assert len(pairs) == 12
-
-
 def test_bad_command_lines(
     capsys: pytest.CaptureFixture[str], argv: list[str], expected: str
 ) -> None:
