@@ -12,3 +12,15 @@ promptset  the shipped prompt sets and user JSONL
 
 Imports run one way: analysis and report read cells, never sweep.
 """
+
+__all__ = [
+    "analysis",
+    "cells",
+    "command",
+    "plots",
+    "preflight",
+    "promptset",
+    "report",
+    "simulate",
+    "sweep",
+]

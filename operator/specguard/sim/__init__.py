@@ -13,3 +13,17 @@ specguard.testing.loadclient.
 
 See docs/simulator.md.
 """
+
+__all__ = [
+    "command",
+    "domains",
+    "engine",
+    "exporter",
+    "filler",
+    "launch",
+    "openai_format",
+    "options",
+    "profiles",
+    "server",
+    "specconfig",
+]
