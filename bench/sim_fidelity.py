@@ -24,11 +24,17 @@ import sys
 import time
 
 from specguard.sim.launch import SimProcess, start_sim
-from specguard.sim.loadclient import LoadResult, closed_loop
 from specguard.sim.profiles import PROFILES, Profile
-from specguard.sim.scrape import acceptance_length, scrape
+from specguard.sources.exposition import Acceptance, acceptance_between
+from specguard.testing.loadclient import LoadResult, closed_loop, read_reading
 
 CONCURRENCY = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+
+def _length(delta: Acceptance | None) -> float:
+    """Mean acceptance length of a counter delta (NaN: nothing drafted)."""
+    length = delta.length if delta is not None else None
+    return float("nan") if length is None else length
 
 
 def intended_ms(profile: Profile, c: int, k: int, domain: str) -> float:
@@ -131,9 +137,9 @@ def calibration(scale: float) -> None:
     with start_sim(["--profile", "kimi-k3", "--time-scale", str(scale), *_dspark(8)]) as sim:
         lengths = {}
         for domain in ("math", "tool_call", "writing", "chat", "code", "translation", "rag"):
-            before = scrape(sim.url)
+            before = read_reading(sim.url)
             _load(sim.url, 8, scale, domain, 2.0)
-            lengths[domain] = acceptance_length(before, scrape(sim.url))
+            lengths[domain] = _length(acceptance_between(before, read_reading(sim.url)))
         published = {"math": "6.42", "tool_call": "3.33", "writing": "4.14", "chat": "4.21",
                      "code": "4.96", "translation": "4.65", "rag": "-"}  # fmt: skip
         for domain, got in lengths.items():
@@ -146,12 +152,12 @@ def calibration(scale: float) -> None:
         args = ["--profile", "deepseek-v4", "--time-scale", str(2 * scale), *extra]
         with start_sim(args) as sim:
             for i, c in enumerate((16, 64, 128, 256)):
-                before = scrape(sim.url)
+                before = read_reading(sim.url)
                 r = _load(sim.url, c, 2 * scale, "chat", 6.0 if c == 16 else 2.4)
                 tag = f"deepseek-v4 {name} c={c} tok/s"
                 row(tag, str(published_ds[name][i]), r.stream_throughput * 2 * scale)
                 if name == "adaptive" and c in (16, 256):
-                    got = acceptance_length(before, scrape(sim.url))
+                    got = _length(acceptance_between(before, read_reading(sim.url)))
                     row(f"deepseek-v4 adaptive c={c} acceptance length", PUB_LEN[c], got)
 
 

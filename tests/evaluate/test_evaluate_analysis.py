@@ -12,12 +12,13 @@ import pytest
 import yaml
 
 from specguard.api.resource import parse_resource
-from specguard.evaluate import metrics, report
+from specguard.evaluate import report
 from specguard.evaluate.analysis import DrafterInfo, analyse, crossover
+from specguard.evaluate.cells import Acceptance, ArmRun, Cell, Variant, VariantRun
 from specguard.evaluate.report import spec_yaml
-from specguard.evaluate.sweep import ArmRun, Cell
 from specguard.judge.sample import Arm, Sample
 from specguard.judge.verdict import JudgeSettings
+from specguard.sources.exposition import acceptance_between, parse_reading
 
 SETTINGS = JudgeSettings(min_requests_per_arm=20, confidence=0.95)
 
@@ -43,7 +44,7 @@ def _samples(arm: Arm, subset: str, concurrency: int, tpot: float, n: int = 24) 
 
 
 def _cell(subset: str, c: int, spec: float, base: float, accept: float | None = None) -> Cell:
-    acceptance = None if accept is None else metrics.Acceptance(100.0, 700.0, 100.0 * (accept - 1))
+    acceptance = None if accept is None else Acceptance(100.0, 700.0, 100.0 * (accept - 1))
     return Cell(
         concurrency=c, subset=subset,
         arms={
@@ -101,23 +102,74 @@ def _check_schedule(schedule: list[list[int]], max_batch: int) -> None:
     assert all(start <= end for start, end, _ in schedule)
 
 
-def test_recommendation_off_above_n_for_a_non_dspark_drafter() -> None:
+def _with_variant(cells: list[Cell], variant: Variant, tpot: dict[int, float]) -> list[Cell]:
+    """``cells`` with a variant arm measured at per-token ``tpot[level]`` seconds."""
+    for cell in cells:
+        samples = _samples("speculative", cell.subset, cell.concurrency, tpot[cell.concurrency])
+        cell.variants[variant] = VariantRun(ArmRun("speculative", samples), None, 1.0)
+    return cells
+
+
+# base per-token ms per level is 10, 11, 14, 32 (math) and the same for tool calls: the
+# schedule drafts up to N and is held at k=0 above it, where it costs ~20% more than none
+SCHEDULE_LOSES_AT_256 = {1: 0.005, 16: 0.006, 64: 0.010, 256: 0.038}
+SCHEDULE_HOLDS = {1: 0.005, 16: 0.006, 64: 0.010, 256: 0.032}
+
+
+def test_unmeasured_schedule_is_not_recommended_the_operator_is() -> None:
+    # Only the fixed arm measured (real endpoints, no --with-variant): the schedule is
+    # named as the alternative but the answer is the operator, not an unmeasured schedule.
     result = analyse(
         _cells(), drafter=DrafterInfo("eagle3", 3), judge_settings=SETTINGS, max_batch=512
     )
     rec = result.recommendation
+    assert rec.action == "operator"
+    assert "neither a schedule nor adaptive verification was measured" in rec.sentence
+    assert rec.alternative is not None and rec.alternative["schedule"][-1] == [
+        rec.max_concurrency + 1,  # type: ignore[operator]
+        512,
+        0,
+    ]
+    assert "perBatchSize" not in rec.spec["drafter"]
+
+
+def test_schedule_that_loses_where_it_is_held_at_k0_sends_the_user_to_the_operator() -> None:
+    cells = _with_variant(_cells(), "schedule", SCHEDULE_LOSES_AT_256)
+    result = analyse(cells, drafter=DrafterInfo("eagle3", 3), judge_settings=SETTINGS)
+    rec = result.recommendation
+    assert rec.action == "operator"
+    assert "a drafter held at k=0 still costs per token" in rec.sentence and "256" in rec.sentence
+    schedule_levels = {r.concurrency: r for r in result.variant_levels["schedule"]}
+    assert schedule_levels[256].verdict is not None
+    assert schedule_levels[256].verdict.outcome == "regressed"
+    assert rec.measured["schedule"][256] == pytest.approx(32 / 38 - 1, rel=0.03)
+    # ... unless the user says 256 is not a level they see much
+    usual = analyse(
+        cells, drafter=DrafterInfo("eagle3", 3), judge_settings=SETTINGS, usual=[1, 16, 64]
+    ).recommendation
+    assert usual.action == "off_above" and usual.schedule == rec.alternative["schedule"]  # type: ignore[index]
+
+
+def test_recommendation_off_above_n_for_a_non_dspark_drafter() -> None:
+    result = analyse(
+        _with_variant(_cells(), "schedule", SCHEDULE_HOLDS),
+        drafter=DrafterInfo("eagle3", 3),
+        judge_settings=SETTINGS,
+        max_batch=512,
+    )
+    rec = result.recommendation
     overall = result.overall
     assert rec.action == "off_above"
+    assert "measured" in rec.sentence
     assert overall.step is not None and overall.interpolated is not None
-    assert 64 <= rec.max_concurrency < overall.step  # type: ignore[operator]
-    assert rec.max_concurrency == math.floor(overall.interpolated)
-    assert rec.schedule == [[1, rec.max_concurrency, 3], [rec.max_concurrency + 1, 512, 0]]
+    n = rec.max_concurrency
+    assert n is not None and 64 <= n < overall.step
+    assert n == math.floor(overall.interpolated)
+    assert rec.schedule == [[1, n, 3], [n + 1, 512, 0]]
     _check_schedule(rec.schedule, 512)
     # the gain is positive at every level up to N and not above the crossover
     for row in result.levels:
-        assert (
-            (row.gain or 0) > 0 if row.concurrency <= rec.max_concurrency else (row.gain or 0) <= 0
-        )
+        assert (row.gain or 0) > 0 if row.concurrency <= n else (row.gain or 0) <= 0
     fields = yaml.safe_load(spec_yaml(rec.spec))["spec"]["drafter"]
     assert fields["numSpeculativeTokens"] == 3
     assert [
@@ -139,8 +191,16 @@ def _resource_with(drafter: dict[str, object]) -> None:
 
 def test_recommendation_adaptive_for_fixed_dspark_and_keep_without_crossover() -> None:
     dspark = DrafterInfo("dspark", 7, adaptive=False)
-    rec = analyse(_cells(), drafter=dspark, judge_settings=SETTINGS).recommendation
+    unmeasured = analyse(_cells(), drafter=dspark, judge_settings=SETTINGS).recommendation
+    assert unmeasured.action == "operator"
+    adaptive = _with_variant(_cells(), "adaptive", {1: 0.005, 16: 0.006, 64: 0.010, 256: 0.024})
+    rec = analyse(adaptive, drafter=dspark, judge_settings=SETTINGS).recommendation
     assert rec.action == "keep_adaptive"
+    assert rec.measured["adaptive"][256] == pytest.approx(32 / 24 - 1, rel=0.03)
+    # adaptive verification that loses at a level is not kept
+    losing = _with_variant(_cells(), "adaptive", {1: 0.005, 16: 0.006, 64: 0.010, 256: 0.040})
+    lost = analyse(losing, drafter=dspark, judge_settings=SETTINGS).recommendation
+    assert lost.action == "operator" and "adaptive verification is slower" in lost.sentence
     assert rec.spec["drafter"]["adaptiveVerification"] is True
     assert rec.alternative is not None and rec.alternative["schedule"][-1][2] == 0
     low = [c for c in _cells() if c.concurrency < 256 and c.subset == "math_reasoning"]
@@ -169,7 +229,7 @@ def test_unequal_request_counts_of_a_duration_run_are_judged_not_mismatched() ->
     )  # fmt: skip
     result = analyse([cell], drafter=DrafterInfo(k=4), judge_settings=SETTINGS)
     verdict = result.levels[0].verdict
-    assert verdict is not None and verdict.outcome == "improved", verdict and verdict.sentence()
+    assert verdict is not None and verdict.outcome == "improved", verdict
     assert result.recommendation.action == "keep"
 
 
@@ -191,8 +251,10 @@ def test_a_noise_dip_inside_the_band_is_no_measurable_gain_not_a_loss() -> None:
     cells.append(_cell("chat", 256, 0.030, 0.020))
     result = analyse(cells, drafter=DrafterInfo("eagle3", 3), judge_settings=SETTINGS)
     assert result.overall.step == 256 and result.overall.interpolated is None
-    assert result.recommendation.action == "off_above"
+    assert result.recommendation.action == "operator"  # the schedule was not measured
     assert result.recommendation.max_concurrency == 128
+    assert result.recommendation.alternative is not None
+    assert result.recommendation.alternative["schedule"] == [[1, 128, 3], [129, 1024, 0]]
 
 
 def test_all_levels_without_measurable_gain_turn_the_drafter_off() -> None:
@@ -206,7 +268,7 @@ def test_all_levels_without_measurable_gain_turn_the_drafter_off() -> None:
 def test_unknown_k_gives_no_made_up_schedule() -> None:
     result = analyse(_cells(), drafter=DrafterInfo("eagle3", None), judge_settings=SETTINGS)
     rec = result.recommendation
-    assert rec.action == "off_above" and rec.k is None and rec.schedule is None
+    assert rec.action == "operator" and rec.k is None
     n = rec.max_concurrency
     assert n is not None
     assert f"[[1, {n}, K], [{n + 1}, 1024, 0]]" in rec.sentence
@@ -248,11 +310,11 @@ def test_spec_decode_counter_parsing_and_deltas() -> None:
         "# TYPE vllm:num_requests_running gauge\n"
         'vllm:num_requests_running{engine="0",model_name="m"} 3\n'
     )
-    before = metrics.parse(text)
+    before = parse_reading(text)
     assert before.drafts == 40 and before.positions == 7 and before.running == 3
-    after = metrics.parse(text.replace(" 10\n", " 50\n").replace(" 100\n", " 220\n"))
-    acceptance = metrics.delta(before, after)
+    after = parse_reading(text.replace(" 10\n", " 50\n").replace(" 100\n", " 220\n"))
+    acceptance = acceptance_between(before, after)
     assert acceptance is not None and acceptance.length == pytest.approx(1 + 120 / 40)
-    assert metrics.delta(after, before) is None  # counters went back: a restart
-    plain = metrics.parse('vllm:num_requests_running{engine="0"} 0\n')
-    assert not plain.has_spec_decode and metrics.delta(plain, plain) is None
+    assert acceptance_between(after, before) is None  # counters went back: a restart
+    plain = parse_reading('vllm:num_requests_running{engine="0"} 0\n')
+    assert not plain.has_spec_decode and acceptance_between(plain, plain) is None

@@ -18,7 +18,8 @@ from specguard.evaluate.command import main
 from specguard.evaluate.sweep import error_text
 from specguard.judge.sample import parse_lines
 from specguard.sim.launch import SimProcess, start_sim
-from specguard.sim.scrape import scrape, value
+from specguard.sources.exposition import sample_value
+from specguard.testing.loadclient import read_metrics
 from specguard.testing.ports import free_port
 
 DRAFTER = json.dumps({"method": "dspark", "model": "org/drafter", "num_speculative_tokens": 4})
@@ -85,6 +86,34 @@ def test_server_without_spec_decode_metrics_is_a_warning_and_the_run_goes_on(
     assert report["warnings"] and report["cells"][0]["acceptance_length"] is None
 
 
+def test_a_third_endpoint_is_measured_as_its_own_arm(
+    sims: tuple[SimProcess, SimProcess], tmp_path: Path
+) -> None:
+    spec, base = sims
+    ranges = [[1, 1, 4], [2, 64, 0]]
+    schedule = json.dumps({**json.loads(DRAFTER), "num_speculative_tokens_per_batch_size": ranges})
+    common = ["m", "--served-model-name", "served", "--profile", "kimi-k3", "--time-scale", "0.2"]
+    with start_sim([*common, "--speculative-config", schedule]) as third:
+        argv = [
+            "--with-drafter", spec.url, "--without-drafter", base.url, "--with-variant",
+            third.url, "--variant-config", schedule, "--concurrency", "4", "--requests", "6",
+            "--min-requests", "4", "--subsets", "chat", "--max-tokens", "24",
+            "--out", str(tmp_path),
+        ]  # fmt: skip
+        assert main(argv) == 0
+    doc = json.loads((tmp_path / "report.json").read_text())
+    arms = {a["name"]: a for a in doc["drafter_arms"]}
+    assert set(arms) == {"fixed", "schedule"}
+    assert arms["schedule"]["config"] == json.loads(schedule)
+    row = arms["schedule"]["levels"][0]
+    # 4 streams fall in the k=0 range: held there, it gains nothing (it costs a little)
+    assert row["arms"]["speculative"]["requests"] == 6
+    assert row["gain"] < 0.2 < arms["fixed"]["levels"][0]["gain"]
+    assert doc["config"]["with_variant"] == third.url
+    pairs = (tmp_path / "samples-schedule.jsonl").read_text().splitlines()
+    assert len(pairs) == 12
+
+
 @pytest.mark.parametrize(
     ("argv", "expected"),
     [
@@ -113,8 +142,26 @@ def test_server_without_spec_decode_metrics_is_a_warning_and_the_run_goes_on(
         (["--simulate", "kimi-k3", "--tolerance", "-0.1"], "--tolerance: must be in [0, 1)"),
         (["--simulate", "kimi-k3", "--seed", "-1"], "--seed: must be >= 0"),
         (["--simulate", "kimi-k3", "--duration", "nan"], "--duration: must be > 0"),
+        (
+            ["--with-drafter", "http://a", "--without-drafter", "http://b", "--with-variant",
+             "http://c"],
+            "--variant-config: give it together with --with-variant",
+        ),
+        (
+            ["--simulate", "kimi-k3", "--with-variant", "http://c", "--variant-config", "{}"],
+            "--with-variant: not with --simulate",
+        ),
+        (
+            ["--with-drafter", "http://a", "--without-drafter", "http://b", "--with-variant",
+             "http://c", "--variant-config", '{"method": "dspark"}'],
+            "--variant-config: expected num_speculative_tokens_per_batch_size or",
+        ),
+        (
+            ["--simulate", "kimi-k3", "--concurrency", "1,4", "--usual-concurrency", "16"],
+            "--usual-concurrency: 16 not among the swept levels (1, 4)",
+        ),
     ],
-)
+)  # fmt: skip
 def test_bad_command_lines(
     capsys: pytest.CaptureFixture[str], argv: list[str], expected: str
 ) -> None:
@@ -138,7 +185,7 @@ def test_bad_out_is_refused_before_anything_runs(
 
 
 def _completed(sim: SimProcess) -> float:
-    return value(scrape(sim.url), "vllm:request_success_total")
+    return sample_value(read_metrics(sim.url), "vllm:request_success_total")
 
 
 def test_write_error_after_the_sweep_is_one_line_and_keeps_the_samples(
@@ -190,7 +237,7 @@ def test_ctrl_c_before_the_first_cell_says_nothing_was_measured(tmp_path: Path) 
 
 
 def _running(sim: SimProcess) -> bool:
-    return value(scrape(sim.url), "vllm:num_requests_running") > 0
+    return sample_value(read_metrics(sim.url), "vllm:num_requests_running") > 0
 
 
 def test_bad_prompt_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -222,7 +269,7 @@ def test_endpoint_that_dies_mid_sweep(
     assert code == 2 and "Traceback" not in err
     errors = [line for line in err.splitlines() if line.startswith("specguard evaluate: ")]
     assert len(errors) == 1
-    assert f"with-drafter endpoint {spec.url}: 10 requests failed in a row (HTTP 500" in errors[0]
+    assert f"--with-drafter {spec.url}: 10 requests failed in a row (HTTP 500" in errors[0]
 
 
 def test_failed_request_text_never_echoes_the_request() -> None:

@@ -11,7 +11,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import jsonschema
 import pytest
@@ -34,7 +34,8 @@ def _validated(out: Path) -> dict[str, Any]:
 def _cell(document: dict[str, Any], subset: str, level: int) -> dict[str, Any]:
     rows = [c for c in document["cells"] if c["subset"] == subset and c["concurrency"] == level]
     assert len(rows) == 1
-    return cast(dict[str, Any], rows[0])
+    row: dict[str, Any] = rows[0]
+    return row
 
 
 @pytest.mark.slow
@@ -104,6 +105,35 @@ def test_deepseek_v4_sweep_finds_the_calibrated_crossover(tmp_path: Path) -> Non
     assert doc["levels"][0]["verdict"]["outcome"] == "improved"
     assert doc["levels"][-1]["verdict"]["outcome"] == "regressed"
 
+    # What it recommends from was measured: the schedule (k=0 above n) and adaptive
+    # verification ran as arms of their own, each against no drafter at every level.
+    arms = {a["name"]: a for a in doc["drafter_arms"]}
+    assert set(arms) == {"fixed", "schedule", "adaptive"}
+    assert arms["schedule"]["config"]["num_speculative_tokens_per_batch_size"] == schedule
+    assert arms["adaptive"]["config"]["enable_adaptive_verification"] is True
+    gain = {
+        name: {row["concurrency"]: row["gain"] for row in arm["levels"]}
+        for name, arm in arms.items()
+    }
+    assert all(list(g) == levels for g in gain.values()), gain
+    assert rec["measured"] == {
+        name: {str(c): g for c, g in by_level.items()} for name, by_level in gain.items()
+    }
+    # below n the schedule drafts like the fixed arm; at 256 it drafts nothing and still
+    # loses to no drafter (a drafter held at k=0 costs per token), though less than fixed-k
+    assert gain["schedule"][1] > 0.5
+    assert gain["fixed"][256] < gain["schedule"][256] < 0
+    assert gain["adaptive"][256] > 0
+    judged_schedule = {
+        r["concurrency"]: r["verdict"]["outcome"] for r in arms["schedule"]["levels"]
+    }
+    assert judged_schedule[256] == "regressed"
+    schedule_samples = list(
+        parse_lines((tmp_path / "samples-schedule.jsonl").read_text().splitlines())
+    )
+    assert len(schedule_samples) == len(levels) * len(subsets) * 2 * 12
+    assert "arms.png" in doc["files"]["plots"]
+
     # Raw samples: every measured request on both arms, readable by the judge.
     samples = list(parse_lines((tmp_path / "samples.jsonl").read_text().splitlines()))
     assert len(samples) == len(levels) * len(subsets) * 2 * 12
@@ -121,6 +151,32 @@ def test_deepseek_v4_sweep_finds_the_calibrated_crossover(tmp_path: Path) -> Non
     for name in doc["files"]["plots"]:
         data = (tmp_path / name).read_bytes()
         assert data.startswith(PNG_MAGIC) and len(data) > 20_000
+
+
+@pytest.mark.slow
+def test_a_schedule_that_loses_at_k0_recommends_the_operator(tmp_path: Path) -> None:
+    # EAGLE-3 (no adaptive verification): the only way to stop drafting at high
+    # concurrency is the schedule, and held at k=0 it is still slower than no drafter.
+    drafter = {"method": "eagle3", "model": "org/ds-eagle3", "num_speculative_tokens": 7}
+    argv = [
+        "--simulate", "deepseek-v4", "--drafter-config", json.dumps(drafter),
+        "--subsets", "chat", "--concurrency", "1,256", "--requests", "10",
+        "--min-requests", "8", "--out", str(tmp_path),
+    ]  # fmt: skip
+    assert main(argv) == 0
+    doc = _validated(tmp_path)
+    arms = {a["name"]: a for a in doc["drafter_arms"]}
+    assert set(arms) == {"fixed", "schedule"}
+    schedule = {r["concurrency"]: r for r in arms["schedule"]["levels"]}
+    assert schedule[1]["gain"] > 0.5 and schedule[256]["gain"] < 0
+    rec = doc["recommendation"]
+    assert rec["action"] == "operator", rec["sentence"]
+    assert "held at k=0" in rec["sentence"]
+    assert "perBatchSize" not in rec["spec"]["drafter"]
+    assert (
+        rec["alternative"]["schedule"]
+        == arms["schedule"]["config"]["num_speculative_tokens_per_batch_size"]
+    )
 
 
 @pytest.mark.slow

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specguard.judge.sample import Sample
-from specguard.router.meter import StreamMeter, measure_json, request_domain, to_sample
+from specguard.meter import StreamMeter, measure_json, request_domain, to_sample
 
 
 def event(obj: Any) -> bytes:

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specguard.router.meter import StreamMeter
+from specguard.meter import StreamMeter
 from specguard.router.strip import UsageStripper, remove_member
 
 USAGE = {"prompt_tokens": 3, "total_tokens": 5, "completion_tokens": 2}

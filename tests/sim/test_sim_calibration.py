@@ -15,8 +15,8 @@ import aiohttp
 import pytest
 
 from specguard.sim.launch import start_sim
-from specguard.sim.loadclient import StreamRecord, stream_once
-from specguard.sim.scrape import Samples, scrape, value
+from specguard.sources.exposition import Samples, sample_value
+from specguard.testing.loadclient import StreamRecord, read_metrics, stream_once
 
 DRAFTS = "vllm:spec_decode_num_drafts_total"
 ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
@@ -86,15 +86,15 @@ def test_tool_calls_accept_about_43_percent_of_math_extra_tokens() -> None:
         "stream": True,
     }
     with start_sim([*args, "--seed", "11"]) as sim:
-        s0 = scrape(sim.url)
+        s0 = read_metrics(sim.url)
         asyncio.run(_chat_batch(sim.url, [math_body] * 12, 6))
-        s1 = scrape(sim.url)
+        s1 = read_metrics(sim.url)
         asyncio.run(_chat_batch(sim.url, [tool_body] * 60, 12))
-        s2 = scrape(sim.url)
+        s2 = read_metrics(sim.url)
 
     def extra_per_step(a: Samples, b: Samples) -> float:
-        drafts = value(b, DRAFTS) - value(a, DRAFTS)
-        accepted = value(b, ACCEPTED) - value(a, ACCEPTED)
+        drafts = sample_value(b, DRAFTS) - sample_value(a, DRAFTS)
+        accepted = sample_value(b, ACCEPTED) - sample_value(a, ACCEPTED)
         assert drafts > 300  # enough draft steps for a ~3% standard error
         return accepted / drafts
 

@@ -35,6 +35,9 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
         ('{"method": "ngram"}', "num_speculative_tokens: required"),
         ('{"method": "dspark", "model": "m", "num_speculative_tokens": 3, "bogus": 1}',
          "bogus: Extra inputs are not permitted"),
+        # removed from vLLM (a no-op since v0.10): per-batch-size k=0 is what is left
+        ('{"method": "dspark", "model": "m", "num_speculative_tokens": 3, '
+         '"disable_by_batch_size": 8}', "disable_by_batch_size: Extra inputs are not permitted"),
         ('{"method": "dspark", "model": "m", "num_speculative_tokens": 4, '
          '"num_speculative_tokens_per_batch_size": [[2, 8, 4]]}', "must start at 1"),
         ('{"method": "dspark", "model": "m", "num_speculative_tokens": 4, '
@@ -180,3 +183,62 @@ def test_positional_model_next_to_unknown_flags(
 ) -> None:
     o = parse_options(args)
     assert (o.model, o.unknown) == (model, unknown)
+
+
+@pytest.mark.parametrize(
+    ("typo", "meant"),
+    [
+        ("--eror-rate", "--error-rate"),
+        ("--time-scael", "--time-scale"),
+        ("--fault-drop-drafer", "--fault-drop-drafter"),
+        ("--startup_dealy", "--startup-delay"),
+    ],
+)
+def test_near_miss_of_a_simulator_flag_is_refused_naming_the_flag(typo: str, meant: str) -> None:
+    with pytest.raises(OptionError, match=f"did you mean {meant}"):
+        parse_options([typo, "0.5"])
+
+
+def test_near_miss_exits_2_with_one_line_while_real_vllm_flags_pass() -> None:
+    result = _run("--eror-rate", "0.5")
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        "specguard sim: --eror-rate: unknown flag; did you mean --error-rate?"
+    )
+    # vLLM flags the simulator does not model, some of them near its own vLLM flags
+    options = parse_options(
+        ["m", "--max-num-batched-tokens", "8192", "--seed-offset", "1", "--profiler-config", "x"]
+    )
+    assert "--max-num-batched-tokens" in options.unknown and "--profiler-config" in options.unknown
+
+
+def test_help_gives_every_flag_a_help_text() -> None:
+    result = _run("--help")
+    assert result.returncode == 0
+    assert "MODEL_FLAG" not in result.stdout
+    from specguard.sim.options import build_parser
+
+    parser = build_parser()
+    silent = [
+        a.option_strings[0]
+        for a in parser._actions
+        if a.option_strings and not a.help and a.dest != "help"
+    ]
+    assert silent == []
+    for flag in ("--fault-drop-drafter", "--fault-accept-nothing"):
+        assert flag in result.stdout
+
+
+@pytest.mark.parametrize("flag", ["--fault-drop-drafter", "--fault-accept-nothing"])
+def test_drafter_faults_need_a_drafter(flag: str) -> None:
+    with pytest.raises(OptionError, match=f"{flag}: needs a drafter"):
+        parse_options([flag])
+    spec = json.dumps({"method": "dspark", "model": "m", "num_speculative_tokens": 4})
+    options = parse_options([flag, "--speculative-config", spec])
+    assert options.spec is not None
+    assert (options.served_spec is None) == (flag == "--fault-drop-drafter")
+
+
+def test_a_dropped_drafter_is_still_checked_as_vllm_checks_it() -> None:
+    with pytest.raises(OptionError, match="unknown speculative method"):
+        parse_options(["--fault-drop-drafter", "--speculative-config", '{"method": "x"}'])

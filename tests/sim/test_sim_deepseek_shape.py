@@ -21,8 +21,8 @@ import json
 import pytest
 
 from specguard.sim.launch import start_sim
-from specguard.sim.loadclient import closed_loop
-from specguard.sim.scrape import acceptance_length, scrape
+from specguard.sources.exposition import Acceptance, acceptance_between
+from specguard.testing.loadclient import closed_loop, read_reading
 
 SCALE = 2.0
 CONCURRENCY = (16, 64, 128, 256)
@@ -41,6 +41,12 @@ CONFIGS: dict[str, dict[str, object] | None] = {
 }
 
 
+def _length(delta: Acceptance | None) -> float:
+    """Mean acceptance length of a counter delta (NaN: nothing drafted)."""
+    length = delta.length if delta is not None else None
+    return float("nan") if length is None else length
+
+
 def _measure(spec: dict[str, object] | None) -> tuple[dict[int, float], dict[int, float]]:
     """Simulated tok/s and acceptance length (from the server's counters) per concurrency."""
     # no drafter emits a chunk per token: a slower clock keeps its chunk rate low too
@@ -52,7 +58,7 @@ def _measure(spec: dict[str, object] | None) -> tuple[dict[int, float], dict[int
     acceptance: dict[int, float] = {}
     with start_sim(args) as sim:
         for c in CONCURRENCY:
-            before = scrape(sim.url)
+            before = read_reading(sim.url)
             load = closed_loop(
                 sim.url,
                 concurrency=c,
@@ -64,7 +70,7 @@ def _measure(spec: dict[str, object] | None) -> tuple[dict[int, float], dict[int
             result = asyncio.run(load)
             throughput[c] = result.stream_throughput * scale
             if spec is not None:
-                acceptance[c] = acceptance_length(before, scrape(sim.url))
+                acceptance[c] = _length(acceptance_between(before, read_reading(sim.url)))
     return throughput, acceptance
 
 

@@ -14,8 +14,8 @@ import aiohttp
 import pytest
 
 from specguard.sim.launch import start_sim
-from specguard.sim.loadclient import StreamRecord, completion_payload, stream_once
-from specguard.sim.scrape import scrape, value
+from specguard.sources.exposition import sample_value
+from specguard.testing.loadclient import StreamRecord, completion_payload, read_metrics, stream_once
 
 HEADERS = {"Content-Type": "application/json"}
 
@@ -31,11 +31,11 @@ def test_max_num_seqs_queues_the_rest() -> None:
     # one sequence at a time: the second request starts only when the first is done
     with start_sim(["--max-num-seqs", "1", "--time-scale", "0.2"]) as sim:
         first, second = asyncio.run(_concurrent(sim.url, [completion_payload(None, 40)] * 2))
-        samples = scrape(sim.url)
+        samples = read_metrics(sim.url)
     early, late = sorted([first, second], key=lambda r: r.chunk_times[0])
     assert late.chunk_times[0] >= early.chunk_times[-1]
-    assert value(samples, "vllm:request_queue_time_seconds_count") == 2
-    assert value(samples, "vllm:request_queue_time_seconds_sum") > 0.5 * (
+    assert sample_value(samples, "vllm:request_queue_time_seconds_count") == 2
+    assert sample_value(samples, "vllm:request_queue_time_seconds_sum") > 0.5 * (
         early.chunk_times[-1] - early.chunk_times[0]
     )
 
@@ -61,17 +61,17 @@ def test_per_batch_size_k_zero_turns_speculation_off() -> None:
             "num_speculative_tokens_per_batch_size": [[1, 2, 8], [3, 256, 0]]}  # fmt: skip
     args = ["--speculative-config", json.dumps(spec), "--time-scale", "0.5"]
     with start_sim(args) as sim:
-        s0 = scrape(sim.url)
+        s0 = read_metrics(sim.url)
         alone = asyncio.run(_concurrent(sim.url, [completion_payload(None, 60)]))
-        s1 = scrape(sim.url)
+        s1 = read_metrics(sim.url)
         crowd = asyncio.run(_concurrent(sim.url, [completion_payload(None, 60)] * 6))
-        s2 = scrape(sim.url)
+        s2 = read_metrics(sim.url)
     drafts = "vllm:spec_decode_num_drafts_total"
-    assert value(s1, drafts) - value(s0, drafts) == len(alone[0].chunk_times) - 1
+    assert sample_value(s1, drafts) - sample_value(s0, drafts) == len(alone[0].chunk_times) - 1
     assert max(alone[0].chunk_tokens) > 1
     # six running sequences fall in [3, 256] -> k = 0: one token per step, no drafts
     # (except while the batch ramps up or drains below 3)
-    crowd_drafts = value(s2, drafts) - value(s1, drafts)
+    crowd_drafts = sample_value(s2, drafts) - sample_value(s1, drafts)
     crowd_steps = sum(len(r.chunk_times) - 1 for r in crowd)
     assert crowd_drafts < 0.1 * crowd_steps
     singles = sum(n == 1 for r in crowd for n in r.chunk_tokens)
@@ -105,13 +105,13 @@ def test_synthetic_acceptance_length_overrides_the_profile() -> None:
             "rejection_sample_method": "synthetic", "synthetic_acceptance_length": 2.5}  # fmt: skip
     args = ["--speculative-config", json.dumps(spec), "--time-scale", "0.02", "--seed", "9"]
     with start_sim(args) as sim:
-        before = scrape(sim.url)
+        before = read_metrics(sim.url)
         asyncio.run(_concurrent(sim.url, [completion_payload(None, 400)] * 8))
-        after = scrape(sim.url)
-    drafts = value(after, "vllm:spec_decode_num_drafts_total") - value(
+        after = read_metrics(sim.url)
+    drafts = sample_value(after, "vllm:spec_decode_num_drafts_total") - sample_value(
         before, "vllm:spec_decode_num_drafts_total"
     )
-    accepted = value(after, "vllm:spec_decode_num_accepted_tokens_total") - value(
+    accepted = sample_value(after, "vllm:spec_decode_num_accepted_tokens_total") - sample_value(
         before, "vllm:spec_decode_num_accepted_tokens_total"
     )
     # ~1,300 draft steps: the mean is within ~3% at 3 standard errors

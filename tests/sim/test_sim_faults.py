@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import json
 import socket
@@ -13,10 +14,12 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import aiohttp
 import pytest
 
 from specguard.sim.launch import start_sim
-from specguard.sim.scrape import scrape, value
+from specguard.sources.exposition import acceptance_length, sample_value
+from specguard.testing.loadclient import completion_payload, read_metrics, stream_once
 
 
 def _post(url: str, body: dict[str, object]) -> tuple[int, dict[str, object]]:
@@ -109,7 +112,7 @@ def _open_request(port: int, max_tokens: int) -> socket.socket:
 
 def _wait_gauge(url: str, name: str, want: float) -> None:
     deadline = time.monotonic() + 10
-    while value(scrape(url), name) != want:
+    while sample_value(read_metrics(url), name) != want:
         assert time.monotonic() < deadline, f"{name} never reached {want}"
         time.sleep(0.02)
 
@@ -119,7 +122,7 @@ def test_client_leaving_a_non_streamed_request_aborts_it() -> None:
     # leaves while it waits, then A's: both are aborted (as vLLM aborts a request whose
     # client disconnected) and C, which nobody else wakes the engine for, runs at once.
     with start_sim(["--max-num-seqs", "1", "--seed", "4"]) as sim:
-        before = scrape(sim.url)
+        before = read_metrics(sim.url)
         a = _open_request(sim.port, 3000)
         _wait_gauge(sim.url, "vllm:num_requests_running", 1)
         b = _open_request(sim.port, 3000)
@@ -131,12 +134,61 @@ def test_client_leaving_a_non_streamed_request_aborts_it() -> None:
             time.sleep(0.3)  # B's cancellation lands before A leaves the batch
             a.close()
             status, _ = c.result(timeout=5)
-        after = scrape(sim.url)
+        after = read_metrics(sim.url)
         log = sim.log_tail()
     assert status == 200
     success = "vllm:request_success_total"
-    assert value(after, success, finished_reason="abort") - value(
+    assert sample_value(after, success, finished_reason="abort") - sample_value(
         before, success, finished_reason="abort") == 2  # fmt: skip
-    assert value(after, success, finished_reason="length") - value(
+    assert sample_value(after, success, finished_reason="length") - sample_value(
         before, success, finished_reason="length") == 1  # fmt: skip
     assert "Traceback" not in log
+
+
+DRAFTER = json.dumps({"method": "dspark", "model": "org/d-dspark", "num_speculative_tokens": 6})
+
+
+def _spec_counters(url: str) -> dict[str, float]:
+    samples = read_metrics(url)
+    return {
+        name: sample_value(samples, f"vllm:spec_decode_num_{name}_total")
+        for name in ("drafts", "draft_tokens", "accepted_tokens")
+        if any(n == f"vllm:spec_decode_num_{name}_total" for n, _ in samples)
+    }
+
+
+def _tokens_per_chunk(url: str) -> list[int]:
+    async def go() -> list[int]:
+        async with aiohttp.ClientSession() as session:
+            payload = completion_payload(None, 60, prompt="Solve 12x + 7 = 91.")
+            headers = {"Content-Type": "application/json"}
+            records = await asyncio.gather(
+                *(stream_once(session, url, payload, headers) for _ in range(3))
+            )
+        return [n for r in records for n in r.chunk_tokens]
+
+    return asyncio.run(go())
+
+
+def test_drop_drafter_serves_without_speculation_or_its_counters() -> None:
+    args = ["--speculative-config", DRAFTER, "--fault-drop-drafter", "--time-scale", "0.05"]
+    with start_sim(args) as sim:
+        chunks = _tokens_per_chunk(sim.url)
+        counters = _spec_counters(sim.url)
+        log = sim.log_tail()
+    assert counters == {}  # no vllm:spec_decode_* at all, as a drafter never applied
+    assert set(chunks) == {1}  # one token per step: no speculation
+    assert "NOT applied (--fault-drop-drafter)" in log
+    with start_sim(["--speculative-config", DRAFTER, "--time-scale", "0.05"]) as sim:
+        assert max(_tokens_per_chunk(sim.url)) > 1 and _spec_counters(sim.url)["drafts"] > 0
+
+
+def test_accept_nothing_drafts_but_never_accepts() -> None:
+    args = ["--speculative-config", DRAFTER, "--fault-accept-nothing", "--time-scale", "0.05"]
+    with start_sim(args) as sim:
+        chunks = _tokens_per_chunk(sim.url)
+        counters = _spec_counters(sim.url)
+    assert set(chunks) == {1}
+    assert counters["drafts"] >= 3 * 58 and counters["draft_tokens"] == 6 * counters["drafts"]
+    assert counters["accepted_tokens"] == 0
+    assert acceptance_length(counters["drafts"], counters["accepted_tokens"]) == 1.0

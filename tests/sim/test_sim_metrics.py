@@ -15,8 +15,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from specguard.sim.launch import SimProcess, start_sim
-from specguard.sim.loadclient import StreamRecord, completion_payload, stream_once
-from specguard.sim.scrape import Samples, scrape, value
+from specguard.sources.exposition import Samples, sample_value
+from specguard.testing.loadclient import StreamRecord, completion_payload, read_metrics, stream_once
 
 SPEC = json.dumps({"method": "dspark", "model": "org/kimi-dspark", "num_speculative_tokens": 8})
 
@@ -129,13 +129,13 @@ def test_spec_counters_only_with_a_drafter() -> None:
 
 
 def _delta(a: Samples, b: Samples, name: str, **labels: str) -> float:
-    return value(b, name, **labels) - value(a, name, **labels)
+    return sample_value(b, name, **labels) - sample_value(a, name, **labels)
 
 
 def test_itl_once_per_step_and_tpot_once_per_request(spec_sim: SimProcess) -> None:
-    before = scrape(spec_sim.url)
+    before = read_metrics(spec_sim.url)
     record = _stream(spec_sim.url, 200)
-    after = scrape(spec_sim.url)
+    after = read_metrics(spec_sim.url)
     chunks = len(record.chunk_times)
     assert record.tokens == 200
     assert chunks < 200  # the drafter packs tokens: fewer steps than tokens
@@ -156,9 +156,9 @@ def test_itl_once_per_step_and_tpot_once_per_request(spec_sim: SimProcess) -> No
 
 
 def test_acceptance_counters_are_consistent(spec_sim: SimProcess) -> None:
-    before = scrape(spec_sim.url)
+    before = read_metrics(spec_sim.url)
     record = _stream(spec_sim.url, 120)
-    after = scrape(spec_sim.url)
+    after = read_metrics(spec_sim.url)
     drafts = _delta(before, after, "vllm:spec_decode_num_drafts_total")
     accepted = _delta(before, after, "vllm:spec_decode_num_accepted_tokens_total")
     per_pos = _delta(before, after, "vllm:spec_decode_num_accepted_tokens_per_pos_total")
@@ -190,9 +190,9 @@ def test_max_tokens_param_is_observed_for_every_request(spec_sim: SimProcess) ->
     # vLLM observes SamplingParams.max_tokens, which it sets to the room left in the
     # context (max_model_len - prompt tokens) when the client sends none
     name = "vllm:request_params_max_tokens_sum"
-    before = scrape(spec_sim.url)
+    before = read_metrics(spec_sim.url)
     answer = _complete(spec_sim.url, {"prompt": "hi"})
-    after = scrape(spec_sim.url)
+    after = read_metrics(spec_sim.url)
     prompt = answer["usage"]["prompt_tokens"]  # type: ignore[index]
     assert _delta(before, after, "vllm:request_params_max_tokens_count") == 1
     assert _delta(before, after, name) == 4096 - prompt
@@ -217,10 +217,10 @@ def test_kv_cache_usage_follows_the_running_sequences() -> None:
             deadline = time.monotonic() + 10
             usage = 0.0
             while usage == 0.0 and time.monotonic() < deadline:
-                usage = value(scrape(sim.url), "vllm:kv_cache_usage_perc")
+                usage = sample_value(read_metrics(sim.url), "vllm:kv_cache_usage_perc")
                 time.sleep(0.01)
             done.result(timeout=30)
-        idle = value(scrape(sim.url), "vllm:kv_cache_usage_perc")
+        idle = sample_value(read_metrics(sim.url), "vllm:kv_cache_usage_perc")
     blocks = usage * 4096 / 16
     assert blocks == pytest.approx(round(blocks))  # whole blocks
     assert 7 <= round(blocks) <= 7 + 300 // 16 + 1

@@ -118,8 +118,6 @@ def test_prometheus_quantiles_and_acceptance_length(tmp_path: Path) -> None:
     assert itl / tpot > 4
 
 
-
-
 def _wait(check: Any, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -37,9 +37,9 @@ import pytest
 
 from specguard.judge.verdict import JudgeSettings, judge
 from specguard.sim.launch import SimProcess, start_sim
-from specguard.sim.loadclient import completion_payload, stream_once
 from specguard.sources.prometheus import ArmSelectors, PrometheusSource
 from specguard.sources.router_feed import RouterFeed
+from specguard.testing.loadclient import completion_payload, stream_once
 from specguard.testing.ports import free_port
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.slow]

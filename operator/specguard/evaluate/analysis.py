@@ -17,12 +17,15 @@ Pure: no I/O. Definitions (docs/evaluate.md repeats them for users):
 - **tool-call share of math**: tool_call gain ÷ math_reasoning gain at each concurrency
   (where math gains), and the ratio of extra accepted tokens per step, (AL−1)/(AL−1).
 - **recommendation**: from all subsets pooled (the traffic mix the sweep ran) and the
-  judge's verdicts: no crossover → keep the drafter (off when it gains at no level);
-  a DSpark drafter without adaptive verification that crosses over → keep it with adaptive
-  verification (the schedule is the fallback); otherwise → no drafter above concurrency N,
-  as a ``num_speculative_tokens_per_batch_size`` schedule; a drafter that loses already at
-  the lowest level → turn it off. With k unknown the schedule is left out (None) and the
-  sentence says what to put there, rather than inventing a k.
+  judge's verdicts: no crossover → keep the drafter (off when it gains at no level); a
+  drafter that loses already at the lowest level → turn it off. A drafter that gains at
+  low concurrency and loses at high is answered only by what was *measured*: adaptive
+  verification when its own arm loses at no level; else the
+  ``num_speculative_tokens_per_batch_size`` schedule (no drafting above N) when its own
+  arm loses at none of the levels the user sees most (a drafter held at k = 0 still costs
+  per token, so the schedule can lose where it drafts nothing); else, or when neither
+  was measured, the operator, which switches between the drafter and no drafter by
+  measured per-token latency. With k unknown no schedule is made up.
 """
 
 from __future__ import annotations
@@ -35,11 +38,11 @@ from typing import Any, Literal
 
 import numpy as np
 
-from specguard.evaluate.sweep import ArmRun, Cell
+from specguard.evaluate.cells import VARIANTS, ArmRun, Cell
 from specguard.judge.sample import ARMS, Arm, Sample
 from specguard.judge.verdict import JudgeSettings, Verdict, judge
 
-Action = Literal["keep", "keep_adaptive", "off_above", "off"]
+Action = Literal["keep", "keep_adaptive", "off_above", "off", "operator"]
 ALL = "all"
 TOOL_SUBSET, MATH_SUBSET = "tool_call", "math_reasoning"
 # Tool-call gain is reported as a share of math's only where math gains at least this much.
@@ -129,6 +132,8 @@ class Recommendation:
     schedule: list[list[int]] | None
     spec: dict[str, Any]
     alternative: dict[str, Any] | None = None
+    # every drafter arm measured, vs no drafter at each level: {arm: {level: gain}}
+    measured: dict[str, dict[int, float | None]] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -141,6 +146,8 @@ class Analysis:
     recommendation: Recommendation
     subsets: list[str] = field(default_factory=list)
     concurrency: list[int] = field(default_factory=list)
+    # the other drafter arms (schedule, adaptive) vs no drafter, pooled per level
+    variant_levels: dict[str, list[Row]] = field(default_factory=dict)
 
 
 def _quantile(values: Sequence[float], q: float) -> float | None:
@@ -306,8 +313,59 @@ def _unknown_k(limit: int, max_batch: int) -> str:
     )
 
 
+def planned_schedule(analysis: Analysis) -> list[list[int]] | None:
+    """The ``num_speculative_tokens_per_batch_size`` schedule the fixed arm's crossover
+    calls for (no drafting above N), to be measured as an arm of its own; None when there
+    is nothing to measure (no crossover, off everywhere, k unknown)."""
+    rec = analysis.recommendation
+    schedule = rec.alternative["schedule"] if rec.alternative else rec.schedule
+    if rec.action in ("keep", "off") or not schedule or len(schedule) < 2:
+        return None
+    return [list(r) for r in schedule]
+
+
+def _gains(rows: Sequence[Row]) -> dict[int, float | None]:
+    return {r.concurrency: r.gain for r in rows}
+
+
+def _pct(gain: float | None) -> str:
+    return "–" if gain is None else f"{gain:+.0%}"
+
+
+def _losing(rows: Sequence[Row], tolerance: float, among: Sequence[int] | None) -> list[Row]:
+    return [r for r in rows if loses(r, tolerance) and (among is None or r.concurrency in among)]
+
+
 def recommend(
-    overall: Crossover, levels: Sequence[Row], drafter: DrafterInfo, max_batch: int
+    overall: Crossover,
+    levels: Sequence[Row],
+    drafter: DrafterInfo,
+    max_batch: int,
+    variants: Mapping[str, Sequence[Row]] | None = None,
+    *,
+    usual: Sequence[int] | None = None,
+    tolerance: float = 0.03,
+) -> Recommendation:
+    """``variants``: the schedule and adaptive arms measured, pooled per level; ``usual``:
+    the levels the user sees most (None: every swept level)."""
+    variants = variants or {}
+    measured = {"fixed": _gains(levels), **{v: _gains(rows) for v, rows in variants.items()}}
+    rec = _recommend(
+        overall, levels, drafter,
+        max_batch=max_batch, variants=variants, usual=usual, tolerance=tolerance,
+    )  # fmt: skip
+    return dataclasses.replace(rec, measured=measured)
+
+
+def _recommend(
+    overall: Crossover,
+    levels: Sequence[Row],
+    drafter: DrafterInfo,
+    *,
+    max_batch: int,
+    variants: Mapping[str, Sequence[Row]],
+    usual: Sequence[int] | None,
+    tolerance: float,
 ) -> Recommendation:
     k = drafter.k
     k_text = str(k) if k is not None else "k"
@@ -392,33 +450,107 @@ def recommend(
         if overall.interpolated
         else f"crossover at {overall.step}"
     )
-    if drafter.method == "dspark" and not drafter.adaptive:
-        return Recommendation(
-            action="keep_adaptive",
-            sentence=(
-                "Keep the DSpark drafter with adaptive verification: with fixed "
-                f"{k_text}-token verification it is slower per token from concurrency "
-                f"{overall.step} on ({where}); adaptive verification shrinks the verified "
-                "budget as the batch grows. Without it, speculate only up to "
-                f"{limit} concurrent requests.{unknown}"
-            ),
-            max_concurrency=limit,
-            k=k,
-            schedule=schedule,
-            spec=drafter_fields(adaptiveVerification=True),
-            alternative=off_above,
+    fixed_text = (
+        f"With fixed {k_text}-token verification the drafter is faster per token below "
+        f"concurrency {overall.step} and slower from {overall.step} on ({where})."
+    )
+    adaptive_rows = variants.get("adaptive")
+    if adaptive_rows:
+        adaptive_losses = _losing(adaptive_rows, tolerance, None)
+        adaptive_gains = [r for r in adaptive_rows if r.gain is not None and r.gain > 0]
+        if not adaptive_losses and adaptive_gains:
+            gains = ", ".join(f"{r.concurrency}: {_pct(r.gain)}" for r in adaptive_rows)
+            return Recommendation(
+                action="keep_adaptive",
+                sentence=(
+                    f"Keep the drafter with adaptive verification: measured, it is not slower "
+                    f"than no drafter at any swept concurrency (gain {gains}). {fixed_text}"
+                ),
+                max_concurrency=limit,  # the fallback's N
+                k=k,
+                schedule=_schedule(k, max_batch, max_batch),
+                spec=drafter_fields(adaptiveVerification=True),
+                alternative=off_above,
+            )
+    schedule_rows = variants.get("schedule")
+    seen = "the levels you see most" if usual is not None else "every swept level"
+    if schedule_rows:
+        schedule_losses = _losing(schedule_rows, tolerance, usual)
+        gains = ", ".join(f"{r.concurrency}: {_pct(r.gain)}" for r in schedule_rows)
+        if not schedule_losses:
+            return Recommendation(
+                action="off_above",
+                sentence=(
+                    f"No drafter above concurrency {limit}: measured, the schedule "
+                    f"{schedule} is not slower than no drafter at {seen} (gain {gains}). "
+                    f"{fixed_text}{unknown}"
+                ),
+                max_concurrency=limit,
+                k=k,
+                schedule=schedule,
+                spec=off_above["spec"],
+            )
+    # Nothing measured holds up (or nothing but the fixed arm was measured).
+    tried: list[str] = []
+    if schedule_rows:
+        lost = ", ".join(
+            f"{r.concurrency} ({_pct(r.gain)})" for r in _losing(schedule_rows, tolerance, usual)
+        )
+        tried.append(
+            f"the schedule {schedule} (drafter held at k=0 above {limit}) is slower than no "
+            f"drafter at {lost}: a drafter held at k=0 still costs per token"
+        )
+    if adaptive_rows:
+        lost = ", ".join(
+            f"{r.concurrency} ({_pct(r.gain)})" for r in _losing(adaptive_rows, tolerance, None)
+        )
+        tried.append(
+            f"adaptive verification is slower than no drafter at {lost}"
+            if lost
+            else "adaptive verification gains at no level"
+        )
+    if not tried:
+        tried.append(
+            "neither a schedule nor adaptive verification was measured (give a third "
+            "endpoint running one with --with-variant and --variant-config)"
         )
     return Recommendation(
-        action="off_above",
+        action="operator",
         sentence=(
-            f"No drafter above concurrency {limit}: it is faster per token below that, "
-            f"and slower from {overall.step} on ({where}).{unknown}"
+            f"Run the drafter under the specguard operator, which serves with the drafter and "
+            f"switches to a server without it when measured per-token latency says so: "
+            f"{'; '.join(tried)}. {fixed_text}{unknown}"
         ),
         max_concurrency=limit,
         k=k,
-        schedule=schedule,
-        spec=off_above["spec"],
+        schedule=_schedule(k, max_batch, max_batch),
+        spec=drafter_fields(),
+        alternative=off_above,
     )
+
+
+def variant_levels(cells: Sequence[Cell], judge_settings: JudgeSettings) -> dict[str, list[Row]]:
+    """Each measured variant against no drafter, all subsets pooled per level (judged)."""
+    out: dict[str, list[Row]] = {}
+    levels_swept = sorted({c.concurrency for c in cells})
+    for variant in VARIANTS:
+        rows = [
+            _row(
+                ALL,
+                level,
+                [
+                    c.as_pair(variant)
+                    for c in cells
+                    if c.concurrency == level and variant in c.variants
+                ],
+                judge_settings,
+            )
+            for level in levels_swept
+            if any(c.concurrency == level and variant in c.variants for c in cells)
+        ]
+        if rows:
+            out[variant] = rows
+    return out
 
 
 def analyse(
@@ -427,6 +559,7 @@ def analyse(
     drafter: DrafterInfo,
     judge_settings: JudgeSettings,
     max_batch: int = 1024,
+    usual: Sequence[int] | None = None,
 ) -> Analysis:
     subsets = list(dict.fromkeys(c.subset for c in cells))
     levels_swept = sorted({c.concurrency for c in cells})
@@ -446,15 +579,19 @@ def analyse(
         crossover(subset, [r for r in rows if r.subset == subset], tolerance) for subset in subsets
     ]
     overall = crossover(ALL, levels, tolerance)
+    variants = variant_levels(cells, judge_settings)
     return Analysis(
         rows=rows,
         levels=levels,
         crossovers=crossovers,
         overall=overall,
         tool_vs_math=tool_vs_math(rows),
-        recommendation=recommend(overall, levels, drafter, max_batch),
+        recommendation=recommend(
+            overall, levels, drafter, max_batch, variants, usual=usual, tolerance=tolerance
+        ),
         subsets=subsets,
         concurrency=levels_swept,
+        variant_levels=variants,
     )
 
 
@@ -472,6 +609,8 @@ __all__ = [
     "arm_stats",
     "crossover",
     "loses",
+    "planned_schedule",
     "recommend",
     "tool_vs_math",
+    "variant_levels",
 ]

@@ -1,9 +1,14 @@
 """``specguard evaluate``: the pre-adoption A/B sweep of a drafter against no drafter.
 
     specguard evaluate --with-drafter URL --without-drafter URL [--model NAME]
+        [--with-variant URL --variant-config JSON]
         [--subsets tool_call,rag,math_reasoning,chat] [--concurrency 1,4,16,64,256]
         [--prompts FILE.jsonl] [--requests N | --duration S] [--out DIR]
     specguard evaluate --simulate PROFILE [...]
+
+With ``--simulate`` the drafter arms the recommendation chooses from are measured too:
+adaptive verification (DSpark) beside the fixed-k and no-drafter arms, then the
+recommended ``num_speculative_tokens_per_batch_size`` schedule at every level.
 
 Writes ``report.json`` (schema: report.schema.json), ``samples.jsonl`` and PNG plots to
 ``--out`` and prints the table and the recommendation. Ctrl-C writes a partial report (of the
@@ -28,8 +33,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from specguard._args import ArgumentParser, UsageError
 from specguard.evaluate import analysis, plots, preflight, promptset, report, simulate
-from specguard.evaluate.sweep import Cell, SweepError, SweepSettings, run_level
+from specguard.evaluate.cells import VARIANTS, Cell, Variant
+from specguard.evaluate.sweep import SweepError, SweepSettings, run_level
 from specguard.judge.verdict import JudgeSettings
+from specguard.sim.profiles import PROFILES
 
 # The judge's defaults are the resource's (specguard.judge.settings_from_spec).
 _RESOURCE = JudgeSettings()
@@ -57,8 +64,19 @@ def build_parser() -> argparse.ArgumentParser:
         "--without-drafter", metavar="URL", help="the same model without the drafter"
     )
     target.add_argument(
-        "--simulate", metavar="PROFILE", help="start two local simulators of PROFILE instead"
-    )
+        "--with-variant", metavar="URL",
+        help="optional third endpoint: the same drafter with a num_speculative_tokens_per_"
+        "batch_size schedule or adaptive verification (say which with --variant-config)",
+    )  # fmt: skip
+    target.add_argument(
+        "--variant-config", metavar="JSON",
+        help="the --with-variant endpoint's --speculative-config",
+    )  # fmt: skip
+    target.add_argument(
+        "--simulate", metavar="PROFILE",
+        help=f"local simulators of PROFILE instead of endpoints ({', '.join(PROFILES)}): "
+        "with and without the drafter, adaptive verification, and the recommended schedule",
+    )  # fmt: skip
     target.add_argument(
         "--model", help="served model name (default: the first one /v1/models lists)"
     )
@@ -69,7 +87,11 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     load = p.add_argument_group("load")
     load.add_argument("--subsets", help="comma-separated subsets (default: all of the prompt set)")
-    load.add_argument("--concurrency", default=DEFAULT_CONCURRENCY, help="comma-separated levels")
+    load.add_argument(
+        "--concurrency", default=DEFAULT_CONCURRENCY, metavar="LEVELS",
+        help="comma-separated levels: requests in flight per endpoint "
+        f"(default {DEFAULT_CONCURRENCY})",
+    )  # fmt: skip
     load.add_argument(
         "--prompts", metavar="FILE.jsonl", help="your own prompts instead of the shipped sets"
     )
@@ -101,7 +123,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="--simulate only: fixed simulator time scale "
         "(default: per level, 0.5 up to 4 streams, else max(1, concurrency/48))",
     )
-    load.add_argument("--seed", type=int, default=0)
+    load.add_argument(
+        "--seed", type=int, default=0, help="simulator and bootstrap seed (default 0)"
+    )
     answer = p.add_argument_group("answer")
     answer.add_argument(
         "--out",
@@ -134,10 +158,16 @@ def build_parser() -> argparse.ArgumentParser:
         "mirrored pairs need far fewer requests than an unpaired window)",
     )
     answer.add_argument(
+        "--usual-concurrency", metavar="LEVELS",
+        help="the swept levels your deployment sees most: a schedule that loses to no "
+        "drafter at one of them is not recommended (default: every swept level)",
+    )  # fmt: skip
+    answer.add_argument(
         "--max-batch-size",
         type=int,
         default=1024,
-        help="last batch size the recommended schedule covers (the engine's --max-num-seqs)",
+        help="last batch size the recommended schedule covers (the engine's --max-num-seqs; "
+        "default 1024)",
     )
     return p
 
@@ -160,6 +190,8 @@ def _validate(args: argparse.Namespace) -> None:
             raise UsageError(
                 "--simulate: give either --simulate PROFILE or both endpoint URLs, not both"
             )
+        if args.with_variant:
+            raise UsageError("--with-variant: not with --simulate (it runs the variants itself)")
     elif not (args.with_drafter and args.without_drafter):
         raise UsageError(
             "--with-drafter and --without-drafter are both required (or use --simulate PROFILE)"
@@ -168,8 +200,9 @@ def _validate(args: argparse.Namespace) -> None:
         for flag, url in (
             ("--with-drafter", args.with_drafter),
             ("--without-drafter", args.without_drafter),
+            ("--with-variant", args.with_variant),
         ):
-            if not url.startswith(("http://", "https://")):
+            if url is not None and not url.startswith(("http://", "https://")):
                 raise UsageError(f"{flag}: expected an http:// or https:// URL, got {url!r}")
     if args.requests is not None and args.requests < 1:
         raise UsageError(f"--requests: must be >= 1, got {args.requests}")
@@ -188,6 +221,8 @@ def _validate(args: argparse.Namespace) -> None:
         raise UsageError("--min-requests: must be >= 2")
     if args.max_batch_size < 2:
         raise UsageError("--max-batch-size: must be >= 2")
+    if (args.with_variant is None) != (args.variant_config is None):
+        raise UsageError("--variant-config: give it together with --with-variant")
     _check_out(Path(args.out))
 
 
@@ -240,18 +275,48 @@ def _drafter_info(config: dict[str, Any] | None, positions: int | None) -> analy
     )
 
 
-def _parse_drafter_config(text: str | None) -> dict[str, Any] | None:
+def _parse_drafter_config(
+    text: str | None, flag: str = "--drafter-config"
+) -> dict[str, Any] | None:
     if text is None:
         return None
     try:
         config = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise UsageError(f"--drafter-config: not JSON ({exc.msg})") from exc
+        raise UsageError(f"{flag}: not JSON ({exc.msg})") from exc
     if not isinstance(config, dict):
-        raise UsageError(
-            "--drafter-config: expected a JSON object like vLLM's --speculative-config"
-        )
+        raise UsageError(f"{flag}: expected a JSON object like vLLM's --speculative-config")
     return config
+
+
+def _variant_of(text: str) -> tuple[Variant, dict[str, Any]]:
+    """What the --with-variant endpoint runs, from its --variant-config."""
+    config = _parse_drafter_config(text, "--variant-config")
+    assert config is not None
+    if config.get("num_speculative_tokens_per_batch_size"):
+        return "schedule", config
+    if config.get("enable_adaptive_verification") is True:
+        return "adaptive", config
+    raise UsageError(
+        "--variant-config: expected num_speculative_tokens_per_batch_size or "
+        '"enable_adaptive_verification": true (the variant evaluate compares)'
+    )
+
+
+def _usual(text: str | None, levels: tuple[int, ...]) -> tuple[int, ...] | None:
+    if text is None:
+        return None
+    try:
+        usual = _levels(text)
+    except UsageError as exc:
+        raise UsageError(str(exc).replace("--concurrency", "--usual-concurrency")) from None
+    missing = [c for c in usual if c not in levels]
+    if missing:
+        raise UsageError(
+            f"--usual-concurrency: {', '.join(map(str, missing))} not among the swept levels "
+            f"({', '.join(map(str, levels))})"
+        )
+    return usual
 
 
 @contextlib.contextmanager
@@ -266,7 +331,7 @@ def _progress(console: Console, total: int) -> Iterator[Progress]:
         yield progress
 
 
-class Evaluation:
+class EvaluateRun:
     """One run of the command: state kept so an interrupted sweep still reports."""
 
     def __init__(self, args: argparse.Namespace, console: Console, err: Console) -> None:
@@ -283,6 +348,15 @@ class Evaluation:
         self.drafter_config = _parse_drafter_config(args.drafter_config)
         if self.sim_profile is not None:
             self.drafter_config = simulate.drafter_config(self.sim_profile, self.drafter_config)
+        self.usual = _usual(args.usual_concurrency, self.levels)
+        # the drafter arms besides the configured one: {variant: --speculative-config}
+        self.variant_configs: dict[Variant, dict[str, Any]] = {}
+        self.endpoint_variant: tuple[Variant, dict[str, Any]] | None = None
+        if args.variant_config is not None:
+            self.endpoint_variant = _variant_of(args.variant_config)
+            self.variant_configs[self.endpoint_variant[0]] = self.endpoint_variant[1]
+        elif self.drafter_config is not None and self.sim_profile is not None:
+            self.variant_configs.update(simulate.variant_configs(self.drafter_config))
         self.warnings: list[str] = []
         self.drafter: analysis.DrafterInfo = analysis.DrafterInfo()
         self.urls: dict[str, str] = {}
@@ -296,27 +370,35 @@ class Evaluation:
         )  # fmt: skip
 
     def _total(self) -> int:
-        per_cell = 2 * self.settings.requests if self.settings.requests else 1
+        # the schedule arm of --simulate is added once the first pass has found it
+        arms = 2 + len(self.variant_configs)
+        per_cell = arms * self.settings.requests if self.settings.requests else 1
         return len(self.levels) * len(self.prompts) * per_cell
 
     async def _preflight(self) -> preflight.Preflight:
         args = self.args
-        checked = await preflight.check(args.with_drafter, args.without_drafter, args.model)
+        variant = (self.endpoint_variant[0], args.with_variant) if self.endpoint_variant else None
+        checked = await preflight.check(
+            args.with_drafter, args.without_drafter, args.model, variant
+        )
         self._warn(checked.warnings)
-        self.urls = {arm: e.url for arm, e in checked.endpoints.items()}
+        self.urls = {name: t.url for name, t in checked.targets.items()}
         self.drafter = _drafter_info(self.drafter_config, checked.draft_positions)
         return checked
 
     async def _sweep_endpoints(self, checked: preflight.Preflight, progress: Progress) -> None:
         for level in self.levels:
             await run_level(
-                checked.endpoints, self.prompts, level, self.settings, self.cells,
+                checked.targets, self.prompts, level, self.settings, self.cells,
                 spec_metrics=checked.spec_metrics, progress=self._advance(progress),
                 on_cell=self._reporter(progress),
             )  # fmt: skip
 
     async def _sweep_simulated(self, progress: Progress) -> None:
-        args = self.args
+        """First pass: the configured drafter and no drafter at each level. Its crossover
+        gives the schedule to recommend; a second pass measures that schedule and adaptive
+        verification at each level against the first pass's baseline. Two simulators at a
+        time, so that each keeps its timing on a small machine."""
         prof, config = self.sim_profile, self.drafter_config
         assert prof is not None and config is not None
         self.drafter = _drafter_info(config, None)
@@ -324,19 +406,47 @@ class Evaluation:
             "speculative": f"simulate:{prof.name} {json.dumps(config)}",
             "baseline": f"simulate:{prof.name}",
         }
+        await self._simulated_pass(prof, {"speculative": config, "baseline": None}, progress)
+        if not self.cells:
+            return
+        schedule = analysis.planned_schedule(self._analyse())
+        scheduled = simulate.variant_configs(config, schedule).get("schedule")
+        if scheduled is not None:
+            self.variant_configs["schedule"] = scheduled
+            if self.settings.requests:
+                task = progress.task_ids[0]
+                extra = len(self.levels) * len(self.prompts) * self.settings.requests
+                progress.update(task, total=(progress.tasks[0].total or 0) + extra)
+        second: dict[str, dict[str, Any] | None] = {}
+        for name, cfg in self.variant_configs.items():
+            second[name] = cfg
+        if second:
+            await self._simulated_pass(prof, second, progress)
+
+    async def _simulated_pass(
+        self, prof: Any, configs: dict[str, dict[str, Any] | None], progress: Progress
+    ) -> None:
+        args = self.args
         report_cell = self._reporter(progress)
+        for name, cfg in configs.items():
+            if name not in ("speculative", "baseline") and cfg is not None:
+                self.urls[name] = f"simulate:{prof.name} {json.dumps(cfg)}"
+        only: list[Variant] | None = (
+            None if "speculative" in configs else [v for v in VARIANTS if v in configs]
+        )
         for level in self.levels:
-            scale = args.time_scale or simulate.auto_time_scale(level)
+            scale = args.time_scale or simulate.auto_time_scale(level, len(configs))
 
             def rescaled(cell: Cell, scale: float = scale) -> None:
                 # Back to the simulated hardware's time before anyone reads the cell.
-                self.cells[-1] = simulate.rescale(cell, scale)
-                report_cell(self.cells[-1])
+                index = next(i for i, c in enumerate(self.cells) if c is cell)
+                self.cells[index] = simulate.rescale(cell, scale, only)
+                report_cell(self.cells[index])
 
-            # A fresh pair per level keeps every level's engine state independent.
-            with simulate.simulators(prof, config, level, scale, args.seed) as endpoints:
+            # Fresh simulators per level keep every level's engine state independent.
+            with simulate.simulators(prof, configs, level, scale, args.seed) as targets:
                 await run_level(
-                    endpoints, self.prompts, level, self.settings, self.cells,
+                    targets, self.prompts, level, self.settings, self.cells,
                     progress=self._advance(progress), on_cell=rescaled,
                 )  # fmt: skip
 
@@ -368,6 +478,11 @@ class Evaluation:
             if s and b:
                 text += f" per-token {s * 1000:6.2f} ms with vs {b * 1000:6.2f} ms without drafter"
                 text += f" (gain {b / s - 1:+.0%})"
+            for name, variant in cell.variants.items():
+                v = analysis.arm_stats([variant.run], cell.concurrency).tpot_s
+                errors += variant.run.errors
+                if v and b:
+                    text += f"; {name} {v * 1000:.2f} ms ({b / v - 1:+.0%})"
             if errors:
                 text += f", {errors} failed requests"
             progress.console.print(text, highlight=False)
@@ -400,6 +515,12 @@ class Evaluation:
             "max_tokens": self.settings.max_tokens,
             "arm_schedule": self.settings.arm_schedule,
             "time_scale": a.time_scale if a.time_scale else ("auto" if a.simulate else None),
+            "with_variant": a.with_variant,
+            "variants": {
+                name: {"config": cfg, "url": self.urls.get(name)}
+                for name, cfg in self.variant_configs.items()
+            },
+            "usual_concurrency": list(self.usual) if self.usual is not None else None,
             "drafter": {
                 "method": self.drafter.method,
                 "k": self.drafter.k,
@@ -417,12 +538,7 @@ class Evaluation:
         """Analyse what ran, print it, write samples, plots and the report. False when
         something could not be written (one line each; the rest is still written)."""
         a = self.args
-        result = analysis.analyse(
-            self.cells,
-            drafter=self.drafter,
-            judge_settings=self.judge_settings,
-            max_batch=a.max_batch_size,
-        )
+        result = self._analyse()
         report.render(self.console, result, partial=partial)
         out = Path(a.out)
         ok = self._written("samples", lambda: report.write_samples(out, self.cells)) is not None
@@ -436,12 +552,23 @@ class Evaluation:
             warnings=self.warnings,
             partial=partial,
             plots=written or [],
+            arm_configs={"fixed": self.drafter_config}
+            | {name: cfg for name, cfg in self.variant_configs.items()},
         )
         path = self._written("report", lambda: report.write_report(out, document))
         if path is not None:
             shown = ", ".join(str(out / p) for p in written or [])
             self.console.print(f"report: {path}  plots: {shown or 'none'}", highlight=False)
         return ok and written is not None and path is not None
+
+    def _analyse(self) -> analysis.Analysis:
+        return analysis.analyse(
+            self.cells,
+            drafter=self.drafter,
+            judge_settings=self.judge_settings,
+            max_batch=self.args.max_batch_size,
+            usual=self.usual,
+        )
 
     def _written(self, what: str, write: Callable[[], _T]) -> _T | None:
         try:
@@ -461,7 +588,7 @@ def main(argv: list[str]) -> int:
     try:
         args = build_parser().parse_args(argv)
         _validate(args)
-        evaluation = Evaluation(args, console, err)
+        evaluation = EvaluateRun(args, console, err)
     except (UsageError, promptset.PromptError, simulate.SimulateError) as exc:
         print(f"specguard evaluate: {exc}", file=sys.stderr)
         return 2

@@ -12,7 +12,12 @@ import matplotlib.pyplot as plt
 
 from specguard.evaluate.analysis import Analysis, Row
 
-LATENCY_PNG, GAIN_PNG = "latency.png", "gain.png"
+LATENCY_PNG, GAIN_PNG, ARMS_PNG = "latency.png", "gain.png", "arms.png"
+DRAFTER_ARM_STYLE = {
+    "fixed": ("drafter as configured", "tab:blue", "o-"),
+    "schedule": ("recommended schedule (k=0 above N)", "tab:orange", "s-"),
+    "adaptive": ("adaptive verification", "tab:green", "^-"),
+}
 ARM_STYLE = {
     "speculative": ("with drafter", "tab:blue", "o-"),
     "baseline": ("without drafter", "tab:gray", "s--"),
@@ -94,13 +99,48 @@ def gain_plot(analysis: Analysis, path: Path, title: str) -> Path:
     return path
 
 
+def arms_plot(analysis: Analysis, path: Path, title: str) -> Path:
+    """Per-token gain vs no drafter of every drafter arm measured, all subsets pooled."""
+    fig, ax = plt.subplots(figsize=(7.5, 4.6))
+    for name, rows in {"fixed": analysis.levels, **analysis.variant_levels}.items():
+        label, colour, style = DRAFTER_ARM_STYLE[name]
+        points = [(r.concurrency, r.gain) for r in rows if r.gain is not None]
+        if points:
+            ax.plot(
+                [c for c, _ in points], [g * 100 for _, g in points], style,
+                color=colour, label=label,
+            )  # fmt: skip
+    ax.axhline(0.0, color="red", linewidth=1.0, linestyle=":", label="no drafter")
+    _log_axis(ax, analysis.concurrency)
+    ax.set_xlabel("concurrency")
+    ax.set_ylabel("per-token gain vs no drafter (%)")
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def write_plots(analysis: Analysis, out: Path, title: str) -> list[str]:
     out.mkdir(parents=True, exist_ok=True)
     if not analysis.rows:
         return []
     latency_plot(analysis, out / LATENCY_PNG, title)
     gain_plot(analysis, out / GAIN_PNG, title)
-    return [LATENCY_PNG, GAIN_PNG]
+    written = [LATENCY_PNG, GAIN_PNG]
+    if analysis.variant_levels:
+        arms_plot(analysis, out / ARMS_PNG, title)
+        written.append(ARMS_PNG)
+    return written
 
 
-__all__ = ["GAIN_PNG", "LATENCY_PNG", "gain_plot", "latency_plot", "write_plots"]
+__all__ = [
+    "ARMS_PNG",
+    "GAIN_PNG",
+    "LATENCY_PNG",
+    "arms_plot",
+    "gain_plot",
+    "latency_plot",
+    "write_plots",
+]

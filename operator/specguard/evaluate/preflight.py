@@ -7,11 +7,16 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
-from specguard.evaluate import metrics
-from specguard.evaluate.sweep import Endpoint
-from specguard.judge.sample import Arm
+from specguard.evaluate.cells import Variant
+from specguard.evaluate.sweep import Target
+from specguard.sources.exposition import Reading, parse_reading
 
-LABELS: dict[Arm, str] = {"speculative": "--with-drafter", "baseline": "--without-drafter"}
+LABELS: dict[str, str] = {
+    "speculative": "--with-drafter",
+    "baseline": "--without-drafter",
+    "schedule": "--with-variant",
+    "adaptive": "--with-variant",
+}
 
 
 class PreflightError(RuntimeError):
@@ -20,7 +25,7 @@ class PreflightError(RuntimeError):
 
 @dataclass(slots=True)
 class Preflight:
-    endpoints: dict[Arm, Endpoint]
+    targets: dict[str, Target]
     # False when the with-drafter endpoint has no spec-decode counters (no acceptance length).
     spec_metrics: bool
     # The drafter's k as the per-position counter shows it, when exported.
@@ -28,7 +33,7 @@ class Preflight:
     warnings: list[str] = field(default_factory=list)
 
 
-async def _models(session: aiohttp.ClientSession, arm: Arm, url: str) -> list[str]:
+async def _models(session: aiohttp.ClientSession, arm: str, url: str) -> list[str]:
     flag = LABELS[arm]
     try:
         async with session.get(f"{url}/v1/models") as resp:
@@ -50,28 +55,37 @@ async def _models(session: aiohttp.ClientSession, arm: Arm, url: str) -> list[st
     return ids
 
 
-async def _metrics(session: aiohttp.ClientSession, url: str) -> metrics.Snapshot | None:
+async def _metrics(session: aiohttp.ClientSession, url: str) -> Reading | None:
     try:
         async with session.get(f"{url}/metrics") as resp:
             if resp.status != 200:
                 return None
-            return metrics.parse(await resp.text())
+            return parse_reading(await resp.text())
     except (TimeoutError, aiohttp.ClientError, ValueError):
         return None
 
 
-async def check(with_drafter: str, without_drafter: str, model: str | None) -> Preflight:
-    urls: dict[Arm, str] = {
+async def check(
+    with_drafter: str,
+    without_drafter: str,
+    model: str | None,
+    variant: tuple[Variant, str] | None = None,
+) -> Preflight:
+    """``variant``: a third endpoint (--with-variant) running the schedule or adaptive
+    verification, checked like the with-drafter one."""
+    urls: dict[str, str] = {
         "speculative": with_drafter.rstrip("/"),
         "baseline": without_drafter.rstrip("/"),
     }
+    if variant is not None:
+        urls[variant[0]] = variant[1].rstrip("/")
     timeout = aiohttp.ClientTimeout(total=15, sock_connect=5)
     warnings: list[str] = []
     async with aiohttp.ClientSession(timeout=timeout) as session:
-        served: dict[Arm, list[str]] = {}
+        served: dict[str, list[str]] = {}
         for arm, url in urls.items():
             served[arm] = await _models(session, arm, url)
-        names: dict[Arm, str] = {}
+        names: dict[str, str] = {}
         for arm, ids in served.items():
             if model is None:
                 names[arm] = ids[0]
@@ -89,6 +103,13 @@ async def check(with_drafter: str, without_drafter: str, model: str | None) -> P
             )
         spec_snap = await _metrics(session, urls["speculative"])
         base_snap = await _metrics(session, urls["baseline"])
+        if variant is not None:
+            var_snap = await _metrics(session, urls[variant[0]])
+            if var_snap is None or not var_snap.has_spec_decode:
+                warnings.append(
+                    f"--with-variant {urls[variant[0]]}: /metrics has no vllm:spec_decode_* "
+                    "counters (is the drafter on?); its acceptance length will not be reported"
+                )
     spec_has = spec_snap is not None and spec_snap.has_spec_decode
     base_has = base_snap is not None and base_snap.has_spec_decode
     if not spec_has and base_has:
@@ -111,9 +132,18 @@ async def check(with_drafter: str, without_drafter: str, model: str | None) -> P
             f"--without-drafter {urls['baseline']}: exports spec-decode counters, so it runs a "
             "drafter too; the comparison is then drafter vs drafter"
         )
-    endpoints = {arm: Endpoint(arm=arm, url=urls[arm], model=names[arm]) for arm in urls}
+    targets = {
+        name: Target(
+            name=name,
+            arm="baseline" if name == "baseline" else "speculative",
+            url=urls[name],
+            model=names[name],
+            label=LABELS[name],
+        )
+        for name in urls
+    }
     return Preflight(
-        endpoints=endpoints,
+        targets=targets,
         spec_metrics=spec_has,
         draft_positions=spec_snap.positions if spec_snap is not None else None,
         warnings=warnings,

@@ -15,11 +15,16 @@ from rich.console import Console
 from rich.table import Table
 
 from specguard.evaluate.analysis import Analysis, ArmStats, Crossover, Recommendation, Row
-from specguard.evaluate.sweep import Cell
+from specguard.evaluate.cells import Cell
 from specguard.judge.sample import ARMS
 
 SCHEMA_ID = "https://specguard.io/schemas/evaluate-report-v1.json"
 REPORT_FILE, SAMPLES_FILE = "report.json", "samples.jsonl"
+
+
+def variant_samples_file(variant: str) -> str:
+    """The samples of a variant arm with the baseline's (readable by `specguard judge`)."""
+    return f"samples-{variant}.jsonl"
 
 
 def schema() -> dict[str, Any]:
@@ -103,7 +108,25 @@ def _recommendation(r: Recommendation) -> dict[str, Any]:
     }
     if r.alternative is not None:
         data["alternative"] = {**r.alternative, "spec_yaml": spec_yaml(r.alternative["spec"])}
+    data["measured"] = {
+        arm: {str(level): _round(gain) for level, gain in gains.items()}
+        for arm, gains in r.measured.items()
+    }
     return data
+
+
+def _drafter_arms(analysis: Analysis, configs: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    configs = configs or {}
+    arms = [
+        {
+            "name": "fixed",
+            "config": configs.get("fixed"),
+            "levels": [_row(r) for r in analysis.levels],
+        }
+    ]
+    for name, rows in analysis.variant_levels.items():
+        arms.append({"name": name, "config": configs.get(name), "levels": [_row(r) for r in rows]})
+    return arms
 
 
 def build(
@@ -113,7 +136,9 @@ def build(
     warnings: Sequence[str],
     partial: bool,
     plots: Sequence[str] = (),
+    arm_configs: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """``arm_configs``: each drafter arm's --speculative-config (fixed, schedule, adaptive)."""
     tvm = analysis.tool_vs_math
     return {
         "$schema": SCHEMA_ID,
@@ -138,20 +163,33 @@ def build(
             "tool_call_acceptance_length": _round(tvm.tool_acceptance_length),
             "math_acceptance_length": _round(tvm.math_acceptance_length),
         },
+        "drafter_arms": _drafter_arms(analysis, arm_configs),
         "recommendation": _recommendation(analysis.recommendation),
-        "files": {"samples": SAMPLES_FILE, "plots": list(plots)},
+        "files": {
+            "samples": SAMPLES_FILE,
+            "plots": list(plots),
+            "variant_samples": {v: variant_samples_file(v) for v in analysis.variant_levels},
+        },
     }
 
 
 def write_samples(out: Path, cells: Sequence[Cell]) -> Path:
-    """Every measured request, one JSON line each: written first, it is what cost the time."""
+    """Every measured request, one JSON line each: written first, it is what cost the time.
+    The configured drafter and the baseline go to samples.jsonl; each variant arm to its
+    own file with the baseline's samples, so that each file is one A/B for the judge."""
     out.mkdir(parents=True, exist_ok=True)
     path = out / SAMPLES_FILE
-    with open(path, "w", encoding="utf-8") as handle:
-        for cell in cells:
-            for run in cell.arms.values():
-                for sample in run.samples:
-                    handle.write(sample.to_json() + "\n")
+    variants = sorted({v for cell in cells for v in cell.variants})
+    files = {SAMPLES_FILE: cells, **{
+        variant_samples_file(v): [c.as_pair(v) for c in cells if v in c.variants]
+        for v in variants
+    }}  # fmt: skip
+    for name, chosen in files.items():
+        with open(out / name, "w", encoding="utf-8") as handle:
+            for cell in chosen:
+                for run in cell.arms.values():
+                    for sample in run.samples:
+                        handle.write(sample.to_json() + "\n")
     return path
 
 
@@ -232,6 +270,26 @@ def render(console: Console, analysis: Analysis, *, partial: bool) -> None:
             v.outcome if v else "–",
         )
     console.print(verdicts)
+    if analysis.variant_levels:
+        arms = Table(
+            title="Drafter arms vs no drafter, all subsets pooled (per-token gain; verdict)"
+        )
+        names = ["fixed", *analysis.variant_levels]
+        arms.add_column("conc", justify="right")
+        for name in names:
+            arms.add_column(name, justify="right")
+        by_arm = {"fixed": analysis.levels, **analysis.variant_levels}
+        for level in analysis.concurrency:
+            cells_of_level = []
+            for name in names:
+                found = next((r for r in by_arm[name] if r.concurrency == level), None)
+                if found is None:
+                    cells_of_level.append("–")
+                    continue
+                outcome = found.verdict.outcome if found.verdict is not None else "–"
+                cells_of_level.append(f"{_fmt_gain(found.gain)} {outcome}")
+            arms.add_row(str(level), *cells_of_level)
+        console.print(arms)
     for c in analysis.crossovers:
         console.print(f"crossover [bold]{c.subset}[/bold]: {c.label}")
     console.print(f"crossover [bold]all subsets[/bold]: {analysis.overall.label}")
@@ -251,7 +309,11 @@ def render(console: Console, analysis: Analysis, *, partial: bool) -> None:
         console.print(f"num_speculative_tokens_per_batch_size: {json.dumps(rec.schedule)}")
     console.print(spec_yaml(rec.spec), markup=False, highlight=False)
     if rec.alternative is not None:
-        console.print("Fallback without adaptive verification:")
+        console.print(
+            "Schedule (no drafter above N), not recommended:"
+            if rec.action == "operator"
+            else "Fallback without adaptive verification:"
+        )
         console.print(spec_yaml(rec.alternative["spec"]), markup=False, highlight=False)
     if partial:
         console.print("[yellow]partial report: the sweep was interrupted[/yellow]")
@@ -265,6 +327,7 @@ __all__ = [
     "render",
     "schema",
     "spec_yaml",
+    "variant_samples_file",
     "write_report",
     "write_samples",
 ]

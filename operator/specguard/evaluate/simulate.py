@@ -1,5 +1,6 @@
-"""``--simulate PROFILE``: two local simulators (with and without the profile's drafter)
-instead of real endpoints.
+"""``--simulate PROFILE``: local simulators instead of real endpoints: with the profile's
+drafter, without it, and the drafter arms evaluate recommends from (adaptive verification,
+and once the crossover is known, the ``num_speculative_tokens_per_batch_size`` schedule).
 
 Time scale: the simulator multiplies every simulated duration (engine steps, prefill) by
 ``--time-scale``. A simulated stream at concurrency 256 emits thousands of chunks per
@@ -16,11 +17,12 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import replace
 from typing import Any
 
-from specguard.evaluate.sweep import ArmRun, Cell, Endpoint
+from specguard.evaluate.cells import ArmRun, Cell, Variant, VariantRun
+from specguard.evaluate.sweep import Target
 from specguard.judge.sample import Arm
 from specguard.sim.launch import SimProcess, start_sim
 from specguard.sim.profiles import PROFILES, Profile
@@ -57,49 +59,72 @@ def drafter_config(prof: Profile, override: dict[str, Any] | None) -> dict[str, 
 FAST_UP_TO = 4
 
 
-def auto_time_scale(concurrency: int) -> float:
+def auto_time_scale(concurrency: int, arms: int = 2) -> float:
+    """Per level: the machine's chunk budget is shared by ``arms`` simulators at once."""
     if concurrency <= FAST_UP_TO:
         return 0.5
-    return max(1.0, concurrency / CONCURRENCY_AT_SCALE_1)
+    return max(1.0, concurrency * arms / (2 * CONCURRENCY_AT_SCALE_1))
+
+
+def variant_configs(
+    config: dict[str, Any], schedule: list[list[int]] | None = None
+) -> dict[Variant, dict[str, Any]]:
+    """The drafter arms besides ``config`` itself: adaptive verification (DSpark only, and
+    only when ``config`` has it off), and ``schedule`` when given and not already set."""
+    out: dict[Variant, dict[str, Any]] = {}
+    if config.get("method") == "dspark" and not config.get("enable_adaptive_verification"):
+        out["adaptive"] = {**config, "enable_adaptive_verification": True}
+    if schedule is not None and "num_speculative_tokens_per_batch_size" not in config:
+        out["schedule"] = {**config, "num_speculative_tokens_per_batch_size": schedule}
+    return out
 
 
 @contextlib.contextmanager
 def simulators(
-    prof: Profile, config: dict[str, Any], concurrency: int, time_scale: float, seed: int
-) -> Iterator[dict[Arm, Endpoint]]:
-    """A with-drafter and a without-drafter simulator for one level; stopped on exit."""
+    prof: Profile,
+    configs: dict[str, dict[str, Any] | None],
+    concurrency: int,
+    time_scale: float,
+    seed: int,
+) -> Iterator[dict[str, Target]]:
+    """One simulator per target name (``speculative``, ``baseline``, a variant) for one
+    level, each with its ``--speculative-config`` (None: no drafter); stopped on exit."""
     common = [
         prof.model, "--profile", prof.name, "--time-scale", f"{time_scale:g}",
         "--max-num-seqs", str(max(256, concurrency)), "--seed", str(seed),
     ]  # fmt: skip
     sims: list[SimProcess] = []
+    targets: dict[str, Target] = {}
     try:
-        spec = start_sim([*common, "--speculative-config", json.dumps(config)])
-        sims.append(spec)
-        base = start_sim(common)
-        sims.append(base)
-        yield {
-            "speculative": Endpoint("speculative", spec.url, prof.model),
-            "baseline": Endpoint("baseline", base.url, prof.model),
-        }
+        for name, config in configs.items():
+            extra = [] if config is None else ["--speculative-config", json.dumps(config)]
+            sim = start_sim([*common, *extra])
+            sims.append(sim)
+            arm: Arm = "baseline" if config is None else "speculative"
+            targets[name] = Target(name, arm, sim.url, prof.model, f"{name} simulator")
+        yield targets
     finally:
         for sim in sims:
             sim.stop()
 
 
-def rescale(cell: Cell, time_scale: float) -> Cell:
+def rescale(cell: Cell, time_scale: float, only: Collection[Variant] | None = None) -> Cell:
     """Times of a cell measured on simulators slowed by ``time_scale``, back in simulated
-    real time (start times compressed around the cell's first start)."""
+    real time (start times compressed around the cell's first start). ``only``: just these
+    variants, measured after the rest of the cell was rescaled."""
     if time_scale == 1.0:
         return cell
-    starts = [s.started_at for run in cell.arms.values() for s in run.samples]
+    if only is not None:
+        runs = [cell.variants[v].run for v in only if v in cell.variants]
+    else:
+        runs = [*cell.arms.values(), *(v.run for v in cell.variants.values())]
+    starts = [s.started_at for run in runs for s in run.samples]
     origin = min(starts) if starts else 0.0
 
     def scaled(value: float | None) -> float | None:
         return None if value is None else value / time_scale
 
-    arms: dict[Arm, ArmRun] = {}
-    for arm, run in cell.arms.items():
+    def run_scaled(run: ArmRun) -> ArmRun:
         samples = [
             replace(
                 s,
@@ -111,8 +136,28 @@ def rescale(cell: Cell, time_scale: float) -> Cell:
             )
             for s in run.samples
         ]
-        arms[arm] = ArmRun(arm, samples, run.first_error)
-    return replace(cell, arms=arms)
+        return ArmRun(run.arm, samples, run.first_error)
+
+    if only is not None:
+        variants = {
+            v: replace(vr, run=run_scaled(vr.run)) if v in only else vr
+            for v, vr in cell.variants.items()
+        }
+        return replace(cell, variants=variants)
+    arms = {arm: run_scaled(run) for arm, run in cell.arms.items()}
+    variants = {
+        v: VariantRun(run_scaled(vr.run), vr.acceptance, vr.wall_s)
+        for v, vr in cell.variants.items()
+    }
+    return replace(cell, arms=arms, variants=variants)
 
 
-__all__ = ["SimulateError", "auto_time_scale", "drafter_config", "profile", "rescale", "simulators"]
+__all__ = [
+    "SimulateError",
+    "auto_time_scale",
+    "drafter_config",
+    "profile",
+    "rescale",
+    "simulators",
+    "variant_configs",
+]

@@ -1,5 +1,5 @@
-"""The sweep driver: closed-loop streamed load on both endpoints, one (concurrency, subset)
-cell at a time, measured with the router's `StreamMeter` into `Sample` records.
+"""The sweep driver: closed-loop streamed load on every endpoint, one (concurrency, subset)
+cell at a time, measured with `specguard.meter.StreamMeter` into `Sample` records.
 
 How a cell runs (docs/evaluate.md explains the choices):
 
@@ -25,15 +25,24 @@ import asyncio
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import aiohttp
 
-from specguard.evaluate import metrics
+from specguard.evaluate.cells import (
+    VARIANTS,
+    Acceptance,
+    ArmRun,
+    Cell,
+    Variant,
+    VariantRun,
+    acceptance_between,
+)
 from specguard.evaluate.promptset import Prompt
-from specguard.judge.sample import Arm, Sample
-from specguard.router.meter import StreamMeter, to_sample
+from specguard.judge.sample import Arm
+from specguard.meter import StreamMeter, to_sample
+from specguard.sources.exposition import Reading, parse_reading
 
 ArmSchedule = Literal["parallel", "sequential"]
 # Status recorded for a request that got no HTTP answer (connection refused, reset, timeout).
@@ -48,14 +57,16 @@ class SweepError(RuntimeError):
 
 
 @dataclass(frozen=True, slots=True)
-class Endpoint:
+class Target:
+    """One server under test. ``name`` keys it in a cell (``speculative``, ``baseline``, or a
+    variant: ``schedule``, ``adaptive``); ``arm`` is what its samples say (every drafter
+    configuration is ``speculative`` to the judge); ``label`` names it in errors."""
+
+    name: str
     arm: Arm
     url: str
     model: str
-
-    @property
-    def label(self) -> str:
-        return "with-drafter" if self.arm == "speculative" else "without-drafter"
+    label: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,54 +85,14 @@ class SweepSettings:
             raise ValueError("give exactly one of requests or duration_s")
 
 
-@dataclass(slots=True)
-class ArmRun:
-    """One arm's measured requests in one cell."""
-
-    arm: Arm
-    samples: list[Sample] = field(default_factory=list)
-    first_error: str | None = None
-
-    @property
-    def errors(self) -> int:
-        return sum(1 for s in self.samples if not s.ok)
-
-    @property
-    def output_tokens(self) -> int:
-        return sum(s.output_tokens for s in self.samples if s.ok)
-
-    def throughput(self, concurrency: int) -> float | None:
-        """Output tokens per second of the endpoint at this concurrency, by Little's law:
-        ``concurrency`` requests are always in flight (closed loop, fillers included), each
-        taking e2e seconds for its tokens, so the rate is concurrency × Σtokens / Σe2e over
-        the measured requests. Counting only the measured requests' own tokens over their
-        span would miss the fillers' tokens running beside them."""
-        ok = [s for s in self.samples if s.ok]
-        total_e2e = sum(s.e2e_s for s in ok)
-        if not ok or total_e2e <= 0:
-            return None
-        return concurrency * self.output_tokens / total_e2e
-
-
-@dataclass(slots=True)
-class Cell:
-    """One concurrency level × one subset, both arms."""
-
-    concurrency: int
-    subset: str
-    arms: dict[Arm, ArmRun]
-    acceptance: metrics.Acceptance | None
-    wall_s: float
-
-
 ProgressFn = Callable[[int], None]
 
 
-async def scrape(session: aiohttp.ClientSession, url: str) -> metrics.Snapshot:
+async def read_metrics(session: aiohttp.ClientSession, url: str) -> Reading:
     async with session.get(f"{url}/metrics", timeout=aiohttp.ClientTimeout(total=10)) as resp:
         if resp.status != 200:
             raise SweepError(f"GET {url}/metrics answered {resp.status}")
-        return metrics.parse(await resp.text())
+        return parse_reading(await resp.text())
 
 
 async def wait_idle(session: aiohttp.ClientSession, url: str, timeout_s: float) -> bool:
@@ -129,10 +100,10 @@ async def wait_idle(session: aiohttp.ClientSession, url: str, timeout_s: float) 
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            snap = await scrape(session, url)
+            snap = await read_metrics(session, url)
         except (TimeoutError, aiohttp.ClientError, SweepError, ValueError):
             return False
-        if snap.running == 0 and snap.waiting == 0:
+        if not snap.running and not snap.waiting:
             return True
         if time.monotonic() > deadline:
             return False
@@ -165,7 +136,7 @@ def error_text(status: int, reason: str | None, body: str) -> str:
 
 async def _request(
     session: aiohttp.ClientSession,
-    endpoint: Endpoint,
+    endpoint: Target,
     prompt: Prompt,
     settings: SweepSettings,
 ) -> tuple[Any, int, str | None, float]:
@@ -202,7 +173,7 @@ class _ArmLoad:
     def __init__(
         self,
         session: aiohttp.ClientSession,
-        endpoint: Endpoint,
+        endpoint: Target,
         prompts: Sequence[Prompt],
         *,
         concurrency: int,
@@ -279,7 +250,7 @@ class _ArmLoad:
                 self.run.first_error = self.run.first_error or error or f"HTTP {status}"
                 if self._failures_in_a_row >= ABORT_AFTER_FAILURES and self.run.output_tokens == 0:
                     raise SweepError(
-                        f"{self.endpoint.label} endpoint {self.endpoint.url}: "
+                        f"{self.endpoint.label} {self.endpoint.url}: "
                         f"{self._failures_in_a_row} requests failed in a row "
                         f"({self.run.first_error})"
                     )
@@ -322,9 +293,34 @@ async def _drive(loads: Sequence[_ArmLoad]) -> None:
         await asyncio.gather(*tasks, *waiters, return_exceptions=True)
 
 
+@dataclass(slots=True)
+class CellRuns:
+    """What one cell measured on each target, by target name."""
+
+    runs: dict[str, ArmRun]
+    acceptance: dict[str, Acceptance | None]
+    wall_s: float
+
+    def cell(self, concurrency: int, subset: str) -> Cell:
+        """The cell (needs the speculative and baseline targets; others become variants)."""
+        variants: dict[Variant, VariantRun] = {
+            v: VariantRun(self.runs[v], self.acceptance.get(v), self.wall_s)
+            for v in VARIANTS
+            if v in self.runs
+        }
+        return Cell(
+            concurrency=concurrency,
+            subset=subset,
+            arms={"speculative": self.runs["speculative"], "baseline": self.runs["baseline"]},
+            acceptance=self.acceptance.get("speculative"),
+            wall_s=self.wall_s,
+            variants=variants,
+        )
+
+
 async def run_cell(
     session: aiohttp.ClientSession,
-    endpoints: Mapping[Arm, Endpoint],
+    targets: Mapping[str, Target],
     prompts: Sequence[Prompt],
     *,
     concurrency: int,
@@ -332,19 +328,19 @@ async def run_cell(
     settings: SweepSettings,
     spec_metrics: bool = True,
     progress: ProgressFn | None = None,
-) -> Cell:
-    """Both arms at one concurrency on one subset's prompts."""
-    for endpoint in endpoints.values():
-        await wait_idle(session, endpoint.url, settings.drain_timeout_s)
-    spec = endpoints["speculative"]
-    before = await _snapshot(session, spec.url) if spec_metrics else None
+) -> CellRuns:
+    """Every target at one concurrency on one subset's prompts."""
+    for target in targets.values():
+        await wait_idle(session, target.url, settings.drain_timeout_s)
+    drafters = [t for t in targets.values() if t.arm == "speculative"] if spec_metrics else []
+    before = {t.name: await _snapshot(session, t.url) for t in drafters}
     loads = {
-        arm: _ArmLoad(
-            session, endpoint, prompts,
+        name: _ArmLoad(
+            session, target, prompts,
             concurrency=concurrency, subset=subset, settings=settings, progress=progress,
         )
-        for arm, endpoint in endpoints.items()
-    }
+        for name, target in targets.items()
+    }  # fmt: skip
     started = time.monotonic()
     if settings.arm_schedule == "parallel":
         await _drive(list(loads.values()))
@@ -352,30 +348,27 @@ async def run_cell(
         for load in loads.values():
             await _drive([load])
     wall = time.monotonic() - started
-    acceptance = None
-    if before is not None:
+    acceptance: dict[str, Acceptance | None] = {}
+    for target in drafters:
         # Let the cancelled fillers' last steps land before reading the counters.
-        await wait_idle(session, spec.url, settings.drain_timeout_s)
-        after = await _snapshot(session, spec.url)
-        acceptance = metrics.delta(before, after) if after is not None else None
-    return Cell(
-        concurrency=concurrency,
-        subset=subset,
-        arms={arm: load.run for arm, load in loads.items()},
-        acceptance=acceptance,
-        wall_s=wall,
-    )
+        await wait_idle(session, target.url, settings.drain_timeout_s)
+        after = await _snapshot(session, target.url)
+        first = before[target.name]
+        acceptance[target.name] = (
+            acceptance_between(first, after) if first is not None and after is not None else None
+        )
+    return CellRuns({name: load.run for name, load in loads.items()}, acceptance, wall)
 
 
-async def _snapshot(session: aiohttp.ClientSession, url: str) -> metrics.Snapshot | None:
+async def _snapshot(session: aiohttp.ClientSession, url: str) -> Reading | None:
     try:
-        return await scrape(session, url)
+        return await read_metrics(session, url)
     except (TimeoutError, aiohttp.ClientError, SweepError, ValueError):
         return None
 
 
 async def run_level(
-    endpoints: Mapping[Arm, Endpoint],
+    targets: Mapping[str, Target],
     prompts: Mapping[str, Sequence[Prompt]],
     concurrency: int,
     settings: SweepSettings,
@@ -386,31 +379,48 @@ async def run_level(
     on_cell: Callable[[Cell], None] | None = None,
 ) -> None:
     """One concurrency level, every subset in turn. Finished cells are appended to
-    ``cells`` as they complete, so the caller holds a partial result if interrupted."""
+    ``cells`` as they complete, so the caller holds a partial result if interrupted.
+
+    With ``speculative`` and ``baseline`` among the targets each subset makes a new cell
+    (other targets become its variants). Without them (a variant measured after the
+    others, against the baseline already measured), each run is added to the level's
+    existing cell of that subset as a variant."""
     connector = aiohttp.TCPConnector(limit=0)
     timeout = aiohttp.ClientTimeout(total=settings.request_timeout_s, sock_connect=10)
+    new_cells = "speculative" in targets and "baseline" in targets
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
         for subset, subset_prompts in prompts.items():
-            cells.append(
-                await run_cell(
-                    session, endpoints, subset_prompts,
-                    concurrency=concurrency, subset=subset, settings=settings,
-                    spec_metrics=spec_metrics, progress=progress,
-                )
-            )
+            runs = await run_cell(
+                session, targets, subset_prompts,
+                concurrency=concurrency, subset=subset, settings=settings,
+                spec_metrics=spec_metrics, progress=progress,
+            )  # fmt: skip
+            if new_cells:
+                cell = runs.cell(concurrency, subset)
+                cells.append(cell)
+            else:
+                matching = [c for c in cells if c.concurrency == concurrency and c.subset == subset]
+                if not matching:
+                    continue  # the level's first pass was interrupted before this subset
+                cell = matching[-1]
+                for name, run in runs.runs.items():
+                    if name in VARIANTS:
+                        variant: Variant = name
+                        cell.variants[variant] = VariantRun(
+                            run, runs.acceptance.get(name), runs.wall_s
+                        )
             if on_cell is not None:
-                on_cell(cells[-1])
+                on_cell(cell)
 
 
 __all__ = [
-    "ArmRun",
     "ArmSchedule",
-    "Cell",
-    "Endpoint",
+    "CellRuns",
     "SweepError",
     "SweepSettings",
+    "Target",
+    "read_metrics",
     "run_cell",
     "run_level",
-    "scrape",
     "wait_idle",
 ]

@@ -29,8 +29,8 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from specguard.judge.sample import Arm, Role
+from specguard.meter import Measured, StreamMeter, measure_json, request_domain, to_sample
 from specguard.router.feed import CursorError, SampleFeed
-from specguard.router.meter import Measured, StreamMeter, measure_json, request_domain, to_sample
 from specguard.router.metrics import RouterMetrics
 from specguard.router.pool import Pod, Topology
 from specguard.router.strip import UsageStripper

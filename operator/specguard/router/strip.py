@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from specguard.router.meter import StreamMeter, sse_event_data, sse_event_end
+from specguard.meter import StreamMeter, sse_event_data, sse_event_end
 
 _KEY = b'"usage"'
 # JSONDecoder.decode on str skips json.loads' bytes-encoding sniffing (hot path).

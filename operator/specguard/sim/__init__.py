@@ -4,10 +4,26 @@ command   the CLI entry point (``main(argv)``) and the server's lifecycle
 options   vLLM's serve flags plus the simulator's; specconfig: --speculative-config checks
 server    the OpenAI-compatible HTTP routes; openai_format: pre-encoded response bodies
 engine    continuous batching, step timing, acceptance draws; profiles: calibrated costs
-metrics   vLLM's Prometheus metrics; scrape: reading them back
+exporter  vLLM's Prometheus metrics (read back with specguard.sources.exposition)
 domains   request domain and prompt-token estimates; filler: generated text
 launch    ``start_sim``: a simulator subprocess for tests and other rooms
-loadclient  a lean streaming client for tests and bench/sim_fidelity.py
+
+Test clients (a lean streaming load client, a /metrics reader) are in
+specguard.testing.loadclient.
 
 See docs/simulator.md.
 """
+
+__all__ = [
+    "command",
+    "domains",
+    "engine",
+    "exporter",
+    "filler",
+    "launch",
+    "openai_format",
+    "options",
+    "profiles",
+    "server",
+    "specconfig",
+]

@@ -70,6 +70,10 @@ async def serve(options: SimOptions) -> None:
             + (" adaptive" if spec.adaptive else "")
         )
     )
+    if spec is not None and options.fault_drop_drafter:
+        drafter += " configured but NOT applied (--fault-drop-drafter)"
+    elif spec is not None and options.fault_accept_nothing:
+        drafter += " accepting nothing (--fault-accept-nothing)"
     log.info("listening on http://%s:%d (profile %s, %s, time scale %g)",
              options.host, port, options.profile.name, drafter, options.time_scale)  # fmt: skip
     if options.startup_delay > 0:

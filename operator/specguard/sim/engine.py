@@ -17,7 +17,7 @@ import random
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
-from specguard.sim.metrics import SimMetrics
+from specguard.sim.exporter import SimMetrics
 from specguard.sim.profiles import Profile, conditional_rates, solve_rate
 from specguard.sim.specconfig import SpecConfig
 
@@ -77,6 +77,7 @@ class Engine:
         seed: int | None,
         kv_capacity_tokens: int,
         block_size: int,
+        accept_nothing: bool = False,
     ) -> None:
         self.profile = profile
         self.spec = spec
@@ -92,7 +93,10 @@ class Engine:
         self._domains: Counter[str] = Counter()
         # rejection_sample_method "synthetic": one flat rate for every domain
         self._synthetic: list[float] | None = None
-        if spec is not None and spec.synthetic_acceptance_length is not None:
+        if spec is not None and accept_nothing:
+            # --fault-accept-nothing: the drafter runs (and costs) but no guess lands
+            self._synthetic = [0.0] * spec.num_speculative_tokens
+        elif spec is not None and spec.synthetic_acceptance_length is not None:
             k = spec.num_speculative_tokens
             p = solve_rate(spec.synthetic_acceptance_length, k, 1.0)
             self._synthetic = conditional_rates(p, 1.0, k)
@@ -148,7 +152,8 @@ class Engine:
         best_k, best_rate = 0, 0.0
         for k in range(k_max + 1):
             tokens = sum(n * self._cum[d][k] for d, n in self._domains.items())
-            rate = tokens / cost.step_ms(decoders, k, adaptive=True)
+            # k = 0 is the drafter held, not off: it still costs held_ms
+            rate = tokens / cost.step_ms(decoders, k, adaptive=True, drafter=True)
             if rate > best_rate:
                 best_k, best_rate = k, rate
         return best_k
@@ -185,8 +190,9 @@ class Engine:
             self.last_k = k
             prefill_tokens = sum(s.prompt_tokens for s in fresh)
             step_ms = self.profile.cost.step_ms(
-                len(decoders), k, prefill_tokens, adaptive=bool(self.spec and self.spec.adaptive)
-            )
+                len(decoders), k, prefill_tokens,
+                adaptive=bool(self.spec and self.spec.adaptive), drafter=self.spec is not None,
+            )  # fmt: skip
             step_s = step_ms / 1000.0 * self.time_scale
             m.running.set(len(self.running))
             m.waiting.set(len(self.waiting))

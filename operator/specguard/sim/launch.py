@@ -61,14 +61,14 @@ class SimProcess:
         """SIGTERM the process group, wait, then SIGKILL it; returns the exit code."""
         _LIVE.discard(self)
         if self.proc.poll() is None:
-            _signal_group(self.proc.pid, signal.SIGTERM)
+            signal_group(self.proc.pid, signal.SIGTERM)
             try:
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
-                _signal_group(self.proc.pid, signal.SIGKILL)
+                signal_group(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
         # anything the child left in its group
-        _signal_group(self.proc.pid, signal.SIGKILL)
+        signal_group(self.proc.pid, signal.SIGKILL)
         return self.proc.returncode
 
     def __enter__(self) -> SimProcess:
@@ -83,7 +83,9 @@ class SimProcess:
         self.stop()
 
 
-def _signal_group(pgid: int, sig: signal.Signals) -> None:
+def signal_group(pgid: int, sig: int) -> None:
+    """Send ``sig`` to the group; a group that is already gone is not an error (the one
+    implementation: specguard.testing.procs uses it too)."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
 

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import itertools
 import json
 import math
 from dataclasses import dataclass
 
 from specguard._args import ArgumentParser, UsageError
-from specguard.sim.metrics import ITL_BUCKETS
+from specguard.sim.exporter import ITL_BUCKETS
 from specguard.sim.profiles import DEFAULT_PROFILE, PROFILES, Profile
 from specguard.sim.specconfig import SpecConfig, SpecConfigError, parse_spec_config
 
@@ -39,10 +40,17 @@ class SimOptions:
     error_rate: float
     port_file: str | None
     unknown: tuple[str, ...]
+    fault_drop_drafter: bool = False
+    fault_accept_nothing: bool = False
 
     @property
     def served_model_name(self) -> str:
         return self.served_model_names[0]
+
+    @property
+    def served_spec(self) -> SpecConfig | None:
+        """The drafter the engine runs: none when --fault-drop-drafter drops it."""
+        return None if self.fault_drop_drafter else self.spec
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -56,42 +64,94 @@ def build_parser() -> argparse.ArgumentParser:
     # The positional model is not an argparse argument: argparse would hand it the value
     # of an unknown flag before it (`--dtype auto M` -> model "auto"). _split_unknown
     # sorts positionals from unknown flags' values instead.
-    p.add_argument("--model", dest="model_flag")
-    p.add_argument("--served-model-name", nargs="+")
-    p.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
-    p.add_argument("--host", default="0.0.0.0")
-    p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--max-num-seqs", type=int, default=256)
-    p.add_argument("--max-model-len", type=int, default=32768)
-    p.add_argument("--speculative-config", "-sc")
+    p.add_argument(
+        "--model", dest="model_flag", metavar="MODEL",
+        help="the served model, instead of the positional MODEL (default: the profile's)",
+    )  # fmt: skip
+    p.add_argument(
+        "--served-model-name", nargs="+", metavar="NAME",
+        help="names /v1/models lists and requests may use (default: MODEL); the first one "
+        "labels the metrics",
+    )  # fmt: skip
+    p.add_argument(
+        "--tensor-parallel-size", "-tp", type=int, default=1, metavar="N",
+        help="GPUs per model (checked as vLLM checks it; does not change the timing)",
+    )  # fmt: skip
+    p.add_argument("--host", default="0.0.0.0", help="address to listen on")
+    p.add_argument("--port", type=int, default=8000, help="TCP port (0: any free one)")
+    p.add_argument(
+        "--max-num-seqs", type=int, default=256, metavar="N",
+        help="sequences in one engine batch; more requests wait",
+    )  # fmt: skip
+    p.add_argument(
+        "--max-model-len", type=int, default=32768, metavar="TOKENS",
+        help="longest prompt + output; longer requests get vLLM's 400 error",
+    )  # fmt: skip
+    p.add_argument(
+        "--speculative-config", "-sc", metavar="JSON",
+        help="the drafter, as vLLM's --speculative-config (none: no drafter)",
+    )  # fmt: skip
     # vLLM 0.33 shorthands for three of --speculative-config's keys
-    p.add_argument("--spec-method")
-    p.add_argument("--spec-model")
-    p.add_argument("--spec-tokens", type=int)
-    p.add_argument("--custom-histogram-buckets")
-    p.add_argument("--enable-force-include-usage", action="store_true")
+    p.add_argument("--spec-method", metavar="METHOD", help="--speculative-config's method")
+    p.add_argument("--spec-model", metavar="MODEL", help="--speculative-config's draft model")
+    p.add_argument(
+        "--spec-tokens", type=int, metavar="K", help="--speculative-config's num_speculative_tokens"
+    )
+    p.add_argument(
+        "--custom-histogram-buckets", metavar="JSON",
+        help="bucket bounds in seconds for the inter-token and per-output-token histograms: "
+        'a list, or {"inter_token_latency": [...]}',
+    )  # fmt: skip
+    p.add_argument(
+        "--enable-force-include-usage", action="store_true",
+        help="put usage on every stream, as if each request asked for it",
+    )  # fmt: skip
     # KV cache size, for vllm:kv_cache_usage_perc only (the simulator never preempts)
-    p.add_argument("--block-size", type=int, default=16)
-    p.add_argument("--num-gpu-blocks-override", type=int, default=None)
+    p.add_argument(
+        "--block-size", type=int, default=16, metavar="TOKENS",
+        help="KV cache block size (only vllm:kv_cache_usage_perc uses it)",
+    )  # fmt: skip
+    p.add_argument(
+        "--num-gpu-blocks-override", type=int, default=None, metavar="N",
+        help="KV cache size in blocks (default: a notional 2^20 tokens)",
+    )  # fmt: skip
     sim = p.add_argument_group("simulator")
-    sim.add_argument("--profile", default=DEFAULT_PROFILE, help=f"one of {', '.join(PROFILES)}")
     sim.add_argument(
-        "--time-scale", type=float, default=1.0,
+        "--profile", default=DEFAULT_PROFILE, metavar="NAME",
+        help=f"cost model and acceptance rates: {', '.join(PROFILES)}",
+    )  # fmt: skip
+    sim.add_argument(
+        "--time-scale", type=float, default=1.0, metavar="S",
         help="multiply every simulated duration (engine steps, prefill) by this factor",
     )  # fmt: skip
-    sim.add_argument("--seed", type=int, default=None)
     sim.add_argument(
-        "--startup-delay", type=float, default=0.0,
+        "--seed", type=int, default=None, metavar="N",
+        help="reproducible acceptance draws and output lengths (default: random)",
+    )  # fmt: skip
+    sim.add_argument(
+        "--startup-delay", type=float, default=0.0, metavar="SECONDS",
         help="seconds (wall clock, not scaled) during which the port is bound but nothing "
         "is answered, like a loading vLLM",
     )  # fmt: skip
-    sim.add_argument(
-        "--fail-after", type=int, default=None,
-        help="after N completion requests the engine is dead: /health 503, requests 500",
+    faults = p.add_argument_group("simulator faults")
+    faults.add_argument(
+        "--fail-after", type=int, default=None, metavar="N",
+        help="after N completion requests the engine is dead: /health 503, requests 500 "
+        "(default: never)",
     )  # fmt: skip
-    sim.add_argument(
-        "--error-rate", type=float, default=0.0,
+    faults.add_argument(
+        "--error-rate", type=float, default=0.0, metavar="P",
         help="fraction of completion requests answered with a 500 error",
+    )  # fmt: skip
+    faults.add_argument(
+        "--fault-drop-drafter", action="store_true",
+        help="check --speculative-config but serve without the drafter: speculation "
+        "silently off (no spec-decode metrics, no drafter cost)",
+    )  # fmt: skip
+    faults.add_argument(
+        "--fault-accept-nothing", action="store_true",
+        help="the drafter runs and costs as configured but no draft token is accepted "
+        "(acceptance length 1.0)",
     )  # fmt: skip
     sim.add_argument("--port-file", help=argparse.SUPPRESS)
     return p
@@ -252,6 +312,30 @@ def _split_unknown(tokens: list[str], have_model: bool) -> tuple[list[str], list
     return positional, flags
 
 
+# Only the simulator's own flags are matched: a near-miss of one of vLLM's flags may be
+# another real vLLM flag, which the simulator must accept.
+_NEAR_MISS_CUTOFF = 0.8
+
+
+def _refuse_near_misses(unknown: list[str], parser: argparse.ArgumentParser) -> None:
+    """An unknown flag that is one typo away from a simulator flag (``--eror-rate``) is
+    a mistake, not a vLLM flag to ignore: one line naming the closest flag."""
+    own = [
+        option
+        for group in parser._action_groups
+        if group.title in ("simulator", "simulator faults")
+        for action in group._group_actions
+        for option in action.option_strings
+    ]
+    for token in unknown:
+        if not token.startswith("--"):
+            continue
+        name = token.split("=", 1)[0]
+        close = difflib.get_close_matches(name, own, n=1, cutoff=_NEAR_MISS_CUTOFF)
+        if close:
+            raise OptionError(f"{name}: unknown flag; did you mean {close[0]}?")
+
+
 def parse_options(argv: list[str]) -> SimOptions:
     parser = build_parser()
     args, rest = parser.parse_known_args(_dashes(argv))
@@ -260,6 +344,7 @@ def parse_options(argv: list[str]) -> SimOptions:
     # Positionals beyond the model (or besides --model) are warned about, like flags.
     extra = [p for p in positional if p != model]
     unknown.extend(extra)
+    _refuse_near_misses(unknown, parser)
     if args.profile not in PROFILES:
         raise OptionError(
             f"--profile: unknown profile {args.profile!r}; one of {', '.join(PROFILES)}"
@@ -285,6 +370,19 @@ def parse_options(argv: list[str]) -> SimOptions:
         raise OptionError(f"--fail-after: must be >= 0, got {args.fail_after}")
     if not 0 <= args.error_rate <= 1:
         raise OptionError(f"--error-rate: must be in [0, 1], got {args.error_rate}")
+    drafter = any(
+        v is not None for v in (args.speculative_config, args.spec_method, args.spec_model)
+    )
+    for flag, on in (
+        ("--fault-drop-drafter", args.fault_drop_drafter),
+        ("--fault-accept-nothing", args.fault_accept_nothing),
+    ):
+        if on and not drafter:
+            raise OptionError(f"{flag}: needs a drafter (--speculative-config)")
+    if args.fault_drop_drafter and args.fault_accept_nothing:
+        raise OptionError(
+            "--fault-accept-nothing: cannot go with --fault-drop-drafter (no drafter runs)"
+        )
     spec_text = _merge_spec_shorthands(args)
     spec = None
     if spec_text is not None:
@@ -319,4 +417,6 @@ def parse_options(argv: list[str]) -> SimOptions:
         error_rate=args.error_rate,
         port_file=args.port_file,
         unknown=tuple(unknown),
+        fault_drop_drafter=args.fault_drop_drafter,
+        fault_accept_nothing=args.fault_accept_nothing,
     )

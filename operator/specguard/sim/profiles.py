@@ -5,13 +5,23 @@ Step cost (milliseconds of simulated time), for ``B`` decoding sequences each ve
 ``v = 1 + k`` tokens (``N = B * v`` tokens through the target), plus prefill:
 
     target(B, v) = floor + per_seq * B + per_token * N + overload * max(0, N - knee)
-    drafter(B, k) = draft_fixed + draft_per_token * B * k        (only when k > 0)
+    drafter(B, k) = draft_fixed + draft_per_token * B * k        (when k > 0)
+    held(B)       = held_fixed + held_per_seq * B                  (a drafter held at k = 0)
     prefill       = prefill_per_token * new prompt tokens this step
 
 ``floor`` is the memory-bound cost of reading the weights once (nearly flat in the number
 of verified tokens); ``per_token`` is the compute slope in batch x verified tokens;
 ``overload`` is the extra slope once the GPU is compute-saturated (past ``knee`` tokens
 per step), which is what makes fixed-length verification lose at high concurrency.
+
+A configured drafter held at k = 0 (a ``num_speculative_tokens_per_batch_size`` range
+with k = 0, or adaptive verification choosing 0) is not free: vLLM still prepares the
+drafter's inputs and runs its padded batch every step. ``held`` is calibrated to the one
+published measurement (vLLM issue 49548: TPOT +6.6% at 2 concurrent requests and +21.6%
+at 189 versus a server without the drafter): for each profile, ``held_fixed`` and
+``held_per_seq`` are solved so that ``held(B) / target(B, 1)`` is those two figures at
+B = 2 and B = 189. No profile-specific figure is published, so both profiles assume the
+same relative cost (docs/simulator.md).
 
 Acceptance: for each domain a mean acceptance length at the profile's reference draft
 length ``ref_k`` (what the drafter cards publish). Per-position conditional acceptance
@@ -25,6 +35,10 @@ from dataclasses import dataclass, field
 
 DOMAINS: tuple[str, ...] = ("math", "tool_call", "chat", "writing", "code", "translation", "rag")
 
+# (concurrent requests, extra per-token time) of a drafter held at k = 0 versus no drafter,
+# as measured on vLLM (issue 49548): what every profile's held_ms is solved from.
+HELD_DRAFTER_COST: tuple[tuple[int, float], ...] = ((2, 0.066), (189, 0.216))
+
 
 @dataclass(frozen=True, slots=True)
 class CostModel:
@@ -37,6 +51,9 @@ class CostModel:
     draft_per_token_ms: float
     prefill_per_token_ms: float
     adaptive_overhead_ms: float = 0.0
+    # a configured drafter at k = 0: not off (see the module docstring)
+    held_fixed_ms: float = 0.0
+    held_per_seq_ms: float = 0.0
 
     def target_ms(self, batch: int, verified: int) -> float:
         n = batch * verified
@@ -47,17 +64,38 @@ class CostModel:
             + self.overload_ms * max(0.0, n - self.knee_tokens)
         )
 
-    def drafter_ms(self, batch: int, k: int, *, adaptive: bool = False) -> float:
-        if k <= 0 or batch <= 0:
+    def held_ms(self, batch: int) -> float:
+        """What a configured drafter costs in a step where it drafts nothing (k = 0)."""
+        if batch <= 0:
             return 0.0
+        return self.held_fixed_ms + self.held_per_seq_ms * batch
+
+    def drafter_ms(
+        self, batch: int, k: int, *, adaptive: bool = False, drafter: bool = False
+    ) -> float:
+        """The drafter's share of a step. ``drafter``: one is configured (implied by
+        k > 0); at k = 0 it then costs ``held_ms``, without one nothing."""
+        if batch <= 0:
+            return 0.0
+        if k <= 0:
+            return self.held_ms(batch) if drafter else 0.0
         extra = self.adaptive_overhead_ms if adaptive else 0.0
         return self.draft_fixed_ms + self.draft_per_token_ms * batch * k + extra
 
     def step_ms(
-        self, batch: int, k: int, prefill_tokens: int = 0, *, adaptive: bool = False
+        self,
+        batch: int,
+        k: int,
+        prefill_tokens: int = 0,
+        *,
+        adaptive: bool = False,
+        drafter: bool = False,
     ) -> float:
-        """Simulated duration of one engine step (decode batch + prefill work)."""
-        decode = self.target_ms(batch, 1 + k) + self.drafter_ms(batch, k, adaptive=adaptive)
+        """Simulated duration of one engine step (decode batch + prefill work).
+        ``drafter``: a drafter is configured, so a k = 0 step still pays ``held_ms``."""
+        decode = self.target_ms(batch, 1 + k) + self.drafter_ms(
+            batch, k, adaptive=adaptive, drafter=drafter
+        )
         if batch == 0:
             decode = self.floor_ms
         return decode + self.prefill_per_token_ms * prefill_tokens
@@ -141,6 +179,9 @@ KIMI_K3 = Profile(
         draft_per_token_ms=0.016,
         prefill_per_token_ms=0.01,
         adaptive_overhead_ms=0.4,
+        # held(2) / target(2, 1) = 0.066, held(189) / target(189, 1) = 0.216
+        held_fixed_ms=0.552,
+        held_per_seq_ms=0.0268,
     ),
     ref_k=8,
     # Kimi K3 DSpark drafter card (vllm.md); rag is not published: between chat and writing
@@ -173,6 +214,8 @@ DEEPSEEK_V4 = Profile(
         draft_per_token_ms=0.00156,
         prefill_per_token_ms=0.005,
         adaptive_overhead_ms=0.38,
+        held_fixed_ms=0.633,
+        held_per_seq_ms=0.0269,
     ),
     ref_k=7,
     # chat = the published 3.44 at concurrency 1; other domains keep Kimi K3's ratios to chat

@@ -22,8 +22,8 @@ from specguard.sim.domains import (
     message_text,
 )
 from specguard.sim.engine import Engine, Sequence
+from specguard.sim.exporter import SimMetrics
 from specguard.sim.filler import Filler, tool_tokens
-from specguard.sim.metrics import SimMetrics
 from specguard.sim.openai_format import (
     DONE,
     ChunkEncoder,
@@ -45,7 +45,9 @@ class SimState:
 
     def __init__(self, options: SimOptions) -> None:
         self.options = options
-        k = options.spec.num_speculative_tokens if options.spec else 0
+        # --fault-drop-drafter: the config was accepted but never applied
+        spec = options.served_spec
+        k = spec.num_speculative_tokens if spec else 0
         self.metrics = SimMetrics(
             options.served_model_name,
             num_spec_tokens=k,
@@ -54,13 +56,14 @@ class SimState:
         )
         self.engine = Engine(
             options.profile,
-            options.spec,
+            spec,
             self.metrics,
             max_num_seqs=options.max_num_seqs,
             time_scale=options.time_scale,
             seed=options.seed,
             kv_capacity_tokens=options.kv_capacity_tokens,
             block_size=options.block_size,
+            accept_nothing=options.fault_accept_nothing,
         )
         # a stream of its own: sharing the engine's would correlate text and acceptance
         self.rng = random.Random(None if options.seed is None else f"server-{options.seed}")

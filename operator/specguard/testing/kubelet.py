@@ -30,6 +30,7 @@ from typing import Any
 
 import httpx
 
+from specguard.sim.launch import signal_group
 from specguard.testing.access import ClusterAccess, raise_for_status
 from specguard.testing.images import ImageRunner, Launch, UnknownImageError, resolve_argv
 from specguard.testing.loopback import LoopbackPool
@@ -41,7 +42,7 @@ from specguard.testing.podenv import (
     service_account_token,
 )
 from specguard.testing.probes import Probe, parse_probe, probe_once
-from specguard.testing.procs import ProcessGroups, signal_group
+from specguard.testing.procs import ProcessGroups
 
 log = logging.getLogger(__name__)
 

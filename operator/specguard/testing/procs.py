@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
+from specguard.sim.launch import signal_group
 from specguard.testing.binaries import cache_dir
 
 log = logging.getLogger(__name__)
@@ -69,12 +70,6 @@ def group_members(pgid: int) -> list[int]:
         if stat is not None and stat.pgid == pgid and stat.state != "Z":
             members.append(stat.pid)
     return members
-
-
-def signal_group(pgid: int, sig: int) -> None:
-    """Send ``sig`` to the group; a group that is already gone is not an error."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
 
 
 def terminate_group(pgid: int, grace: float) -> None:

@@ -1,4 +1,5 @@
-"""Per-request latency measurement from an OpenAI-compatible response, free of I/O.
+"""Per-request latency measurement from an OpenAI-compatible response, free of I/O (used
+by the router and by `specguard evaluate`).
 
 `StreamMeter` is fed the raw bytes of a server-sent-event stream as they arrive (split
 anywhere) with the time each read completed, and at the end reports TTFT, output tokens and

@@ -1,4 +1,5 @@
-"""A lean streaming load client for the simulator's own tests and fidelity benchmark.
+"""Test-side clients of a vLLM-compatible server (the simulator's tests, the fidelity
+benchmark): a lean streaming load client and a ``/metrics`` reader.
 
 At 256 concurrent streams the client shares the CPU with the server, so it parses
 almost nothing: it reads SSE lines and pulls ``"completion_tokens":N`` (continuous usage
@@ -11,9 +12,29 @@ import asyncio
 import contextlib
 import json
 import time
+import urllib.request
 from dataclasses import dataclass, field
 
 import aiohttp
+
+from specguard.sources.exposition import Reading, Samples, parse_reading, parse_samples
+
+
+def fetch_metrics(url: str, timeout: float = 5.0) -> str:
+    """GET ``url``/metrics: the text exposition."""
+    with urllib.request.urlopen(url + "/metrics", timeout=timeout) as resp:
+        return str(resp.read().decode())
+
+
+def read_metrics(url: str, timeout: float = 5.0) -> Samples:
+    """Every sample of ``url``/metrics (read values with exposition.sample_value)."""
+    return parse_samples(fetch_metrics(url, timeout))
+
+
+def read_reading(url: str, timeout: float = 5.0) -> Reading:
+    """``url``/metrics as the Reading specguard's sources take."""
+    return parse_reading(fetch_metrics(url, timeout))
+
 
 _USAGE_KEY = b'"completion_tokens":'
 
