@@ -22,11 +22,14 @@ import math
 from typing import Any, Final
 
 import yaml
+from yaml.composer import Composer
+from yaml.constructor import SafeConstructor
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+from yaml.resolver import Resolver
 
 from specguard.api.errors import shown
 
-MAX_INPUT_BYTES: Final = 1 << 20  # 1 MiB: the API server stores objects up to ~1.5 MB
+MAX_INPUT_BYTES: Final = 256 << 10  # a resource is a few KiB; pure-Python YAML reads ~100 KiB/s
 MAX_DEPTH: Final = 64
 MAX_NODES: Final = 200_000
 MAX_DOCUMENTS: Final = 100
@@ -37,20 +40,19 @@ class LoadError(ValueError):
     """Input that is not usable YAML; the message is one line without the source name."""
 
 
-class _Loader(yaml.SafeLoader):
-    """SafeLoader that stops composing past MAX_DEPTH and refuses duplicate keys."""
+class _Checks(SafeConstructor):
+    """Depth cap while composing, duplicate keys and long integers while constructing;
+    mixed into both loaders below."""
 
-    def __init__(self, stream: str) -> None:
-        super().__init__(stream)
-        self._depth = 0
+    _depth = 0
 
     def compose_node(self, parent: Node | None, index: Any) -> Node | None:
         self._depth += 1
         if self._depth > MAX_DEPTH:
-            mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
+            mark = self.peek_event().start_mark  # type: ignore[attr-defined]
             raise LoadError(f"line {mark.line + 1}: nested deeper than {MAX_DEPTH} levels")
         try:
-            return super().compose_node(parent, index)
+            return Composer.compose_node(self, parent, index)  # type: ignore[arg-type]
         finally:
             self._depth -= 1
 
@@ -78,7 +80,42 @@ class _Loader(yaml.SafeLoader):
         return super().construct_yaml_int(node)
 
 
-_Loader.add_constructor("tag:yaml.org,2002:int", _Loader.construct_yaml_int)
+_Checks.add_constructor("tag:yaml.org,2002:int", _Checks.construct_yaml_int)  # type: ignore[type-var]
+
+
+class _PythonLoader(_Checks, yaml.SafeLoader):
+    """Pure-Python scanner and parser (when PyYAML is built without libyaml)."""
+
+    def fetch_flow_collection_start(self, token_class: Any) -> None:
+        # Stop "[[[[..." in the scanner: past here it looks ahead over every open level.
+        if self.flow_level >= MAX_DEPTH:
+            raise LoadError(f"line {self.line + 1}: nested deeper than {MAX_DEPTH} levels")
+        super().fetch_flow_collection_start(token_class)
+
+
+def _loader(text: str) -> Any:
+    """A loader for ``text``: libyaml's event parser (fast, and not recursive) under the
+    Python composer with the checks above, or the pure-Python one."""
+    try:
+        from yaml._yaml import CParser
+    except ImportError:
+        return _PythonLoader(text)
+
+    class _CLoader(_Checks, CParser, Resolver):
+        def __init__(self, stream: str) -> None:
+            CParser.__init__(self, stream)
+            SafeConstructor.__init__(self)
+            Resolver.__init__(self)
+            self.anchors: dict[str, Node] = {}
+
+        get_node = Composer.get_node
+        check_node = Composer.check_node
+        compose_document = Composer.compose_document
+        compose_scalar_node = Composer.compose_scalar_node
+        compose_sequence_node = Composer.compose_sequence_node
+        compose_mapping_node = Composer.compose_mapping_node
+
+    return _CLoader(text)
 
 
 def _children(node: Node) -> list[Node]:
@@ -191,9 +228,9 @@ def load_documents(text: str) -> list[Any]:
     if len(text) > MAX_INPUT_BYTES:
         raise LoadError(f"larger than {MAX_INPUT_BYTES // 1024} KiB")
     documents: list[Any] = []
-    loader: _Loader | None = None
+    loader: Any = None
     try:
-        loader = _Loader(text)
+        loader = _loader(text)
         while loader.check_node():
             node = loader.get_node()
             if node is None:

@@ -95,7 +95,11 @@ def parse_documents(documents: list[Any], source: str) -> list[SpeculativeDeploy
 def load_resources(path: str) -> list[SpeculativeDeployment]:
     """The SpeculativeDeployments in ``path`` (``-``: standard input), or InputError."""
     source = "<stdin>" if path == STDIN else shown(path, quote=False, limit=300)
-    data = read_input(path)
+    return resources_from_bytes(read_input(path), source)
+
+
+def resources_from_bytes(data: bytes, source: str) -> list[SpeculativeDeployment]:
+    """The SpeculativeDeployments in ``data`` (read from ``source``), or InputError."""
     try:
         documents = load_documents(decode(data))
     except LoadError as error:
