@@ -605,7 +605,6 @@ def test_python_only_rules_are_the_documented_ones() -> None:
     # Each is listed, with why CEL cannot check it, in rules.py and docs/resource.md.
     assert [rule.name for rule in RULES if rule.cel is None] == [
         "extra-config-owned",
-        "requests-within-limits",
         "adaptive-no-pipeline",
     ]
 

@@ -9,7 +9,7 @@ each with its field path, so the operator can put them in a condition and an Eve
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -137,12 +137,25 @@ def _string_map(metadata: Mapping[str, Any], field: str) -> list[Problem]:
     return problems
 
 
+def _metadata_without_nulls(metadata: Any) -> Any:
+    """A null field of metadata reads as unset (Go's JSON decoding into ObjectMeta), and so
+    does an empty namespace (the API server fills in the request's)."""
+    if not isinstance(metadata, Mapping):
+        return metadata
+    return {
+        k: v
+        for k, v in metadata.items()
+        if not (v is None and k in OBJECT_META_FIELDS) and not (k == "namespace" and v == "")
+    }
+
+
 def check_metadata(metadata: Any) -> list[Problem]:
     """What the API server would refuse in ``metadata`` (of a new object)."""
     if metadata is None:
         return [Problem("metadata.name", "required field is missing")]
     if not isinstance(metadata, Mapping):
         return [Problem("metadata", f"must be a mapping, got {shown(metadata)}")]
+    metadata = _metadata_without_nulls(metadata)
     problems: list[Problem] = []
     for key in metadata:
         if key not in OBJECT_META_FIELDS:
@@ -187,10 +200,15 @@ def validate_spec(raw: Any) -> Spec:
     if not isinstance(raw, Mapping):
         raise SpecError([Problem("spec", f"must be a mapping, got {shown(raw)}")])
     raw = prune_nulls(raw)
+    too_big = list(_outside_int64(raw, _spec_schema(), "spec"))
     try:
+        if too_big:
+            raise SpecError(too_big)
         spec = Spec.model_validate(raw, by_alias=True, by_name=False)
-    except ValidationError as error:
-        problems = problems_from_pydantic(error, "spec")
+    except (ValidationError, SpecError) as error:
+        problems = too_big
+        if isinstance(error, ValidationError):
+            problems = problems + problems_from_pydantic(error, "spec")
         problems.extend(check_rules(Partial(Spec, raw)))
         raise SpecError(_unique(problems)) from None
     problems = check_rules(spec)
@@ -200,20 +218,45 @@ def validate_spec(raw: Any) -> Spec:
 
 
 def prune_nulls(raw: Mapping[str, Any]) -> dict[str, Any]:
-    """``raw`` without the null fields of typed sections, as the API server prunes them
-    (nulls in free-form objects, in maps and in lists stay, and are refused by type)."""
-    from specguard.api.crd import model_schema  # the schema the server prunes by
-
-    return _prune(raw, _spec_schema(model_schema))  # type: ignore[no-any-return]
+    """``raw`` without the null fields of typed sections and typed maps, as the API server
+    prunes them (nulls in free-form objects and in lists stay)."""
+    return _prune(raw, _spec_schema())  # type: ignore[no-any-return]
 
 
 _SCHEMA: dict[str, Any] = {}
 
 
-def _spec_schema(build: Any) -> dict[str, Any]:
+def _spec_schema() -> dict[str, Any]:
+    """spec's node of the CRD schema: what the API server prunes and type-checks by."""
     if not _SCHEMA:
-        _SCHEMA.update(build(Spec))
+        from specguard.api.crd import model_schema  # crd imports this module
+
+        _SCHEMA.update(model_schema(Spec))
     return _SCHEMA
+
+
+INT64_MIN: Final = -(2**63)
+INT64_MAX: Final = 2**63 - 1
+
+
+def _fits_int64(value: int) -> bool:
+    return INT64_MIN <= value <= INT64_MAX
+
+
+def _outside_int64(value: Any, schema: Mapping[str, Any], path: str) -> Iterator[Problem]:
+    """Integers of the schema's integer fields that do not fit in an int64: the API server
+    reads them as floats and refuses them ("must be of type integer")."""
+    if schema.get("type") == "integer":
+        if isinstance(value, int) and not isinstance(value, bool) and not _fits_int64(value):
+            yield Problem(path, f"{shown(value)} does not fit in a 64-bit integer")
+        return
+    if isinstance(value, Mapping) and "properties" in schema:
+        for key, item in value.items():
+            if key in schema["properties"]:
+                yield from _outside_int64(item, schema["properties"][key], f"{path}.{key}")
+    elif isinstance(value, list) and isinstance(schema.get("items"), Mapping):
+        for index, item in enumerate(value):
+            yield from _outside_int64(item, schema["items"], f"{path}[{index}]")
 
 
 def _prune(value: Any, schema: Mapping[str, Any]) -> Any:
@@ -224,6 +267,9 @@ def _prune(value: Any, schema: Mapping[str, Any]) -> Any:
             for key, item in value.items()
             if not (item is None and key in properties)
         }
+    if isinstance(value, Mapping) and isinstance(schema.get("additionalProperties"), Mapping):
+        inner = schema["additionalProperties"]
+        return {key: _prune(item, inner) for key, item in value.items() if item is not None}
     if isinstance(value, list) and isinstance(schema.get("items"), Mapping):
         return [_prune(item, schema["items"]) for item in value]
     return value
@@ -266,4 +312,10 @@ def parse_resource(obj: Mapping[str, Any]) -> SpeculativeDeployment:
     if problems:
         raise SpecError(problems)
     known = {key: obj[key] for key in TOP_LEVEL_FIELDS if key in obj}
-    return SpeculativeDeployment.model_validate({**known, "spec": prune_nulls(obj["spec"])})
+    return SpeculativeDeployment.model_validate(
+        {
+            **known,
+            "metadata": _metadata_without_nulls(obj["metadata"]),
+            "spec": prune_nulls(obj["spec"]),
+        }
+    )

@@ -14,11 +14,11 @@ A shape error does not hide the rules about the rest: when the spec does not val
 rules see a :class:`Partial` view in which each field that validated on its own reads as
 usual and reading one that did not skips just the rules that read it.
 
-Three rules have no CEL twin: the keys of ``spec.drafter.extraConfig`` (an object that
-preserves unknown fields, which the API server does not expose to CEL); requests not above
-limits in ``spec.runtime.resources`` (the bound below is enough for the cluster's safety,
-and the comparison is the kubelet's business); and a pipeline-parallel size with adaptive
-verification (``-pp 2`` spreads over two list items, and CEL on a list sees one at a time).
+Two rules have no CEL twin: the keys of ``spec.drafter.extraConfig`` (an object that
+preserves unknown fields, which the API server does not expose to CEL) and a
+pipeline-parallel size with adaptive verification (``-pp 2`` spreads over two list items,
+and CEL on a list sees one at a time). The differential test against a real API server
+allows exactly these two.
 
 CEL rules use only what cel-python also evaluates (``has()``, ``size()``, ``in``,
 ``all``/``exists``/``exists_one``, ``matches``, ``duration()``), except the quantity bounds,
@@ -631,25 +631,6 @@ def _cache_mount_path(cache: Any) -> Iterator[Finding]:
         yield f"got {shown(cache.mount_path)}"
 
 
-@rule(
-    "requests-within-limits",
-    scope="spec.runtime.resources",
-    field=".requests",
-    message="must not be above the limits",
-    # Quantities compare only with CEL's quantity library (Kubernetes >= 1.29); the
-    # operator checks this one everywhere.
-    cel=None,
-)
-def _requests_within_limits(resources: Any) -> Iterator[Finding]:
-    for name, request in resources.requests.items():
-        limit = resources.limits.get(name)
-        if limit is not None and quantity_value(request) > quantity_value(limit):
-            yield At(
-                f".requests.{name}",
-                f"got {request} above the limit {limit} (spec.runtime.resources.limits.{name})",
-            )
-
-
 # Quantities are bounded so that no value makes the API server or the kubelet work on a
 # number with a billion digits ("1e999999999" once made the API server time out).
 # The CEL twin first checks the text is short and has a small exponent (the schema's
@@ -657,12 +638,17 @@ def _requests_within_limits(resources: Any) -> Iterator[Finding]:
 _QUANTITY_SHAPE = "^[+]?[0-9.]{1,32}([KMGTPE]i|[numkMGTPE]|[eE][+-]?[0-9]{1,2})?$"
 
 
+def _quantity_compare(left: str, operator: str, right: str) -> str:
+    """CEL: ``left operator right`` as quantities; true when either is not a short quantity
+    (the schema's pattern refuses those)."""
+    texts = [f"string({side})" if side.startswith("self") else side for side in (left, right)]
+    shapes = " || ".join(f"!{t}.matches('{_QUANTITY_SHAPE}')" for t in texts if t[0] != "'")
+    quantities = [f"quantity({t})" for t in texts]
+    return f"({shapes} || {quantities[0]}.compareTo({quantities[1]}) {operator} 0)"
+
+
 def _quantity_cel(expression: str) -> str:
-    text = f"string({expression})"
-    return (
-        f"(!{text}.matches('{_QUANTITY_SHAPE}') || "
-        f"quantity({text}).compareTo(quantity('{MAX_QUANTITY}')) <= 0)"
-    )
+    return _quantity_compare(expression, "<=", f"'{MAX_QUANTITY}'")
 
 
 def _bounded(value: Any) -> bool:
@@ -687,6 +673,25 @@ for _kind in ("requests", "limits"):
         cel=f"!has(self.{_kind}) || self.{_kind}.all(k, {_quantity_cel(f'self.{_kind}[k]')})",
         since=QUANTITY_SINCE,
     )(_quantity_map_check(_kind))
+
+
+@rule(
+    "requests-within-limits",
+    scope="spec.runtime.resources",
+    field=".requests",
+    message="must not be above the limits",
+    cel="!has(self.requests) || !has(self.limits) || self.requests.all(k, "
+    "!(k in self.limits) || " + _quantity_compare("self.requests[k]", "<=", "self.limits[k]") + ")",
+    since=QUANTITY_SINCE,
+)
+def _requests_within_limits(resources: Any) -> Iterator[Finding]:
+    for name, request in resources.requests.items():
+        limit = resources.limits.get(name)
+        if limit is not None and quantity_value(request) > quantity_value(limit):
+            yield At(
+                f".requests.{name}",
+                f"got {request} above the limit {limit} (spec.runtime.resources.limits.{name})",
+            )
 
 
 @rule(

@@ -39,6 +39,7 @@ MAX_SPECULATIVE_TOKENS = 32
 MAX_PER_BATCH_RANGES = 16
 MAX_EXTRA_ARGS = 64
 MAX_ARG_LENGTH = 1024
+MAX_RESOURCES = 16  # resource names in requests or limits
 DEFAULT_IMAGE = "vllm/vllm-openai:v0.33.0"
 DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
 MAX_NAME = 253  # Secret, ConfigMap and PersistentVolumeClaim names; Secret keys
@@ -208,11 +209,15 @@ class Affinity(SpecModel):
 class Resources(SpecModel):
     requests: dict[str, Quantity] = Field(
         default_factory=dict,
+        # Bounded, as every map and list a CEL rule walks: the API server estimates the
+        # rules' cost from the largest object the schema allows.
+        max_length=MAX_RESOURCES,
         description="Resource requests of the vLLM container (cpu, memory, ...). The GPU "
         "resource is set from spec.runtime.tensorParallelSize and may not appear here.",
     )
     limits: dict[str, Quantity] = Field(
         default_factory=dict,
+        max_length=MAX_RESOURCES,
         description="Resource limits of the vLLM container. The GPU resource is set from "
         "spec.runtime.tensorParallelSize and may not appear here.",
     )
