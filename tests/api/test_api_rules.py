@@ -682,3 +682,52 @@ def test_good_names_accepted(cel: CelRules, name: str) -> None:
     obj = resource(copy.deepcopy(BASE_SPEC), name=name)
     assert parse_resource(obj).name == name
     assert cel.failing(obj) == set()
+
+
+def test_a_shape_error_hides_only_the_rules_that_read_the_broken_field() -> None:
+    # drafter.numSpeculativeTokens is out of range: the rules about the drafter's other
+    # fields still run (adaptive verification with eagle3), and so do runtime's.
+    spec = patched(
+        drafter={**EAGLE, "adaptiveVerification": True, "numSpeculativeTokens": 99},
+        runtime={"extraArgs": ["--port=1"], "tensorParallelSize": "2"},
+    )
+    with pytest.raises(SpecError) as caught:
+        parse_resource(resource(spec))
+    paths = [p.path for p in caught.value.problems]
+    assert "spec.drafter.numSpeculativeTokens" in paths  # the shape error
+    assert "spec.runtime.tensorParallelSize" in paths  # the other shape error
+    assert "spec.drafter.adaptiveVerification" in paths  # same section, other field
+    assert "spec.runtime.extraArgs" in paths  # same section as a shape error
+    # draft-tp reads runtime.tensorParallelSize, which is broken: it is skipped, not guessed.
+    assert "spec.drafter.draftTensorParallelSize" not in paths
+
+
+@pytest.mark.parametrize(
+    ("place", "key"),
+    [
+        ("drafter", "num_speculative_tokens"),
+        ("drafter", "adaptive_verification"),
+        ("runtime", "tensor_parallel_size"),
+        (None, "metrics_source"),
+    ],
+)
+def test_snake_case_fields_are_unknown_as_in_the_crd(place: str | None, key: str) -> None:
+    spec = copy.deepcopy(BASE_SPEC)
+    target = spec if place is None else spec[place]
+    target[key] = {} if key == "metrics_source" else 4
+    with pytest.raises(SpecError) as caught:
+        parse_resource(resource(spec))
+    prefix = "spec" if place is None else f"spec.{place}"
+    assert f"{prefix}.{key}: unknown field" in str(caught.value)
+
+
+def test_unknown_top_level_and_metadata_fields_are_refused() -> None:
+    obj = resource(copy.deepcopy(BASE_SPEC))
+    obj["spek"] = {}
+    obj["metadata"]["lables"] = {}
+    with pytest.raises(SpecError) as caught:
+        parse_resource(obj)
+    assert str(caught.value).splitlines() == [
+        "spek: unknown field",
+        "metadata.lables: unknown field",
+    ]
