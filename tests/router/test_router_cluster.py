@@ -14,12 +14,15 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import pytest
 
 from specguard.testing.cluster import LocalCluster
+
+if TYPE_CHECKING:
+    from tests.router.conftest import Helpers, UpstreamFactory
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -113,7 +116,12 @@ async def post(url: str) -> int:
 
 
 async def test_router_follows_pods_and_resource_status(  # noqa: PLR0917 (fixtures)
-    local_cluster: LocalCluster, cluster_namespace: str, node: str, upstream, h, tmp_path
+    local_cluster: LocalCluster,
+    cluster_namespace: str,
+    node: str,
+    upstream: UpstreamFactory,
+    h: type[Helpers],
+    tmp_path: Path,
 ) -> None:
     ns = cluster_namespace
     install_crd(local_cluster)
@@ -169,6 +177,23 @@ async def test_router_follows_pods_and_resource_status(  # noqa: PLR0917 (fixtur
         assert await post(url) == 200
         assert spec_up.started == 1 and base_up.started == 0
 
+        # The operator writes the mirror share alone (status.arms.mirrorShare): it takes
+        # effect at the next poll, exactly (error diffusion: 0.25 carried, then 2 of 4).
+        half = {
+            "serving": {"arm": "speculative", "deployment": f"{NAME}-spec", "replicas": 2,
+                        "readyReplicas": 1},
+            "shadow": {"arm": "baseline", "deployment": f"{NAME}-base", "replicas": 1,
+                       "readyReplicas": 1},
+            "mirrorShare": 0.5,
+        }  # fmt: skip
+        api(local_cluster, "PATCH", f"{group}/{NAME}/status",
+            {"status": {"mode": "speculative", "arms": half}}, patch=True)  # fmt: skip
+        await health_when(url, lambda v: v.get("mirror_share") == 0.5)
+        for _ in range(4):
+            assert await post(url) == 200
+        await h.wait_for(lambda: base_up.started == 2, timeout=10)
+        assert spec_up.started == 5
+
         # A pod turning Ready joins; the other deployment's pod never does.
         set_ready(local_cluster, ns, "qwen-spec-1", True)
         await health_when(url, lambda v: v.get("serving_pods") == 2)
@@ -192,7 +217,7 @@ async def test_router_follows_pods_and_resource_status(  # noqa: PLR0917 (fixtur
             ),
         )
         assert await post(url) == 200
-        await h.wait_for(lambda: base_up.started == 1 and spec_up.started == 2, timeout=10)
+        await h.wait_for(lambda: base_up.started == 3 and spec_up.started == 6, timeout=10)
         async with aiohttp.ClientSession() as s, s.get(url + "/samples") as r:
             samples = (await r.json())["samples"]
         last = {x["role"]: x for x in samples if x.get("pair_id")}
@@ -210,5 +235,5 @@ async def test_router_follows_pods_and_resource_status(  # noqa: PLR0917 (fixtur
         assert await post(url) == 502
     finally:
         proc.terminate()
-        proc.wait(timeout=10)
+        proc.wait(timeout=60)
     assert "Traceback" not in log_path.read_text(), log_path.read_text()

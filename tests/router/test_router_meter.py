@@ -320,3 +320,34 @@ def test_request_domain() -> None:
     # A header that is not a plain short tag is ignored (it becomes a metric label).
     assert request_domain(None, "/v1/chat/completions", "x" * 100) == "chat"
     assert request_domain(None, "/v1/chat/completions", "a b{c}") == "chat"
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.sampled_from([b"\n", b"\r\n"]), min_size=12, max_size=12),
+    st.lists(st.integers(min_value=1, max_value=60), min_size=1, max_size=20),
+)
+def test_meter_and_usage_stripper_frame_alike(ends: list[bytes], cuts: list[int]) -> None:
+    # One SSE framer (meter.sse_event_end / sse_event_data) serves both the meter and the
+    # router's usage stripper: the same stream, with LF, CRLF or mixed line ends and split
+    # anywhere, measures the same either way.
+    from specguard.router.strip import UsageStripper
+
+    events = [chat({"role": "assistant"}), b": ping\n\n"]
+    events += [chat({"content": "t"}, {"completion_tokens": i + 1}) for i in range(9)]
+    events.append(DONE)
+    body = b"".join(e.replace(b"\n", end) if end != b"\n" else e
+                    for e, end in zip(events, ends, strict=True))  # fmt: skip
+    direct, attached = StreamMeter(0.0), StreamMeter(0.0)
+    stripper = UsageStripper(keep_final=True, meter=attached)
+    passed = b""
+    pos = 0
+    for cut in [*cuts, len(body)]:
+        piece = body[pos : pos + cut]
+        pos += len(piece)
+        direct.feed(piece, float(pos))
+        passed += stripper.feed(piece, float(pos))
+    passed += stripper.finish(float(pos))
+    a, b = direct.finish(1e6), attached.finish(1e6)
+    assert a == b and a.output_tokens == 9 and a.complete
+    assert passed.count(b"[DONE]") == 1

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
+import pytest
 
 from specguard.router.command import static_topology
-from specguard.router.proxy import Router, RouterConfig
+from specguard.router.proxy import RouterConfig
+
+if TYPE_CHECKING:
+    import pytest
+    from tests.router.conftest import Helpers, RouterFactory, UpstreamFactory
 
 
 async def post(url: str, body: dict[str, Any], **kw: Any) -> tuple[int, dict[str, str], bytes]:
@@ -23,7 +29,9 @@ async def post(url: str, body: dict[str, Any], **kw: Any) -> tuple[int, dict[str
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 6}
 
 
-async def test_stream_without_usage_is_byte_identical_to_direct(upstream, start_router, h) -> None:
+async def test_stream_without_usage_is_byte_identical_to_direct(
+    upstream: UpstreamFactory, start_router: RouterFactory, h: type[Helpers]
+) -> None:
     up = await upstream()
     rt = await start_router(h.topology([up.url]))
     body = {**CHAT, "stream": True}
@@ -47,7 +55,9 @@ async def test_stream_without_usage_is_byte_identical_to_direct(upstream, start_
     assert sample.ttft_s is not None and sample.chunk_tpot_s is not None
 
 
-async def test_stream_with_include_usage_keeps_final_usage_only(upstream, start_router, h) -> None:
+async def test_stream_with_include_usage_keeps_final_usage_only(
+    upstream: UpstreamFactory, start_router: RouterFactory, h: type[Helpers]
+) -> None:
     up = await upstream()
     rt = await start_router(h.topology([up.url]))
     body = {**CHAT, "stream": True, "stream_options": {"include_usage": True}}
@@ -58,7 +68,7 @@ async def test_stream_with_include_usage_keeps_final_usage_only(upstream, start_
 
 
 async def test_client_asking_continuous_usage_is_forwarded_untouched(
-    upstream, start_router, h
+    upstream: UpstreamFactory, start_router: RouterFactory, h: type[Helpers]
 ) -> None:
     up = await upstream()
     rt = await start_router(h.topology([up.url]))
@@ -82,7 +92,9 @@ async def test_client_asking_continuous_usage_is_forwarded_untouched(
     assert routed == direct
 
 
-async def test_completion_stream_and_tool_calls(upstream, start_router, h) -> None:
+async def test_completion_stream_and_tool_calls(
+    upstream: UpstreamFactory, start_router: RouterFactory, h: type[Helpers]
+) -> None:
     up = await upstream()
     rt = await start_router(h.topology([up.url]))
     comp = {"model": "m", "prompt": "p", "max_tokens": 4, "stream": True}
@@ -98,7 +110,9 @@ async def test_completion_stream_and_tool_calls(upstream, start_router, h) -> No
     assert [s.output_tokens for s in samples] == [4, 6]
 
 
-async def test_domain_header_overrides(upstream, start_router, h) -> None:
+async def test_domain_header_overrides(
+    upstream: UpstreamFactory, start_router: RouterFactory, h: type[Helpers]
+) -> None:
     up = await upstream()
     rt = await start_router(h.topology([up.url]))
     await post(
@@ -110,7 +124,9 @@ async def test_domain_header_overrides(upstream, start_router, h) -> None:
     assert up.headers[-1]["X-Specguard-Domain"] == "math"  # the simulator reads it too
 
 
-async def test_non_stream_passthrough_and_honest_measure(upstream, start_router, h) -> None:
+async def test_non_stream_passthrough_and_honest_measure(
+    upstream: UpstreamFactory, start_router: RouterFactory, h: type[Helpers]
+) -> None:
     up = await upstream()
     rt = await start_router(h.topology([up.url]))
     direct = await post(up.url + "/v1/chat/completions", CHAT)
@@ -123,7 +139,9 @@ async def test_non_stream_passthrough_and_honest_measure(upstream, start_router,
     assert sample.output_tokens == 6 and sample.tpot_s is not None
 
 
-async def test_upstream_error_comes_back_as_it_was(upstream, start_router, h) -> None:
+async def test_upstream_error_comes_back_as_it_was(
+    upstream: UpstreamFactory, start_router: RouterFactory, h: type[Helpers]
+) -> None:
     up = await upstream("error")
     rt = await start_router(h.topology([up.url]))
     direct = await post(up.url + "/v1/chat/completions", {**CHAT, "stream": True})
@@ -135,7 +153,9 @@ async def test_upstream_error_comes_back_as_it_was(upstream, start_router, h) ->
     assert sample.status == 500 and not sample.ok
 
 
-async def test_get_models_passes_through_without_sample(upstream, start_router, h) -> None:
+async def test_get_models_passes_through_without_sample(
+    upstream: UpstreamFactory, start_router: RouterFactory, h: type[Helpers]
+) -> None:
     up = await upstream()
     rt = await start_router(h.topology([up.url]))
     async with aiohttp.ClientSession() as s, s.get(rt.url + "/v1/models?x=1") as r:
@@ -143,14 +163,18 @@ async def test_get_models_passes_through_without_sample(upstream, start_router, 
     assert len(rt.router.feed) == 0
 
 
-async def test_no_ready_pod_is_502_openai_shaped(start_router, h) -> None:
+async def test_no_ready_pod_is_502_openai_shaped(
+    start_router: RouterFactory, h: type[Helpers]
+) -> None:
     rt = await start_router(h.topology([]))
     status, _, body = await post(rt.url + "/v1/chat/completions", CHAT)
     assert status == 502
     assert json.loads(body)["error"]["type"] == "service_unavailable"
 
 
-async def test_unreachable_pod_falls_over_to_another(upstream, start_router, h) -> None:
+async def test_unreachable_pod_falls_over_to_another(
+    upstream: UpstreamFactory, start_router: RouterFactory, h: type[Helpers]
+) -> None:
     up = await upstream()
     dead = f"http://127.0.0.1:{h.free_port()}"
     rt = await start_router(h.topology([dead, up.url]))
@@ -162,7 +186,9 @@ async def test_unreachable_pod_falls_over_to_another(upstream, start_router, h) 
     assert status == 502 and b"unreachable" in body
 
 
-async def test_body_over_limit_is_413(upstream, start_router, h) -> None:
+async def test_body_over_limit_is_413(
+    upstream: UpstreamFactory, start_router: RouterFactory, h: type[Helpers]
+) -> None:
     up = await upstream()
     rt = await start_router(h.topology([up.url]), RouterConfig(max_body_bytes=1000))
     status, _, body = await post(rt.url + "/v1/chat/completions", {**CHAT, "pad": "x" * 2000})
@@ -170,7 +196,9 @@ async def test_body_over_limit_is_413(upstream, start_router, h) -> None:
     assert up.started == 0
 
 
-async def test_hop_by_hop_headers_are_not_forwarded(upstream, start_router, h) -> None:
+async def test_hop_by_hop_headers_are_not_forwarded(
+    upstream: UpstreamFactory, start_router: RouterFactory, h: type[Helpers]
+) -> None:
     up = await upstream()
     rt = await start_router(h.topology([up.url]))
     await post(
@@ -189,7 +217,9 @@ async def test_hop_by_hop_headers_are_not_forwarded(upstream, start_router, h) -
     assert "keep-alive" not in got and "x-drop" not in got
 
 
-async def test_client_disconnect_cancels_upstream(upstream, start_router, h) -> None:
+async def test_client_disconnect_cancels_upstream(
+    upstream: UpstreamFactory, start_router: RouterFactory, h: type[Helpers]
+) -> None:
     up = await upstream(tokens=1000, gap_s=0.01)
     rt = await start_router(h.topology([up.url]))
     async with aiohttp.ClientSession() as s:
@@ -204,7 +234,9 @@ async def test_client_disconnect_cancels_upstream(upstream, start_router, h) -> 
     assert len(rt.router.feed) == 0  # a cut-off request is not a sample
 
 
-async def test_upstream_break_mid_stream_cuts_client(upstream, start_router, h) -> None:
+async def test_upstream_break_mid_stream_cuts_client(
+    upstream: UpstreamFactory, start_router: RouterFactory, h: type[Helpers]
+) -> None:
     up = await upstream("break", tokens=10)
     rt = await start_router(h.topology([up.url]))
     async with aiohttp.ClientSession() as s:
@@ -219,7 +251,9 @@ async def test_upstream_break_mid_stream_cuts_client(upstream, start_router, h) 
     assert sample.status == 502
 
 
-async def test_least_in_flight_and_concurrency(upstream, start_router, h) -> None:
+async def test_least_in_flight_and_concurrency(
+    upstream: UpstreamFactory, start_router: RouterFactory, h: type[Helpers]
+) -> None:
     slow = await upstream(tokens=50, gap_s=0.02)
     rt = await start_router(h.topology([slow.url, slow.url]))
     pods = rt.router.topology.pods["speculative"]
@@ -234,7 +268,9 @@ async def test_least_in_flight_and_concurrency(upstream, start_router, h) -> Non
     assert {s.pod for s in samples} == {"serve-0", "serve-1"}
 
 
-async def test_upstream_connections_are_reused(upstream, start_router, h) -> None:
+async def test_upstream_connections_are_reused(
+    upstream: UpstreamFactory, start_router: RouterFactory, h: type[Helpers]
+) -> None:
     up = await upstream()
     rt = await start_router(h.topology([up.url]))
     for stream in (True, False, True, False, True):
@@ -243,7 +279,7 @@ async def test_upstream_connections_are_reused(upstream, start_router, h) -> Non
 
 
 async def test_client_disconnect_of_mirrored_request_keeps_only_the_shadow_half(
-    upstream, start_router, h
+    upstream: UpstreamFactory, start_router: RouterFactory, h: type[Helpers]
 ) -> None:
     # The serving half of a request the client abandoned is not a sample: its status could
     # only be non-2xx, which the judge counts as an arm error, and the client, not the arm,
@@ -270,7 +306,9 @@ async def test_client_disconnect_of_mirrored_request_keeps_only_the_shadow_half(
     )
 
 
-async def test_upstream_silence_times_out(upstream, start_router, h) -> None:
+async def test_upstream_silence_times_out(
+    upstream: UpstreamFactory, start_router: RouterFactory, h: type[Helpers]
+) -> None:
     # Before the response: 504. Mid-stream: the client's stream is cut and the sample is 502.
     config = RouterConfig(read_timeout_s=0.3)
     hang, slow = await upstream("hang"), await upstream(tokens=3, gap_s=2.0)
@@ -291,7 +329,7 @@ async def test_upstream_silence_times_out(upstream, start_router, h) -> None:
     assert sample.status == 502 and sample.output_tokens == 0
 
 
-async def _all_dead(start_router, h, count: int) -> None:
+async def _all_dead(start_router: RouterFactory, h: type[Helpers], count: int) -> None:
     # Static --serving URLs as the CLI builds them, none of them listening.
     dead = [f"http://127.0.0.1:{h.free_port()}" for _ in range(count)]
     rt = await start_router(static_topology(dead, [], None, "speculative"))
@@ -311,19 +349,25 @@ async def _all_dead(start_router, h, count: int) -> None:
     assert all(pod.in_flight == 0 for pod in rt.router.topology.pods["speculative"])
 
 
-async def test_two_dead_pods_give_a_prompt_502(start_router, h, caplog) -> None:
+async def test_two_dead_pods_give_a_prompt_502(
+    start_router: RouterFactory, h: type[Helpers], caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level("WARNING", logger="specguard.router")
     await _all_dead(start_router, h, 2)
     assert sum("unreachable" in r.getMessage() for r in caplog.records) == 2
 
 
-async def test_three_dead_pods_give_a_prompt_502(start_router, h, caplog) -> None:
+async def test_three_dead_pods_give_a_prompt_502(
+    start_router: RouterFactory, h: type[Helpers], caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level("WARNING", logger="specguard.router")
     await _all_dead(start_router, h, 3)
     assert sum("unreachable" in r.getMessage() for r in caplog.records) == 3
 
 
-async def test_live_pod_among_dead_ones_always_answers(upstream, start_router, h) -> None:
+async def test_live_pod_among_dead_ones_always_answers(
+    upstream: UpstreamFactory, start_router: RouterFactory, h: type[Helpers]
+) -> None:
     # Dead pods finish with nothing in flight, so least-in-flight keeps picking them first:
     # only trying every pod once guarantees the live one is reached.
     up = await upstream()
@@ -335,7 +379,9 @@ async def test_live_pod_among_dead_ones_always_answers(upstream, start_router, h
     assert up.started == 6
 
 
-async def test_client_disconnect_cancels_non_streamed_upstream(upstream, start_router, h) -> None:
+async def test_client_disconnect_cancels_non_streamed_upstream(
+    upstream: UpstreamFactory, start_router: RouterFactory, h: type[Helpers]
+) -> None:
     # A non-streamed generation sends nothing until it is done, so the router is still
     # waiting for the response head when the client leaves: that wait must be cancelled
     # and the upstream connection closed, or the pod keeps generating for nobody.
@@ -357,30 +403,47 @@ async def test_client_disconnect_cancels_non_streamed_upstream(upstream, start_r
     assert len(rt.router.feed) == 0
 
 
-def _frames_of(code: Any) -> list[Any]:
-    """Frames of running coroutines of ``code`` (a function's __code__), in any task."""
+MARKER = "prompt-kept-alive-6d1f"
+
+
+def _parsed_prompts(exclude: set[int]) -> list[dict[str, Any]]:
+    """Live dicts holding the test's prompt (a parsed request, or a copy of one), leaving
+    out the objects whose ids are in ``exclude``."""
+    gc.collect()
     found = []
-    for task in asyncio.all_tasks():
-        coro: Any = task.get_coro()
-        while coro is not None and getattr(coro, "cr_frame", None) is not None:
-            if coro.cr_code is code:
-                found.append(coro.cr_frame)
-            coro = coro.cr_await
+    for obj in gc.get_objects():
+        if id(obj) in exclude:
+            continue
+        messages = obj.get("messages") if isinstance(obj, dict) else None
+        if isinstance(messages, list) and MARKER in json.dumps(messages):
+            found.append(obj)
     return found
 
 
-async def test_parsed_request_is_not_held_for_the_generation(upstream, start_router, h) -> None:
+@pytest.mark.parametrize("stream", [True, False])
+async def test_parsed_request_is_not_held_for_the_generation(
+    upstream: UpstreamFactory, start_router: RouterFactory, h: type[Helpers], stream: bool
+) -> None:
     # Memory: each in-flight request may be up to --max-body-bytes; the parsed dict is a
     # further copy of the prompt, needed only to decide what to send. Neither the serving
-    # handler nor the shadow copy may keep it while the generations run.
+    # handler nor the shadow copy may keep it (under any name) while the generations run:
+    # once both are under way, no dict holding the prompt may be alive.
     serve, shadow = await upstream(tokens=200, gap_s=0.01), await upstream(tokens=200, gap_s=0.01)
     rt = await start_router(h.topology([serve.url], [shadow.url], share=1.0))
-    body = {**CHAT, "max_tokens": 200, "stream": True}
-    task = asyncio.create_task(post(rt.url + "/v1/chat/completions", body))
-    await h.wait_for(lambda: serve.started == 1 and shadow.started == 1)
-    handlers = _frames_of(Router.proxy.__code__)
-    copies = _frames_of(Router._shadow_request.__code__)
-    assert len(handlers) == 1 and len(copies) == 1
-    assert "parsed" not in handlers[0].f_locals
-    assert "parsed" not in copies[0].f_locals and "body" in copies[0].f_locals
-    await task
+    raw = json.dumps(
+        {"model": "m", "messages": [{"role": "user", "content": MARKER}], "max_tokens": 200,
+         "stream": stream}
+    ).encode()  # fmt: skip
+    serve.mode = "hang" if not stream else "ok"  # a non-streamed generation: still running
+    async with aiohttp.ClientSession() as s:
+        task = asyncio.create_task(
+            s.post(rt.url + "/v1/chat/completions", data=raw,
+                   headers={"Content-Type": "application/json"})
+        )  # fmt: skip
+        await h.wait_for(lambda: serve.started == 1 and shadow.started == 1)
+        # The fake upstreams parse what they received: those copies are theirs.
+        theirs = {id(body) for body in serve.bodies + shadow.bodies}
+        assert rt.router.shadow_in_flight == 1
+        assert not _parsed_prompts(theirs)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

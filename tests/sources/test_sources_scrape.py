@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -133,15 +135,56 @@ async def test_unreachable_pod_is_reported_and_never_regresses(
     assert verdict_from_rounds([first]).outcome == "inconclusive"
 
 
-async def test_collect_polls_concurrency_through_the_window(
+async def test_sweep_polls_concurrency_through_the_window(
     make_pod: Callable[..., Any],
 ) -> None:
+    # Readings at the start, in between and at the end. The window is long next to the
+    # polling step (8 steps), so that even reads slowed 4-fold on a busy machine leave
+    # one in between; the count is only bounded, not exact.
     spec, base = make_pod(), make_pod()
     spec.finish(np.array([]), running=10)
     base.finish(np.array([]), running=10)
     async with ScrapeSource({"speculative": [spec.url], "baseline": [base.url]}) as source:
-        rounds = await source.collect(window_s=0.6, every_s=0.2)
-    assert 3 <= len(rounds) <= 6
+        rounds = await source.sweep(window_s=2.0, every_s=0.25)
+    assert 3 <= len(rounds) <= 10
+    # The whole window is covered (a round's time is stamped before its page is parsed,
+    # which takes a while on a loaded machine: hence the slack).
+    assert rounds[-1].at - rounds[0].at >= 2.0 - 0.5
     verdict = verdict_from_rounds(rounds)
     assert verdict.concurrency == {"speculative": 10.0, "baseline": 10.0}
     assert verdict.outcome == "inconclusive"  # no requests finished in the window
+
+
+async def test_collect_judges_the_window_from_background_readings(
+    make_pod: Callable[..., Any],
+) -> None:
+    spec, base = make_pod(), make_pod()
+    spec.finish(tpots(0.030, 50), running=8)  # before the window: not counted
+    base.finish(np.array([]), running=8)
+    arms = {"speculative": [spec.url], "baseline": [base.url]}
+    async with ScrapeSource(arms, every_s=0.1) as source:
+        source.start()
+        await asyncio.sleep(0.5)  # readings before the window starts
+        start = time.time()
+        await asyncio.sleep(0.5)
+        spec.finish(tpots(0.040, 300), running=8)
+        base.finish(tpots(0.030, 300), running=8)
+        await asyncio.sleep(0.3)
+        window = await source.collect(start, time.time())
+        assert window.state == "ok" and window.histograms is not None
+        verdict = window.verdict()
+        assert verdict.n == {"speculative": 300, "baseline": 300}
+        assert verdict.outcome == "regressed"
+        assert verdict.concurrency == {"speculative": 8.0, "baseline": 8.0}
+        # Nothing finished in the next window: empty, a typed result.
+        later = time.time()
+        await asyncio.sleep(0.3)
+        quiet = await source.collect(later, time.time())
+        assert quiet.state == "empty" and quiet.degraded
+        spec.close()
+        base.close()
+        await asyncio.sleep(0.3)  # past any reading that started before the close
+        down = await source.collect(time.time(), time.time() + 0.01)
+    assert down.state == "down" and "GET /metrics" in down.problem, down
+    async with ScrapeSource() as nothing:
+        assert (await nothing.collect(0.0, 1.0)).state == "down"

@@ -17,21 +17,15 @@ from pathlib import Path
 
 import numpy as np
 
+from specguard._args import ArgumentParser
 from specguard.judge.policy import PolicySettings, PolicyState, step
 from specguard.judge.sample import ARMS, Sample, SampleError, parse_lines
 from specguard.judge.verdict import JudgeSettings, Verdict, judge
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        # One clear line, exit 2 (argparse would add the usage block).
-        print(f"specguard judge: {message}", file=sys.stderr)
-        raise SystemExit(2)
-
-
 def _parser() -> argparse.ArgumentParser:
     d = JudgeSettings()
-    p = _Parser(prog="specguard judge", description=__doc__.split("\n\n")[0])
+    p = ArgumentParser(prog="specguard judge", description=__doc__.split("\n\n")[0])
     p.add_argument("samples", help="JSONL file of sample records (docs/samples.md); - for stdin")
     p.add_argument(
         "--tolerance",

@@ -7,12 +7,12 @@ each naming the field, and exits 2. ``-`` reads standard input. Input is read th
 
 from __future__ import annotations
 
-import argparse
 import sys
 from typing import Any
 
 import yaml
 
+from specguard._args import ArgumentParser, UsageError
 from specguard.api import constants as c
 from specguard.api.errors import SpecError, shown
 from specguard.api.loading import MAX_INPUT_BYTES, LoadError, decode, load_documents
@@ -107,8 +107,8 @@ def resources_from_bytes(data: bytes, source: str) -> list[SpeculativeDeployment
     return parse_documents(documents, source)
 
 
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(
+def build_parser() -> ArgumentParser:
+    parser = ArgumentParser(
         prog="specguard render",
         description="Print the Kubernetes objects specguard runs for a SpeculativeDeployment.",
     )
@@ -119,13 +119,18 @@ def main(argv: list[str]) -> int:
         "--mode",
         choices=c.ARMS,
         default=c.ARM_SPECULATIVE,
-        help="which arm serves: speculative (drafter on, default) or baseline (after a rollback)",
+        help="which arm serves: speculative (drafter on) or baseline (after a rollback)",
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str]) -> int:
     try:
+        args = build_parser().parse_args(argv)
         resources = load_resources(args.file)
-    except InputError as error:
-        print(error, file=sys.stderr)
+    except (UsageError, InputError) as error:
+        print(f"specguard render: {error}" if isinstance(error, UsageError) else error,
+              file=sys.stderr)  # fmt: skip
         return 2
     objects = [obj for sd in resources for obj in render_all(sd, args.mode)]
     sys.stdout.write(dump_yaml(objects))

@@ -21,6 +21,7 @@ def router_command(sd: SpeculativeDeployment) -> list[str]:
         str(c.ROUTER_PORT),
         # The pod's own address rather than 0.0.0.0: the same on a real cluster, and
         # replicas sharing one network namespace (the local process kubelet) don't collide.
+        # The router adds a localhost listener for a non-loopback pod IP (port-forward).
         "--host",
         "$(POD_IP)",
     ]
@@ -41,6 +42,13 @@ def desired_router_deployment(sd: SpeculativeDeployment) -> dict[str, Any]:
                 "spec": {
                     "serviceAccountName": name,
                     "enableServiceLinks": False,
+                    # Pod Security "restricted": the router needs no privilege at all.
+                    "securityContext": {
+                        "runAsNonRoot": True,
+                        "runAsUser": c.SPECGUARD_UID,
+                        "runAsGroup": c.SPECGUARD_UID,
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                    },
                     "containers": [
                         {
                             "name": "router",
@@ -62,6 +70,11 @@ def desired_router_deployment(sd: SpeculativeDeployment) -> dict[str, Any]:
                             "resources": {
                                 "requests": {"cpu": "100m", "memory": "128Mi"},
                                 "limits": {"memory": "512Mi"},
+                            },
+                            "securityContext": {
+                                "allowPrivilegeEscalation": False,
+                                "readOnlyRootFilesystem": True,
+                                "capabilities": {"drop": ["ALL"]},
                             },
                         }
                     ],

@@ -31,14 +31,42 @@ from typing import Any
 
 from specguard.judge.sample import Arm, Measurement, Role, Sample, tpot
 
-# An event larger than this without a line break is not a vLLM chunk; the meter stops
-# parsing (the proxy still forwards the bytes) rather than buffer without bound.
+# An event larger than this without its end is not a vLLM chunk; the meter stops parsing
+# (the proxy still forwards the bytes) rather than buffer without bound.
 MAX_LINE_BYTES = 1 << 20
 
 # JSONDecoder.decode on str skips json.loads' bytes-encoding sniffing (hot path).
 _DECODE = json.JSONDecoder().decode
 
 _DOMAIN_RE = re.compile(r"[a-z0-9][a-z0-9_.-]{0,31}")
+
+
+def sse_event_end(buffer: bytes, start: int = 0) -> int:
+    """Index just past the blank line that ends the next server-sent event at or after
+    ``start``, or -1 when the buffer holds no whole event yet (lines end in LF or CRLF)."""
+    lf = buffer.find(b"\n\n", start)
+    # With CRLF (or mixed) line ends a blank line follows "\n\r\n"; "\r\n\r\n" is one.
+    crlf = buffer.find(b"\n\r\n", start, lf + 2 if lf >= 0 else len(buffer))
+    if crlf >= 0:
+        return crlf + 3
+    return lf + 2 if lf >= 0 else -1
+
+
+def sse_event_data(event: bytes) -> bytes | None:
+    """The data of one server-sent event (its ``data:`` lines joined by LF), or None when
+    it has none (comments, ``event:``/``id:``/``retry:`` lines carry no tokens)."""
+    if event.startswith(b"data: "):  # the usual single-line event, fast
+        nl = event.find(b"\n")
+        if nl < 0:
+            if not event.endswith(b"\r"):
+                return event[6:]
+        elif event[nl - 1] != 0x0D and not event[nl + 1 :].strip(b"\n"):
+            return event[6:nl]
+    lines = [line[:-1] if line.endswith(b"\r") else line for line in event.split(b"\n")]
+    data = [line[5:] for line in lines if line.startswith(b"data:")]
+    if not data:
+        return None
+    return b"\n".join(d[1:] if d.startswith(b" ") else d for d in data)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +99,6 @@ class StreamMeter:
         "_buffer",
         "_chunk_rates",
         "_continuous",
-        "_data",
         "_done",
         "_error",
         "_first_token_at",
@@ -86,7 +113,6 @@ class StreamMeter:
     def __init__(self, started_at: float) -> None:
         self._started_at = started_at
         self._buffer = b""
-        self._data: list[bytes] = []
         self._broken = False
         self._done = False
         self._error = False
@@ -113,26 +139,22 @@ class StreamMeter:
             return
         buffer = self._buffer + data if self._buffer else data
         start = 0
-        while True:
-            end = buffer.find(b"\n", start)
-            if end < 0:
-                break
-            self._line(buffer[start:end], now)
-            start = end + 1
+        end = sse_event_end(buffer)
+        while end >= 0:
+            self._event(buffer[start:end], now)
+            start = end
+            end = sse_event_end(buffer, start)
         self._buffer = buffer[start:]
         if len(self._buffer) > MAX_LINE_BYTES:
             self._broken = True
             self._buffer = b""
-            self._data.clear()
 
     def finish(self, now: float) -> Measured:
         """The measurement, with ``now`` the time the response ended (or was cut off)."""
         if self._buffer and not self._broken:
             # A last event without its blank line still counts (a server may close early).
-            self._line(self._buffer, now)
+            self._event(self._buffer, now)
             self._buffer = b""
-        if self._data:
-            self._dispatch(now)
         usage_seen = self._total_tokens is not None or self._running_tokens is not None
         if self._total_tokens is not None:
             tokens = self._total_tokens
@@ -159,23 +181,10 @@ class StreamMeter:
             error_seen=self._error,
         )
 
-    # -- SSE framing -------------------------------------------------------------------
-
-    def _line(self, line: bytes, now: float) -> None:
-        if line.endswith(b"\r"):
-            line = line[:-1]
-        if not line:
-            if self._data:
-                self._dispatch(now)
+    def _event(self, event: bytes, now: float) -> None:
+        payload = sse_event_data(event)
+        if payload is None:
             return
-        if line.startswith(b"data:"):
-            value = line[5:]
-            self._data.append(value[1:] if value.startswith(b" ") else value)
-        # Comments (":"), "event:", "id:" and "retry:" lines carry no tokens.
-
-    def _dispatch(self, now: float) -> None:
-        payload = self._data[0] if len(self._data) == 1 else b"\n".join(self._data)
-        self._data.clear()
         if payload == b"[DONE]":
             self._done = True
             return
@@ -359,5 +368,7 @@ __all__ = [
     "StreamMeter",
     "measure_json",
     "request_domain",
+    "sse_event_data",
+    "sse_event_end",
     "to_sample",
 ]

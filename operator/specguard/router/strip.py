@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from specguard.router.meter import StreamMeter
+from specguard.router.meter import StreamMeter, sse_event_data, sse_event_end
 
 _KEY = b'"usage"'
 # JSONDecoder.decode on str skips json.loads' bytes-encoding sniffing (hot path).
@@ -45,7 +45,7 @@ class UsageStripper:
     def feed(self, data: bytes, now: float = 0.0) -> bytes:
         """The bytes to pass on now (whole events only); ``now`` is when they arrived."""
         buffer = self._buffer + data if self._buffer else data
-        end = _event_end(buffer)
+        end = sse_event_end(buffer)
         if end < 0:
             self._buffer = buffer
             return b""
@@ -57,7 +57,7 @@ class UsageStripper:
         while end >= 0:
             out.append(self._event(buffer[start:end], now))
             start = end
-            end = _event_end(buffer, start)
+            end = sse_event_end(buffer, start)
         self._buffer = buffer[start:]
         return b"".join(out)
 
@@ -65,7 +65,7 @@ class UsageStripper:
         """Whatever is left at the end of the stream, passed on as it is (and measured)."""
         rest, self._buffer = self._buffer, b""
         if rest and self._meter is not None:
-            self._measure(_payload(rest), now)
+            self._measure(sse_event_data(rest), now)
         return rest
 
     def _measure(self, payload: bytes | None, now: float) -> Any:
@@ -86,7 +86,7 @@ class UsageStripper:
     def _event(self, event: bytes, now: float) -> bytes:
         if self._meter is None and _KEY not in event:
             return event
-        payload = _payload(event)
+        payload = sse_event_data(event)
         chunk = self._measure(payload, now)
         if payload is None or _KEY not in payload or not isinstance(chunk, dict):
             return event
@@ -99,17 +99,6 @@ class UsageStripper:
         if event[offset:body_end] != payload:
             return event  # a multi-line event: not what vLLM sends; leave it alone
         return event[:offset] + remove_member(payload, chunk) + event[body_end:]
-
-
-def _payload(event: bytes) -> bytes | None:
-    """The data of one SSE event (data lines joined), or None when it has none."""
-    if event.startswith(b"data: ") and event.count(b"\n") <= 2 and b"\r" not in event:
-        return event[6:].rstrip(b"\n")  # the usual single-line event
-    lines = [line[:-1] if line.endswith(b"\r") else line for line in event.split(b"\n")]
-    data = [line[5:] for line in lines if line.startswith(b"data:")]
-    if not data:
-        return None
-    return b"\n".join(d[1:] if d.startswith(b" ") else d for d in data)
 
 
 def remove_member(payload: bytes, chunk: dict[str, Any]) -> bytes:
@@ -177,17 +166,6 @@ def _skip(data: bytes, i: int) -> int:
     while i < len(data) and data[i] in _WHITESPACE:
         i += 1
     return i
-
-
-def _event_end(buffer: bytes, start: int = 0) -> int:
-    """Index just past the blank line that ends the next event, or -1."""
-    lf = buffer.find(b"\n\n", start)
-    crlf = buffer.find(b"\r\n\r\n", start)
-    if lf < 0 and crlf < 0:
-        return -1
-    if crlf < 0 or (0 <= lf < crlf):
-        return lf + 2
-    return crlf + 4
 
 
 __all__ = ["UsageStripper", "remove_member"]
