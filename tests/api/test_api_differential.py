@@ -41,7 +41,7 @@ pytestmark = pytest.mark.cluster
 NAMESPACE = "differential"
 # About a minute against the local server on a busy 2-core machine. A longer, random hunt:
 # SPECGUARD_DIFFERENTIAL_EXAMPLES=5000 pytest tests/api/test_api_differential.py -s
-EXAMPLES = int(os.environ.get("SPECGUARD_DIFFERENTIAL_EXAMPLES", "800"))
+EXAMPLES = int(os.environ.get("SPECGUARD_DIFFERENTIAL_EXAMPLES", "1200"))
 FIXED_SEED = "SPECGUARD_DIFFERENTIAL_EXAMPLES" not in os.environ
 
 
