@@ -9,9 +9,11 @@ from typing import Any
 import celpy
 import celpy.adapter
 import pytest
+from celpy import celtypes
 
 from specguard.api.resource import NAME_CEL
 from specguard.api.rules import RULES, Rule
+from specguard.api.wire import quantity_value
 
 BASE_SPEC: dict[str, Any] = {
     "model": {"name": "Qwen/Qwen3.6-35B-A3B", "servedModelName": "qwen3.6"},
@@ -41,6 +43,18 @@ def base_spec() -> dict[str, Any]:
     return copy.deepcopy(BASE_SPEC)
 
 
+def _quantity(text: Any) -> celtypes.DoubleType:
+    return celtypes.DoubleType(float(quantity_value(str(text))))
+
+
+def _compare_to(a: Any, b: Any) -> celtypes.IntType:
+    return celtypes.IntType((a > b) - (a < b))
+
+
+# Kubernetes' quantity library, as far as the rules use it.
+QUANTITY_FUNCTIONS: dict[str, Any] = {"quantity": _quantity, "compareTo": _compare_to}
+
+
 class CelRules:
     """Evaluates the CRD's CEL rules with cel-python the way the API server applies them:
     each rule at its schema node, with ``self`` bound to that node, only when the node is
@@ -53,7 +67,7 @@ class CelRules:
     def evaluate(self, expression: str, value: Any) -> bool:
         program = self._programs.get(expression)
         if program is None:
-            program = self._env.program(self._env.compile(expression))
+            program = self._env.program(self._env.compile(expression), QUANTITY_FUNCTIONS)
             self._programs[expression] = program
         result = program.evaluate({"self": celpy.adapter.json_to_cel(value)})
         if isinstance(result, Exception):  # celpy returns CELEvalError values

@@ -13,8 +13,8 @@ import jsonschema
 import pytest
 import yaml
 
-from specguard.api.crd import crd, node_at, open_api_schema
-from specguard.api.rules import RULES
+from specguard.api.crd import crd, node_at, open_api_schema, parse_kube_version
+from specguard.api.rules import QUANTITY_SINCE, RULES
 from specguard.api.spec import Spec
 from specguard.commands.crd import crd_yaml, main
 
@@ -133,8 +133,11 @@ def count_rules(schema: dict[str, Any]) -> list[dict[str, Any]]:
 )
 def test_cel_rules_follow_server_version(version: str, cel: bool, field_path: bool) -> None:
     rules = count_rules(crd(version)["spec"]["versions"][0]["schema"]["openAPIV3Schema"])
-    with_cel = [rule for rule in RULES if rule.cel is not None]
+    server = parse_kube_version(version)
+    with_cel = [rule for rule in RULES if rule.cel is not None and rule.since <= server]
     assert len(rules) == (len(with_cel) + 1 if cel else 0)
+    # The quantity bounds need the quantity library (Kubernetes >= 1.30).
+    assert any("quantity(" in rule["rule"] for rule in rules) == (server >= QUANTITY_SINCE)
     assert any("fieldPath" in rule for rule in rules) == field_path
     for rule in rules:
         assert rule["message"].split(":")[0].startswith(("spec", "metadata"))

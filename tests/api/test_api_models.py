@@ -317,7 +317,7 @@ def test_envelope_problems(obj: Any, path: str) -> None:
     [
         ({"name": 5}, "metadata.name: must be a string, got 5"),
         ({"namespace": "llm"}, "metadata.name: required field is missing"),
-        ("qwen", "metadata: must be a mapping"),
+        ("qwen", "metadata: must be a mapping, got 'qwen'"),
     ],
 )
 def test_bad_metadata_says_what_is_wrong(metadata: Any, expected: str) -> None:

@@ -13,8 +13,7 @@ from typing import Any
 import pytest
 
 from specguard.api import SpecError, parse_resource
-from specguard.api.resource import check_rules
-from specguard.api.rules import RULES
+from specguard.api.rules import RULES, check_rules
 from specguard.api.spec import Spec
 
 from .conftest import BASE_SPEC, CelRules, resource
@@ -59,13 +58,14 @@ INVALID: list[tuple[str, dict[str, Any], str, str]] = [
         "model-refused",
         patched(drafter={"method": "suffix", "model": "x/y", "adaptiveVerification": False}),
         "spec.drafter.model",
-        "takes no drafter model",
+        "take no drafter model",
     ),
     (
         "draft-tp",
         patched(drafter={"draftTensorParallelSize": 4}),
         "spec.drafter.draftTensorParallelSize",
-        "must be 1 or spec.runtime.tensorParallelSize (2), got 4",
+        "must be 1 or spec.runtime.tensorParallelSize, got 4 with "
+        "spec.runtime.tensorParallelSize 2",
     ),
     (
         "per-batch-ordered",
@@ -77,8 +77,8 @@ INVALID: list[tuple[str, dict[str, Any], str, str]] = [
                 ]
             }
         ),
-        "spec.drafter.perBatchSize[1]",
-        "minBatchSize (20) is above maxBatchSize (10)",
+        "spec.drafter.perBatchSize[1].minBatchSize",
+        "must not be above maxBatchSize, got 20 above 10",
     ),
     (
         "per-batch-starts-at-one",
@@ -101,7 +101,7 @@ INVALID: list[tuple[str, dict[str, Any], str, str]] = [
             }
         ),
         "spec.drafter.perBatchSize",
-        "ranges 0 (1-8) and 1 (8-16) overlap",
+        "ranges must not overlap, got ranges 0 (1-8) and 1 (8-16)",
     ),
     (
         "per-batch-no-overlap",
@@ -135,19 +135,19 @@ INVALID: list[tuple[str, dict[str, Any], str, str]] = [
             }
         ),
         "spec.drafter.perBatchSize[0].numSpeculativeTokens",
-        "9 is above spec.drafter.numSpeculativeTokens (8)",
+        "must not be above spec.drafter.numSpeculativeTokens, got 9 above 8",
     ),
     (
         "extra-config-owned",
         patched(drafter={"extraConfig": {"num_speculative_tokens": 3}}),
         "spec.drafter.extraConfig",
-        "key num_speculative_tokens is owned by specguard; set spec.drafter.numSpeculativeTokens",
+        "got key num_speculative_tokens; set spec.drafter.numSpeculativeTokens instead",
     ),
     (
         "gpu-in-resources",
         patched(runtime={"resources": {"requests": {"nvidia.com/gpu": 2}}}),
         "spec.runtime.resources.requests",
-        "nvidia.com/gpu is set from spec.runtime.tensorParallelSize",
+        "is set from spec.runtime.tensorParallelSize; remove it, got nvidia.com/gpu",
     ),
     (
         "gpu-in-resources",
@@ -155,7 +155,7 @@ INVALID: list[tuple[str, dict[str, Any], str, str]] = [
             runtime={"gpuResource": "amd.com/gpu", "resources": {"limits": {"amd.com/gpu": 1}}}
         ),
         "spec.runtime.resources.limits",
-        "amd.com/gpu is set from",
+        "got amd.com/gpu",
     ),
     (
         "hf-token-env",
@@ -169,7 +169,8 @@ INVALID: list[tuple[str, dict[str, Any], str, str]] = [
         "shadow-not-above-replicas",
         patched(replicas=2, shadow={"replicas": 3}),
         "spec.shadow.replicas",
-        "3 is above spec.replicas (2)",
+        "must not be above spec.replicas (the shadow arm gets at most the whole traffic), "
+        "got 3 above 2",
     ),
     (
         "periodic-needs-times",
@@ -187,13 +188,13 @@ INVALID: list[tuple[str, dict[str, Any], str, str]] = [
         "active-shorter-than-every",
         patched(shadow={**PERIODIC, "every": "1h", "activeFor": "1h"}),
         "spec.shadow.activeFor",
-        "must be shorter than spec.shadow.every (1h), got 1h",
+        "must be shorter than spec.shadow.every, got 1h with every 1h",
     ),
     (
         "active-covers-window",
         patched(shadow={**PERIODIC, "activeFor": "2m"}, evaluation={"window": "5m"}),
         "spec.shadow.activeFor",
-        "must be at least spec.evaluation.window (5m), got 2m",
+        "must be at least spec.evaluation.window, got 2m with window 5m",
     ),
     (
         "prometheus-url",
@@ -296,13 +297,13 @@ INVALID += [
         "gpu-resource-extended",
         patched(runtime={"gpuResource": "kubernetes.io/gpu"}),
         "spec.runtime.gpuResource",
-        "kubernetes.io/gpu is not an extended resource name",
+        "without the requests. prefix, got 'kubernetes.io/gpu'",
     ),
     (
         "gpu-resource-extended",
         patched(runtime={"gpuResource": "requests.nvidia.com/gpu"}),
         "spec.runtime.gpuResource",
-        "not an extended resource name",
+        "must be an extended resource name",
     ),
     (
         "cache-mount-path",
@@ -314,7 +315,7 @@ INVALID += [
         "cache-mount-path",
         patched(runtime={"modelCache": {"claimName": "cache", "mountPath": "//dev//shm/"}}),
         "spec.runtime.modelCache.mountPath",
-        "//dev//shm/ is mounted by specguard (/dev/shm)",
+        "/dev/shm is mounted by specguard; choose another path, got '//dev//shm/'",
     ),
     (
         "requests-within-limits",
@@ -322,13 +323,54 @@ INVALID += [
             runtime={"resources": {"requests": {"memory": "64Gi"}, "limits": {"memory": "32Gi"}}}
         ),
         "spec.runtime.resources.requests.memory",
-        "64Gi is above the limit 32Gi (spec.runtime.resources.limits.memory)",
+        "got 64Gi above the limit 32Gi (spec.runtime.resources.limits.memory)",
     ),
     (
         "requests-within-limits",
         patched(runtime={"resources": {"requests": {"cpu": 2}, "limits": {"cpu": "1500m"}}}),
         "spec.runtime.resources.requests.cpu",
-        "2 is above the limit 1500m",
+        "got 2 above the limit 1500m",
+    ),
+    (
+        "quantity-shm-size",
+        patched(runtime={"shmSize": "65Ti"}),
+        "spec.runtime.shmSize",
+        "must be at most 64Ti, got '65Ti'",
+    ),
+    (
+        "quantity-shm-size",
+        patched(runtime={"shmSize": "1e99"}),
+        "spec.runtime.shmSize",
+        "must be at most 64Ti, got '1e99'",
+    ),
+    (
+        "quantity-requests",
+        patched(runtime={"resources": {"requests": {"memory": 70368744177665}}}),
+        "spec.runtime.resources.requests.memory",
+        "every quantity must be at most 64Ti, got 70368744177665",
+    ),
+    (
+        "quantity-limits",
+        patched(runtime={"resources": {"limits": {"memory": "99Ei"}}}),
+        "spec.runtime.resources.limits.memory",
+        "got '99Ei'",
+    ),
+    (
+        "quantity-divisor",
+        patched(
+            runtime={
+                "env": [
+                    {
+                        "name": "MEM",
+                        "valueFrom": {
+                            "resourceFieldRef": {"resource": "limits.memory", "divisor": "1Pi"}
+                        },
+                    }
+                ]
+            }
+        ),
+        "spec.runtime.env[0].valueFrom.resourceFieldRef.divisor",
+        "must be at most 64Ti, got '1Pi'",
     ),
     (
         "adaptive-no-eager",
@@ -340,13 +382,13 @@ INVALID += [
         "adaptive-no-eager",
         patched(runtime={"extraArgs": ["--enforce_eager"]}),
         "spec.drafter.adaptiveVerification",
-        "--enforce_eager in spec.runtime.extraArgs",
+        "in spec.runtime.extraArgs, got --enforce_eager",
     ),
     (
         "adaptive-no-pipeline",
         patched(runtime={"extraArgs": ["-pp", "2"]}),
         "spec.drafter.adaptiveVerification",
-        "vLLM cannot combine it with -pp 2 (pipeline parallelism above 1)",
+        "above 1 in spec.runtime.extraArgs, got -pp 2",
     ),
     (
         "adaptive-no-pipeline",
@@ -367,27 +409,40 @@ OWNED_ARGS: list[tuple[str, str, str]] = [
     (
         "--tensor-parallel-size=4",
         "tensor-parallel",
-        "--tensor-parallel-size is owned by specguard; set spec.runtime.tensorParallelSize instead",
+        "--tensor-parallel-size/-tp are owned by specguard (abbreviations too); "
+        "set spec.runtime.tensorParallelSize instead, got --tensor-parallel-size",
     ),
     ("--tensor_parallel_size", "tensor-parallel", "set spec.runtime.tensorParallelSize"),
-    ("-tp", "tensor-parallel", "-tp is owned by specguard"),
-    ("-tp=8", "tensor-parallel", "-tp is owned by specguard"),
+    ("-tp", "tensor-parallel", "got -tp"),
+    ("-tp=8", "tensor-parallel", "got -tp"),
     (
         "--speculative-config={}",
         "speculative-config",
-        "--speculative-config is owned by specguard; set spec.drafter instead",
+        "are owned by specguard (abbreviations too); set spec.drafter instead, "
+        "got --speculative-config",
     ),
     ("--speculative-config.method=ngram", "speculative-config", "set spec.drafter instead"),
-    ("-sc", "speculative-config", "-sc is owned"),
+    ("-sc", "speculative-config", "got -sc"),
     ("--spec-method=eagle3", "spec-method", "set spec.drafter.method instead"),
-    ("--spec-model", "spec-model", "--spec-model is owned"),
+    ("--spec-model", "spec-model", "got --spec-model"),
     ("--spec-tokens=4", "spec-tokens", "set spec.drafter.numSpeculativeTokens"),
-    ("--port=9000", "port", "--port is owned by specguard; set spec.runtime.port instead"),
+    ("--port=9000", "port", "--port is owned by specguard (abbreviations too); set spec."),
     ("--served-model-name", "served-model-name", "set spec.model.servedModelName instead"),
     ("--model=org/other", "model", "set spec.model.name instead"),
     ("--revision=main", "revision", "set spec.model.revision instead"),
-    ("--host=0.0.0.0", "host", "--host is owned by specguard"),
-    ("--custom-histogram-buckets={}", "histogram-buckets", "--custom-histogram-buckets is owned"),
+    ("--host=0.0.0.0", "host", "got --host"),
+    ("--custom-histogram-buckets={}", "histogram-buckets", "got --custom-histogram-buckets"),
+    # vLLM's parser is argparse with allow_abbrev on: a unique prefix sets the flag.
+    (
+        "--tensor-parallel=4",
+        "tensor-parallel",
+        "got --tensor-parallel (read by vLLM as --tensor-parallel-size)",
+    ),
+    ("--tensor_para", "tensor-parallel", "read by vLLM as --tensor-parallel-size"),
+    ("--speculative.method=ngram", "speculative-config", "got --speculative"),
+    ("--served-model=x", "served-model-name", "got --served-model (read by vLLM as"),
+    ("--custom-hist", "histogram-buckets", "got --custom-hist"),
+    ("--por=1", "port", "got --por"),
 ]
 
 VALID: list[tuple[str, dict[str, Any]]] = [
@@ -550,14 +605,13 @@ def test_python_only_rules_are_the_documented_ones() -> None:
     # Each is listed, with why CEL cannot check it, in rules.py and docs/resource.md.
     assert [rule.name for rule in RULES if rule.cel is None] == [
         "extra-config-owned",
-        "requests-within-limits",
         "adaptive-no-pipeline",
     ]
 
 
 def python_failing(spec_obj: dict[str, Any]) -> set[str]:
     spec = Spec.model_validate(spec_obj)
-    return {rule.name for rule in RULES if list(rule.check(spec))}
+    return {rule.name for rule in RULES if list(rule.problems(spec))}
 
 
 @pytest.mark.parametrize(("rule", "spec", "path", "fragment"), INVALID, ids=[c[0] for c in INVALID])
@@ -628,3 +682,52 @@ def test_good_names_accepted(cel: CelRules, name: str) -> None:
     obj = resource(copy.deepcopy(BASE_SPEC), name=name)
     assert parse_resource(obj).name == name
     assert cel.failing(obj) == set()
+
+
+def test_a_shape_error_hides_only_the_rules_that_read_the_broken_field() -> None:
+    # drafter.numSpeculativeTokens is out of range: the rules about the drafter's other
+    # fields still run (adaptive verification with eagle3), and so do runtime's.
+    spec = patched(
+        drafter={**EAGLE, "adaptiveVerification": True, "numSpeculativeTokens": 99},
+        runtime={"extraArgs": ["--port=1"], "tensorParallelSize": "2"},
+    )
+    with pytest.raises(SpecError) as caught:
+        parse_resource(resource(spec))
+    paths = [p.path for p in caught.value.problems]
+    assert "spec.drafter.numSpeculativeTokens" in paths  # the shape error
+    assert "spec.runtime.tensorParallelSize" in paths  # the other shape error
+    assert "spec.drafter.adaptiveVerification" in paths  # same section, other field
+    assert "spec.runtime.extraArgs" in paths  # same section as a shape error
+    # draft-tp reads runtime.tensorParallelSize, which is broken: it is skipped, not guessed.
+    assert "spec.drafter.draftTensorParallelSize" not in paths
+
+
+@pytest.mark.parametrize(
+    ("place", "key"),
+    [
+        ("drafter", "num_speculative_tokens"),
+        ("drafter", "adaptive_verification"),
+        ("runtime", "tensor_parallel_size"),
+        (None, "metrics_source"),
+    ],
+)
+def test_snake_case_fields_are_unknown_as_in_the_crd(place: str | None, key: str) -> None:
+    spec = copy.deepcopy(BASE_SPEC)
+    target = spec if place is None else spec[place]
+    target[key] = {} if key == "metrics_source" else 4
+    with pytest.raises(SpecError) as caught:
+        parse_resource(resource(spec))
+    prefix = "spec" if place is None else f"spec.{place}"
+    assert f"{prefix}.{key}: unknown field" in str(caught.value)
+
+
+def test_unknown_top_level_and_metadata_fields_are_refused() -> None:
+    obj = resource(copy.deepcopy(BASE_SPEC))
+    obj["spek"] = {}
+    obj["metadata"]["lables"] = {}
+    with pytest.raises(SpecError) as caught:
+        parse_resource(obj)
+    assert str(caught.value).splitlines() == [
+        "spek: unknown field",
+        "metadata.lables: unknown field",
+    ]

@@ -56,8 +56,9 @@ def test_invalid_file_lists_every_problem(tmp_path: Path) -> None:
     assert proc.stderr.splitlines() == [
         f"{path}: spec.evaluation.tolerance: Input should be less than or equal to 0.5",
         f"{path}: spec.drafter.adaptiveVerification: only supported with method dspark, got eagle3",
-        f"{path}: spec.runtime.extraArgs: --tensor-parallel-size is owned by specguard; "
-        "set spec.runtime.tensorParallelSize instead",
+        f"{path}: spec.runtime.extraArgs: --tensor-parallel-size/-tp are owned by specguard "
+        "(abbreviations too); set spec.runtime.tensorParallelSize instead, "
+        "got --tensor-parallel-size",
     ]
 
 
@@ -65,8 +66,8 @@ def test_invalid_file_lists_every_problem(tmp_path: Path) -> None:
     ("content", "expected"),
     [
         (None, "cannot read"),
-        ("spec: [unclosed\n", "not valid YAML (line 2)"),
-        ("", "no SpeculativeDeployment in the file"),
+        ("spec: [unclosed\n", "line 2 column 1: not valid YAML: "),
+        ("", "no SpeculativeDeployment in the input"),
         ("- a\n- b\n", "(root): a SpeculativeDeployment must be a mapping"),
     ],
 )
@@ -85,7 +86,7 @@ def test_binary_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     path = tmp_path / "weights.bin"
     path.write_bytes(b"\xff\xfe\x00\x81")
     assert main([str(path)]) == 2
-    assert capsys.readouterr().err.strip() == f"{path}: not a text file (UTF-8)"
+    assert capsys.readouterr().err.strip() == f"{path}: line 1 column 1: not UTF-8 text"
 
 
 def test_two_documents_render_both(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -97,7 +98,7 @@ def test_two_documents_render_both(tmp_path: Path, capsys: pytest.CaptureFixture
     path.write_text(yaml.safe_dump_all([first, second]))
     assert main([str(path)]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith(f"{path} (document 2): spec.replicas:")
+    assert err.startswith(f"{path} (document 2, qwen-b): spec.replicas:")
     second["spec"]["replicas"] = 2
     path.write_text(yaml.safe_dump_all([first, second]))
     assert main([str(path)]) == 0

@@ -18,12 +18,11 @@ from typing import Any, Final
 from specguard.api import constants as c
 from specguard.api.durations import DURATION_PATTERN, format_duration
 from specguard.api.resource import NAME_CEL, NAME_MESSAGE
-from specguard.api.rules import RULES
+from specguard.api.rules import CEL_SINCE, RULES
 from specguard.api.spec import Spec
 from specguard.api.status import Status
 
 DEFAULT_KUBE_VERSION: Final = "1.33"
-CEL_SINCE: Final = (1, 25)
 FIELD_PATH_SINCE: Final = (1, 28)
 
 Schema = dict[str, Any]
@@ -137,11 +136,11 @@ def _add_rules(root: Schema, version: tuple[int, int]) -> None:
         return item
 
     for rule in RULES:
-        if rule.cel is None:
+        if rule.cel is None or version < rule.since:
             continue
         node = node_at(root, rule.scope)
         node.setdefault("x-kubernetes-validations", []).append(
-            entry(rule.cel, rule.message, rule.field_path)
+            entry(rule.cel, rule.cel_message, rule.field)
         )
     # No fieldPath: it must resolve in the schema, which leaves metadata's fields out.
     root.setdefault("x-kubernetes-validations", []).append(entry(NAME_CEL, NAME_MESSAGE, ""))

@@ -14,11 +14,17 @@ from pydantic_core import core_schema
 
 DURATION_PATTERN: Final = r"^([0-9]+h)?([0-9]+m)?([0-9]+s)?$"
 _DURATION_RE: Final = re.compile(DURATION_PATTERN)
+MAX_DURATION_LENGTH: Final = 32
 
 
 def parse_duration(text: str) -> int:
     """Seconds in ``text``; ValueError naming the accepted form otherwise."""
     # No stripping: the CRD's pattern refuses " 60s", so Python must refuse it too.
+    if len(text) > MAX_DURATION_LENGTH:
+        raise ValueError(
+            f"invalid duration of {len(text)} characters: at most {MAX_DURATION_LENGTH}, "
+            "like '60s', '30m', '6h' or '1h30m'"
+        )
     match = _DURATION_RE.fullmatch(text) if text else None
     if match is None:
         raise ValueError(
@@ -73,6 +79,11 @@ Duration = Annotated[
     BeforeValidator(_coerce),
     PlainSerializer(format_duration, return_type=str, when_used="unless-none"),
     WithJsonSchema(
-        {"type": "string", "pattern": DURATION_PATTERN, "minLength": 2, "maxLength": 32}
+        {
+            "type": "string",
+            "pattern": DURATION_PATTERN,
+            "minLength": 2,
+            "maxLength": MAX_DURATION_LENGTH,
+        }
     ),
 ]

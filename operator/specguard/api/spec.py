@@ -39,6 +39,9 @@ MAX_SPECULATIVE_TOKENS = 32
 MAX_PER_BATCH_RANGES = 16
 MAX_EXTRA_ARGS = 64
 MAX_ARG_LENGTH = 1024
+MAX_RESOURCES = 16  # resource names in requests or limits
+MAX_SHORT = 256  # names and paths inside core/v1 selectors
+MAX_ENV_VALUE = 32 * 1024
 DEFAULT_IMAGE = "vllm/vllm-openai:v0.33.0"
 DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
 MAX_NAME = 253  # Secret, ConfigMap and PersistentVolumeClaim names; Secret keys
@@ -112,10 +115,15 @@ class ObjectFieldSelector(SpecModel):
     """core/v1 ObjectFieldSelector."""
 
     api_version: str | None = Field(
-        default=None, min_length=1, description="Version of fieldPath's schema (v1)."
+        default=None,
+        min_length=1,
+        max_length=MAX_SHORT,
+        description="Version of fieldPath's schema (v1).",
     )
     field_path: str = Field(
-        min_length=1, description="Field of the pod to read, e.g. status.podIP."
+        min_length=1,
+        max_length=MAX_SHORT,
+        description="Field of the pod to read, e.g. status.podIP.",
     )
 
 
@@ -123,9 +131,14 @@ class ResourceFieldSelector(SpecModel):
     """core/v1 ResourceFieldSelector."""
 
     container_name: str | None = Field(
-        default=None, min_length=1, description="Container whose resources to read."
+        default=None,
+        min_length=1,
+        max_length=MAX_SHORT,
+        description="Container whose resources to read.",
     )
-    resource: str = Field(min_length=1, description="Resource to read, e.g. limits.memory.")
+    resource: str = Field(
+        min_length=1, max_length=MAX_SHORT, description="Resource to read, e.g. limits.memory."
+    )
     divisor: Quantity | None = Field(default=None, description="Unit of the value (e.g. 1Mi).")
 
 
@@ -153,7 +166,9 @@ class EnvVar(SpecModel):
         pattern=ENV_NAME_PATTERN,
         description="Environment variable name (printable ASCII without '=').",
     )
-    value: str | None = Field(default=None, description="Literal value.")
+    value: str | None = Field(
+        default=None, max_length=MAX_ENV_VALUE, description="Literal value (at most 32 KiB)."
+    )
     value_from: EnvVarSource | None = Field(
         default=None,
         description="Source for the value (a core/v1 EnvVarSource: exactly one of "
@@ -208,11 +223,15 @@ class Affinity(SpecModel):
 class Resources(SpecModel):
     requests: dict[str, Quantity] = Field(
         default_factory=dict,
+        # Bounded, as every map and list a CEL rule walks: the API server estimates the
+        # rules' cost from the largest object the schema allows.
+        max_length=MAX_RESOURCES,
         description="Resource requests of the vLLM container (cpu, memory, ...). The GPU "
         "resource is set from spec.runtime.tensorParallelSize and may not appear here.",
     )
     limits: dict[str, Quantity] = Field(
         default_factory=dict,
+        max_length=MAX_RESOURCES,
         description="Resource limits of the vLLM container. The GPU resource is set from "
         "spec.runtime.tensorParallelSize and may not appear here.",
     )
@@ -249,6 +268,7 @@ class Runtime(SpecModel):
     image: str = Field(
         default=DEFAULT_IMAGE,
         min_length=1,
+        max_length=1024,
         description="vLLM container image. Its entrypoint is replaced by `vllm serve`.",
     )
     tensor_parallel_size: TensorParallelSize = Field(
@@ -284,8 +304,8 @@ class Runtime(SpecModel):
         description="CPU and memory requests and limits of the vLLM container; GPUs come from "
         "tensorParallelSize.",
     )
-    node_selector: dict[str, str] = Field(
-        default_factory=dict, description="Node labels the vLLM pods must match."
+    node_selector: dict[str, Annotated[str, StringConstraints(max_length=63)]] = Field(
+        default_factory=dict, max_length=64, description="Node labels the vLLM pods must match."
     )
     tolerations: list[Toleration] = Field(
         default_factory=list,
@@ -488,6 +508,7 @@ class MetricsSource(SpecModel):
     )
     prometheus_url: str | None = Field(
         default=None,
+        max_length=2048,
         pattern=r"^https?://",
         description="Prometheus base URL; required when type is prometheus.",
     )

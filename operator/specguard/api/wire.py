@@ -58,12 +58,18 @@ LABEL_VALUE_PATTERN: Final = rf"^({_QUALIFIED_NAME})?$"
 # Keys of a Secret or ConfigMap.
 CONFIG_KEY_PATTERN: Final = r"^[-._a-zA-Z0-9]+$"
 
-# resource.Quantity's own pattern (k8s.io/apimachinery) without the minus sign: "16Gi",
-# "500m" or 2. A negative size or request is refused by the API server for a Deployment.
+# resource.Quantity's own pattern (k8s.io/apimachinery) without the minus sign and with an
+# exponent of at most two digits: "16Gi", "500m", "1e3" or 2. A negative size or request is
+# refused by the API server for a Deployment, and "1e999999999" (which the API server's own
+# pattern takes) made it time out on the Deployment that carried it.
 QUANTITY_PATTERN: Final = (
     r"^\+?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|"
-    r"([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+    r"([eE](\+|-)?[0-9]{1,2}))?$"
 )
+MAX_QUANTITY_LENGTH: Final = 32
+# The largest quantity anywhere in the spec: more memory than any node has; every
+# quantity (shmSize, requests, limits, divisor) is at most this.
+MAX_QUANTITY: Final = "64Ti"
 _QUANTITY_RE: Final = re.compile(QUANTITY_PATTERN)
 _BINARY_SUFFIXES: Final = {"Ki": 1, "Mi": 2, "Gi": 3, "Ti": 4, "Pi": 5, "Ei": 6}
 _DECIMAL_SUFFIXES: Final = {
@@ -80,6 +86,10 @@ _DECIMAL_SUFFIXES: Final = {
 
 
 def _check_quantity(value: str | int) -> str | int:
+    if isinstance(value, str) and len(value) > MAX_QUANTITY_LENGTH:
+        raise ValueError(
+            f"invalid quantity of {len(value)} characters: at most {MAX_QUANTITY_LENGTH}"
+        )
     if isinstance(value, str) and not _QUANTITY_RE.fullmatch(value):
         raise ValueError(
             f"invalid quantity {value!r}: use a non-negative Kubernetes quantity like '16Gi'"
@@ -108,6 +118,7 @@ Quantity = Annotated[
         {
             "anyOf": [{"type": "integer"}, {"type": "string"}],
             "minimum": 0,
+            "maxLength": MAX_QUANTITY_LENGTH,
             "pattern": QUANTITY_PATTERN,
             "x-kubernetes-int-or-string": True,
         }

@@ -1,7 +1,8 @@
 """`specguard render FILE.yaml|- [--mode baseline]`: print the objects specguard would run.
 
 Bad input (unreadable file, not YAML, an invalid resource) prints one line per problem,
-each naming the field, and exits 2.
+each naming the field, and exits 2. ``-`` reads standard input. Input is read through
+:mod:`specguard.api.loading`: at most 1 MiB, bounded nesting and aliases, JSON types only.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import yaml
 
 from specguard._args import ArgumentParser, UsageError
 from specguard.api import constants as c
-from specguard.api.errors import SpecError
+from specguard.api.errors import SpecError, shown
+from specguard.api.loading import MAX_INPUT_BYTES, LoadError, decode, load_documents
 from specguard.api.resource import SpeculativeDeployment, parse_resource
 from specguard.render import render_all
 
@@ -35,38 +37,74 @@ class InputError(Exception):
     """A file that cannot be used; the message is one line per problem, ready to print."""
 
 
-def load_resources(path: str) -> list[SpeculativeDeployment]:
-    """The resources in the file at ``path`` (``-``: standard input)."""
+STDIN = "-"
+
+
+def read_input(path: str) -> bytes:
+    """At most MAX_INPUT_BYTES + 1 bytes of ``path`` (``-``: standard input)."""
+    name = "<stdin>" if path == STDIN else shown(path, quote=False, limit=300)
     try:
-        if path == "-":
-            text = sys.stdin.read()
-        else:
-            with open(path, encoding="utf-8") as handle:
-                text = handle.read()
+        if path == STDIN:
+            return sys.stdin.buffer.read(MAX_INPUT_BYTES + 1)
+        with open(path, "rb") as handle:
+            return handle.read(MAX_INPUT_BYTES + 1)
     except OSError as exc:
-        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise InputError(f"{path}: not a text file (UTF-8)") from None
-    try:
-        documents = [doc for doc in yaml.safe_load_all(text) if doc is not None]
-    except yaml.YAMLError as exc:
-        where = getattr(exc, "problem_mark", None)
-        line = f" (line {where.line + 1})" if where is not None else ""
-        reason = getattr(exc, "problem", None) or "invalid YAML"
-        raise InputError(f"{path}: not valid YAML{line}: {reason}") from None
+        raise InputError(f"{name}: cannot read: {exc.strerror or exc}") from None
+
+
+def _document_name(document: Any) -> str:
+    metadata = document.get("metadata") if isinstance(document, dict) else None
+    name = metadata.get("name") if isinstance(metadata, dict) else None
+    return shown(name, quote=False, limit=40) if isinstance(name, str) else "no name"
+
+
+def parse_documents(documents: list[Any], source: str) -> list[SpeculativeDeployment]:
+    """Every document as a SpeculativeDeployment, or InputError with every problem: each
+    line prefixed by the source (and the document's index and name when there are several);
+    two documents with the same namespace and name are refused."""
     if not documents:
-        raise InputError(f"{path}: no SpeculativeDeployment in the file")
+        raise InputError(f"{source}: no SpeculativeDeployment in the input")
     resources: list[SpeculativeDeployment] = []
     lines: list[str] = []
-    for index, document in enumerate(documents):
-        prefix = path if len(documents) == 1 else f"{path} (document {index + 1})"
+    first_index: dict[tuple[str, str], int] = {}
+    for index, document in enumerate(documents, start=1):
+        prefix = (
+            source
+            if len(documents) == 1
+            else f"{source} (document {index}, {_document_name(document)})"
+        )
         try:
-            resources.append(parse_resource(document))
+            sd = parse_resource(document)
         except SpecError as error:
             lines += [f"{prefix}: {problem}" for problem in error.problems]
+            continue
+        key = (sd.namespace, sd.name)
+        if key in first_index:
+            lines.append(
+                f"{prefix}: metadata.name: {sd.namespace}/{sd.name} is also document "
+                f"{first_index[key]}; each resource must have its own name"
+            )
+            continue
+        first_index[key] = index
+        resources.append(sd)
     if lines:
         raise InputError("\n".join(lines))
     return resources
+
+
+def load_resources(path: str) -> list[SpeculativeDeployment]:
+    """The SpeculativeDeployments in ``path`` (``-``: standard input), or InputError."""
+    source = "<stdin>" if path == STDIN else shown(path, quote=False, limit=300)
+    return resources_from_bytes(read_input(path), source)
+
+
+def resources_from_bytes(data: bytes, source: str) -> list[SpeculativeDeployment]:
+    """The SpeculativeDeployments in ``data`` (read from ``source``), or InputError."""
+    try:
+        documents = load_documents(decode(data))
+    except LoadError as error:
+        raise InputError(f"{source}: {error}") from None
+    return parse_documents(documents, source)
 
 
 def build_parser() -> ArgumentParser:
