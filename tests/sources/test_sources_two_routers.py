@@ -22,8 +22,8 @@ import httpx
 import pytest
 
 from specguard.sim.launch import SimProcess, start_sim
-from specguard.testing.loadclient import closed_loop
 from specguard.sources.router_feed import RouterFeed, RouterFeedSource
+from specguard.testing.loadclient import closed_loop
 from specguard.testing.ports import free_port
 
 PER_ROUTER = 4
