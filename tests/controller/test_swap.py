@@ -9,9 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from specguard.api.constants import Arm
 from specguard.controller.swap import ArmObserved, SwapPlan, plan_swap
 
-SPEC, BASE = "speculative", "baseline"
+SPEC: Arm = "speculative"
+BASE: Arm = "baseline"
 
 
 @dataclass
@@ -53,7 +55,7 @@ class ToyCluster:
                 self.pods.append(ToyPod(arm, self.now + self.rng.uniform(1.0, 20.0)))
 
     def observed(self) -> dict[str, ArmObserved]:
-        out = {}
+        out: dict[str, ArmObserved] = {}
         for arm in (SPEC, BASE):
             pods = [p for p in self.pods if p.arm == arm]
             ready = [p for p in pods if p.gone_at is None and p.ready_at <= self.now]
@@ -63,17 +65,23 @@ class ToyCluster:
 
 @dataclass
 class Memory:
-    mode: str
+    mode: Arm
     swapping: bool = False
     swap_since: float | None = None
 
 
-def step(cluster: ToyCluster, mem: Memory, target: str, r: int, s: int) -> SwapPlan:
+def step(cluster: ToyCluster, mem: Memory, target: Arm, r: int, s: int) -> SwapPlan:
     plan = plan_swap(
-        target=target, mode=mem.mode, swapping=mem.swapping, serving_replicas=r,
-        shadow_replicas=s, max_pods=r + s, observed=cluster.observed(), now=cluster.now,
+        target=target,
+        mode=mem.mode,
+        swapping=mem.swapping,
+        serving_replicas=r,
+        shadow_replicas=s,
+        max_pods=r + s,
+        observed=cluster.observed(),
+        now=cluster.now,
         swap_since=mem.swap_since,
-    )  # fmt: skip
+    )
     cluster.scale(dict(plan.replicas))
     if plan.swapping and mem.swap_since is None:
         mem.swap_since = cluster.now
@@ -84,7 +92,7 @@ def step(cluster: ToyCluster, mem: Memory, target: str, r: int, s: int) -> SwapP
 
 
 def run_swap(
-    r: int, s: int, seed: int, target: str = BASE, restart_at: int | None = None
+    r: int, s: int, seed: int, target: Arm = BASE, restart_at: int | None = None
 ) -> list[tuple[int, int, int]]:
     """Swap from speculative to ``target``; returns (pods, serving ready, step) per moment."""
     rng = random.Random(seed)
@@ -141,7 +149,7 @@ def test_swap_back_and_forth_ends_in_the_final_counts() -> None:
 
 
 def test_first_step_tells_the_routers_before_any_pod_goes() -> None:
-    obs = {SPEC: ArmObserved(2, 2, 2), BASE: ArmObserved(1, 1, 1)}
+    obs: dict[str, ArmObserved] = {SPEC: ArmObserved(2, 2, 2), BASE: ArmObserved(1, 1, 1)}
     first = plan_swap(
         target=BASE,
         mode=SPEC,
@@ -179,13 +187,12 @@ def test_first_step_tells_the_routers_before_any_pod_goes() -> None:
         now=107.0,
         swap_since=100.0,
     )
-    assert go == SwapPlan({SPEC: 1, BASE: 1}, SPEC, True, False, "speculative arm 2 → 1",
-                          (SPEC,))  # fmt: skip
+    assert go == SwapPlan({SPEC: 1, BASE: 1}, SPEC, True, False, "speculative arm 2 → 1", (SPEC,))
 
 
 def test_no_pod_is_added_while_a_removed_one_still_exists() -> None:
     # The Deployment says 1 but the terminating pod still holds its GPUs.
-    obs = {SPEC: ArmObserved(1, 2, 1), BASE: ArmObserved(1, 1, 1)}
+    obs: dict[str, ArmObserved] = {SPEC: ArmObserved(1, 2, 1), BASE: ArmObserved(1, 1, 1)}
     plan = plan_swap(
         target=BASE,
         mode=SPEC,
@@ -202,7 +209,7 @@ def test_no_pod_is_added_while_a_removed_one_still_exists() -> None:
 
 
 def test_settled_resource_repairs_a_scaled_deployment_at_once() -> None:
-    obs = {SPEC: ArmObserved(5, 5, 5), BASE: ArmObserved(1, 1, 1)}
+    obs: dict[str, ArmObserved] = {SPEC: ArmObserved(5, 5, 5), BASE: ArmObserved(1, 1, 1)}
     plan = plan_swap(
         target=SPEC,
         mode=SPEC,
@@ -214,13 +221,14 @@ def test_settled_resource_repairs_a_scaled_deployment_at_once() -> None:
         now=0.0,
         swap_since=None,
     )
-    assert plan == SwapPlan({SPEC: 2, BASE: 1}, SPEC, False, True, "repairing replica counts",
-                            (SPEC,))  # fmt: skip
+    assert plan == SwapPlan(
+        {SPEC: 2, BASE: 1}, SPEC, False, True, "repairing replica counts", (SPEC,)
+    )
 
 
 def test_crash_looping_drafter_pods_do_not_block_the_rollback() -> None:
     # DrafterStartupFailed: no drafter pod is ready; the baseline arm must still grow.
-    obs = {SPEC: ArmObserved(2, 2, 0), BASE: ArmObserved(1, 1, 1)}
+    obs: dict[str, ArmObserved] = {SPEC: ArmObserved(2, 2, 0), BASE: ArmObserved(1, 1, 1)}
     plan = plan_swap(
         target=BASE,
         mode=SPEC,
@@ -237,7 +245,7 @@ def test_crash_looping_drafter_pods_do_not_block_the_rollback() -> None:
 
 @pytest.mark.parametrize(("r", "s"), [(1, 1), (2, 2)])
 def test_equal_arms_swap_roles_without_moving_pods(r: int, s: int) -> None:
-    obs = {SPEC: ArmObserved(r, r, r), BASE: ArmObserved(s, s, s)}
+    obs: dict[str, ArmObserved] = {SPEC: ArmObserved(r, r, r), BASE: ArmObserved(s, s, s)}
     plan = plan_swap(
         target=BASE,
         mode=SPEC,

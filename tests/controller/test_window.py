@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from specguard.api import constants as c
+from specguard.api.constants import Arm
 from specguard.api.resource import SpeculativeDeployment, parse_resource
 from specguard.api.status import Arms, ArmStatus, PolicyMemory, Status
 from specguard.controller.conditions import get_condition
@@ -16,12 +17,15 @@ from specguard.controller.window import (
     build_status,
     decide,
 )
-from specguard.judge.sample import Sample
+from specguard.judge.sample import Role, Sample
 from specguard.judge.verdict import JudgeSettings, Verdict, judge
 
 from .conftest import resource
 
-SPEC, BASE = c.ARM_SPECULATIVE, c.ARM_BASELINE
+SPEC: Arm = "speculative"
+BASE: Arm = "baseline"
+SERVING: Role = "serving"
+SHADOW: Role = "shadow"
 READY = DrafterStartup(True, None)
 NOW = 1_000_000.0
 ISO = "2001-09-09T01:46:40Z"
@@ -33,7 +37,7 @@ def paired(ratio: float, n: int = 200, seed: int = 0, conc: int = 8) -> list[Sam
     out = []
     for i, b in enumerate(base):
         s = b * ratio * float(np.exp(rng.normal(0, 0.05)))
-        for arm, role, t in ((SPEC, "serving", s), (BASE, "shadow", b)):
+        for arm, role, t in ((SPEC, SERVING, s), (BASE, SHADOW, b)):
             out.append(
                 Sample(
                     arm=arm,
@@ -247,7 +251,7 @@ def test_retry_re_promotes_once(sd: SpeculativeDeployment) -> None:
 
 
 def _status(sd: SpeculativeDeployment, mode: str, ready: int, swapping: bool = False) -> Status:
-    obs = {SPEC: ArmObserved(2, 2, ready), BASE: ArmObserved(1, 1, 1)}
+    obs: dict[str, ArmObserved] = {SPEC: ArmObserved(2, 2, ready), BASE: ArmObserved(1, 1, 1)}
     plan = SwapPlan({SPEC: 2, BASE: 1}, mode, swapping, not swapping, "settled")  # type: ignore[arg-type]
     return build_status(
         Status(), name="qwen", spec=sd.spec, generation=1, plan=plan, target=SPEC,
@@ -278,7 +282,7 @@ def test_status_of_a_settled_resource(sd: SpeculativeDeployment) -> None:
 
 def test_status_is_identical_when_nothing_changed(sd: SpeculativeDeployment) -> None:
     first = _status(sd, SPEC, 2)
-    obs = {SPEC: ArmObserved(2, 2, 2), BASE: ArmObserved(1, 1, 1)}
+    obs: dict[str, ArmObserved] = {SPEC: ArmObserved(2, 2, 2), BASE: ArmObserved(1, 1, 1)}
     plan = SwapPlan({SPEC: 2, BASE: 1}, SPEC, False, True, "settled")
     second = build_status(
         first, name="qwen", spec=sd.spec, generation=1, plan=plan, target=SPEC, observed=obs,
