@@ -299,12 +299,23 @@ class ResourceLoop:
         self._static_applied = True
 
     def _drifted(self, desired: Mapping[str, Any], live: Mapping[str, Any]) -> bool:
-        name = _name_of(desired)
-        if live.get("spec", {}).get("replicas") != desired["spec"]["replicas"]:
+        """Does the live Deployment differ from what the operator wants now?
+
+        Its generation says whose view is newer: below the one our last apply returned,
+        the watch cache has not caught up yet (nothing to do); above it, someone else
+        changed the Deployment's spec (drift)."""
+        if not self._static_applied:
             return True
-        # Anyone else's change to the Deployment's spec moves its generation past ours.
+        name = _name_of(desired)
+        ours = self._applied.get(name)
         generation = live.get("metadata", {}).get("generation")
-        return self._applied.get(name) != generation or not self._static_applied
+        if ours is None or not isinstance(generation, int):
+            return True
+        if generation < ours:
+            return False
+        return (
+            generation > ours or live.get("spec", {}).get("replicas") != desired["spec"]["replicas"]
+        )
 
     async def _write_status(self, raw: Mapping[str, Any], new: Status) -> None:
         wire = new.to_wire()
