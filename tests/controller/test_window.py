@@ -298,3 +298,16 @@ def test_swapping_mirrors_nothing_and_is_not_ready(sd: SpeculativeDeployment) ->
     assert status.arms is not None and status.arms.mirror_share == 0.0 and status.arms.swapping
     ready = get_condition(status.conditions, "Ready")
     assert ready is not None and (ready.status, ready.reason) == ("False", "Swapping")
+
+
+def test_speculation_off_counts_as_a_failed_drafter(sd: SpeculativeDeployment) -> None:
+    trip = ("SpeculationOff", "the drafter arm served 300 requests with 0 drafts over the window")
+    out = decide(spec=sd.spec, status=Status(), annotations={}, verdict=verdict_of(1.0),
+                 startup=READY, now=NOW, now_iso=ISO, speculation=trip)  # fmt: skip
+    assert out.target == BASE and out.transition is not None
+    assert (out.transition.reason, out.transition.message) == trip
+    assert out.events == (EventSpec("Warning", "RolledBack", f"{trip[0]}: {trip[1]}"),)
+    notify = parse_resource(resource(rollback={"policy": "notify"}))
+    dry = decide(spec=notify.spec, status=Status(), annotations={}, verdict=verdict_of(1.0),
+                 startup=READY, now=NOW, now_iso=ISO, speculation=trip)  # fmt: skip
+    assert dry.target == SPEC and dry.events == (EventSpec("Warning", *trip),)

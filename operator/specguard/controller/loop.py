@@ -32,6 +32,7 @@ from specguard.controller.observe import (
 from specguard.controller.schedule import shadow_active, shadow_replicas
 from specguard.controller.settings import judge_settings
 from specguard.controller.source import Collector, WindowEvidence
+from specguard.controller.speculation import draft_counters, speculation_guardrail
 from specguard.controller.swap import SwapPlan, plan_swap
 from specguard.controller.window import (
     Decided,
@@ -53,6 +54,8 @@ from specguard.render import (
     desired_router_role_binding,
     desired_router_service_account,
 )
+from specguard.sources.exposition import Reading
+from specguard.sources.scrape import ScrapeSource
 
 log = logging.getLogger("specguard.controller")
 
@@ -111,6 +114,8 @@ class ResourceLoop:
         self._stale_rv: str | None = None  # the body's resourceVersion when we last wrote
         self._body_rv: str | None = None
         self.trace: list[tuple[float, dict[str, int]]] = []
+        self._draft_start: dict[str, Reading] | None = None
+        self._speculation: tuple[str, str] | None = None
 
     async def aclose(self) -> None:
         await self.collector.aclose()
@@ -200,10 +205,23 @@ class ResourceLoop:
         if self._window_start is None or not judging:
             if not judging:
                 self.collector.reset()
+                self._draft_start = None
+            elif self._window_start is None:
+                self._draft_start = await read_drafters(pods)
             self._window_start = now
         elif now - self._window_start >= spec.evaluation.window:
             evidence = await self.collector.close_window(spec, judge_settings(spec), routers, pods)
             self._window_start = now
+            draft_end = await read_drafters(pods)
+            counters = (
+                None if self._draft_start is None else draft_counters(self._draft_start, draft_end)
+            )
+            self._draft_start = draft_end
+            self._speculation = speculation_guardrail(
+                counters,
+                evidence.verdict.requests.get(c.ARM_SPECULATIVE, 0),
+                spec.evaluation.min_requests_per_arm,
+            )
         elif now - self._last_poll >= POLL_S:
             self._last_poll = now
             await self.collector.poll(spec, routers, pods)
@@ -217,6 +235,7 @@ class ResourceLoop:
             startup=startup,
             now=now,
             now_iso=rfc3339(now),
+            speculation=self._speculation if evidence is not None else None,
         )
         memory = decided.memory
         plan = plan_swap(
@@ -266,6 +285,7 @@ class ResourceLoop:
             evaluating=evaluating,
             degraded=degraded,
             now_iso=rfc3339(now),
+            speculation=self._speculation if mode == c.ARM_SPECULATIVE else None,
         )
         await self._write_status(raw_status, new)
         await self._post_events(body, decided, plan, mode)
@@ -360,6 +380,16 @@ class ResourceLoop:
         self.metrics.verdicts.labels(self.namespace, self.name, outcome).inc()
         if ratio is not None:
             self.metrics.tpot_ratio.labels(self.namespace, self.name).set(ratio)
+
+
+async def read_drafters(pods: Mapping[str, list[str]]) -> dict[str, Reading]:
+    """The drafter arm's spec-decode counters now (pods that answer)."""
+    urls = pods.get(c.ARM_SPECULATIVE, [])
+    if not urls:
+        return {}
+    async with ScrapeSource({c.ARM_SPECULATIVE: urls}) as scrape:
+        reading = await scrape.read()
+    return dict(reading.readings.get(c.ARM_SPECULATIVE, {}))
 
 
 def _without_status(body: Mapping[str, Any]) -> dict[str, Any]:

@@ -8,7 +8,7 @@ between windows (verdict None) so that the startup guardrail, pins and retries a
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from specguard.api import constants as c
@@ -29,6 +29,7 @@ from specguard.controller.observe import DrafterStartup
 from specguard.controller.settings import policy_settings
 from specguard.controller.swap import ArmObserved, SwapPlan
 from specguard.judge.policy import (
+    MAX_TRANSITIONS_KEPT,
     Command,
     Decision,
     Guardrails,
@@ -106,8 +107,10 @@ def decide(
     startup: DrafterStartup,
     now: float,
     now_iso: str,
+    speculation: tuple[str, str] | None = None,
 ) -> Decided:
-    """The target mode after this evidence. ``verdict`` None: no window ended now."""
+    """The target mode after this evidence. ``verdict`` None: no window ended now.
+    ``speculation``: the drafter-arm check of this window (``speculation.py``), if tripped."""
     old_target = current_target(status)
     memory = status.policy or PolicyMemory(mode=old_target)
     state = policy_state(memory, old_target)
@@ -140,12 +143,25 @@ def decide(
             guardrails=g if pin is None else None,
             command=command,
         )
+    spec_trip = speculation if state.mode == c.ARM_SPECULATIVE and pin is None else None
+    if spec_trip is not None and command is None and settings.policy == "auto":
+        # A drafter that does not speculate counts as a failed drafter: baseline at once.
+        state = replace(
+            state,
+            mode=c.ARM_BASELINE,
+            streak=0,
+            streak_outcome=None,
+            since=now,
+            transitions=(*state.transitions, now)[-MAX_TRANSITIONS_KEPT:],
+        )
     new_memory = _memory(state, memory, retry if retry is not None else memory.retry_seen)
     target: Arm = pin or state.mode
 
     transition = None
     if target != old_target:
-        reason, message = _why(pin, decision, startup_trip, error_trip, command, verdict)
+        reason, message = spec_trip or _why(
+            pin, decision, startup_trip, error_trip, command, verdict
+        )
         transition = Transition(
             time=now_iso,
             from_mode=old_target,
@@ -157,6 +173,8 @@ def decide(
         kind: EventType = "Warning" if target == c.ARM_BASELINE and pin is None else "Normal"
         verb = "RolledBack" if target == c.ARM_BASELINE else "Repromoted"
         events.append(EventSpec(kind, verb, f"{reason}: {message}"))
+    elif spec_trip is not None:
+        events.append(EventSpec("Warning", spec_trip[0], spec_trip[1]))
     elif decision is not None and decision.action == "notify":
         would = "WouldRollBack" if state.mode == c.ARM_SPECULATIVE else "WouldRepromote"
         detail = verdict_sentence(verdict) if verdict is not None else decision.reason
@@ -247,6 +265,7 @@ def build_status(
     evaluating: Evaluating,
     degraded: Degraded | None,
     now_iso: str,
+    speculation: tuple[str, str] | None = None,
 ) -> Status:
     """The whole status after this tick (``degraded`` None keeps the previous condition)."""
     mode = plan.mode
@@ -270,7 +289,10 @@ def build_status(
     else:
         put(c.CONDITION_READY, False, "PodsNotReady", f"{ready}/{spec.replicas} {mode} pods ready")
     last = next((t for t in reversed(transitions) if t.to_mode == mode), None)
-    if mode == c.ARM_SPECULATIVE:
+    if mode == c.ARM_SPECULATIVE and speculation is not None:
+        put(c.CONDITION_SPECULATING, False, speculation[0], speculation[1])
+        put(c.CONDITION_ROLLED_BACK, False, "DrafterServing", "")
+    elif mode == c.ARM_SPECULATIVE:
         put(
             c.CONDITION_SPECULATING,
             True,
