@@ -28,6 +28,8 @@ class Upstream:
     mode: str = "ok"
     tokens: int = 5
     gap_s: float = 0.0
+    # Pause between ``data: [DONE]`` and the end of the body (the chunked terminator).
+    done_tail_s: float = 0.0
     url: str = ""
     bodies: list[dict[str, Any]] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
@@ -141,6 +143,8 @@ class Upstream:
         if include:
             await response.write(b"data: " + head + b"[]," + usage(tokens) + b"}\n\n")
         await response.write(b"data: [DONE]\n\n")
+        if self.done_tail_s:
+            await asyncio.sleep(self.done_tail_s)
         await response.write_eof()
         return response
 

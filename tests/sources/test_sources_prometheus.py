@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from typing import Any
@@ -59,6 +60,10 @@ def test_regression_judged_from_prometheus(
             time.sleep(0.2)
         source = PrometheusSource(prom.url, SELECTORS)
         verdict = source.verdict(window_s=60, settings=JudgeSettings())
+        now = time.time()
+        window = asyncio.run(source.collect(now - 60, now))  # the operator's call
+    assert window.state == "ok" and window.histograms is not None
+    assert window.verdict(JudgeSettings()).outcome == "regressed"
     assert verdict.outcome == "regressed", verdict.sentence()
     assert verdict.method == "histogram" and "prometheus histogram" in verdict.basis
     # increase() extrapolates past the last scrape by up to half a scrape interval: with only
@@ -82,8 +87,13 @@ def test_no_data_and_no_prometheus_are_inconclusive(
         verdict = PrometheusSource(prom.url, SELECTORS).verdict(window_s=30)
         assert verdict.outcome == "inconclusive"
         assert "too few usable requests" in verdict.reasons[0]
+        now = time.time()
+        empty = PrometheusSource(prom.url, SELECTORS).window(now - 30, now)
+        assert empty.state == "empty" and empty.degraded
         other = ArmSelectors.for_deployment("nothing-here")
         assert PrometheusSource(prom.url, other).verdict(window_s=30).outcome == "inconclusive"
     gone = PrometheusSource(prom.url, SELECTORS, timeout=2).verdict(window_s=30)
     assert gone.outcome == "inconclusive"
     assert gone.reasons[0].startswith("prometheus unavailable")
+    down = PrometheusSource(prom.url, SELECTORS, timeout=2).window(time.time() - 30, time.time())
+    assert down.state == "down" and "failed" in down.problem and "\n" not in down.problem

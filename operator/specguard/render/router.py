@@ -21,6 +21,7 @@ def router_command(sd: SpeculativeDeployment) -> list[str]:
         str(c.ROUTER_PORT),
         # The pod's own address rather than 0.0.0.0: the same on a real cluster, and
         # replicas sharing one network namespace (the local process kubelet) don't collide.
+        # The router adds a localhost listener for a non-loopback pod IP (port-forward).
         "--host",
         "$(POD_IP)",
     ]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import signal
 import sys
@@ -36,7 +37,11 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="specguard router", description=__doc__.split("\n\n")[0])
-    p.add_argument("--host", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")
+    p.add_argument(
+        "--host", default="0.0.0.0",
+        help="address to listen on (default 0.0.0.0); a single address that is not loopback "
+        "(a pod IP) gets a second listener on localhost, for kubectl port-forward",
+    )  # fmt: skip
     p.add_argument("--port", type=int, default=8080, help="port to listen on (default 8080)")
     k8s = p.add_argument_group("Kubernetes mode")
     k8s.add_argument("--deployment", help="SpeculativeDeployment name")
@@ -53,19 +58,64 @@ def build_parser() -> argparse.ArgumentParser:
         help="arm the serving URLs run (the shadow runs the other); default speculative",
     )  # fmt: skip
     tune = p.add_argument_group("limits")
-    tune.add_argument("--max-body-bytes", type=int, default=RouterConfig.max_body_bytes)
-    tune.add_argument("--connect-timeout", type=float, default=RouterConfig.connect_timeout_s)
-    tune.add_argument("--read-timeout", type=float, default=RouterConfig.read_timeout_s)
-    tune.add_argument("--shadow-max-in-flight", type=int, default=RouterConfig.shadow_max_in_flight)
-    tune.add_argument("--shadow-timeout", type=float, default=RouterConfig.shadow_timeout_s)
-    tune.add_argument("--samples-capacity", type=int, default=RouterConfig.samples_capacity)
+    cfg = RouterConfig
+    tune.add_argument(
+        "--max-body-bytes", type=int, default=cfg.max_body_bytes, metavar="BYTES",
+        help=f"largest request body, in bytes; larger ones get 413 (default {cfg.max_body_bytes})",
+    )  # fmt: skip
+    tune.add_argument(
+        "--connect-timeout", type=float, default=cfg.connect_timeout_s, metavar="SECONDS",
+        help=f"seconds to open a connection to a pod (default {cfg.connect_timeout_s:g})",
+    )  # fmt: skip
+    tune.add_argument(
+        "--read-timeout", type=float, default=cfg.read_timeout_s, metavar="SECONDS",
+        help="longest silence on a serving connection, in seconds, before the request fails "
+        f"(504 before the response, a cut stream after) (default {cfg.read_timeout_s:g})",
+    )  # fmt: skip
+    tune.add_argument(
+        "--shadow-max-in-flight", type=int, default=cfg.shadow_max_in_flight, metavar="N",
+        help="shadow copies running at once; beyond it a copy is dropped and counted "
+        f"(default {cfg.shadow_max_in_flight})",
+    )  # fmt: skip
+    tune.add_argument(
+        "--shadow-timeout", type=float, default=cfg.shadow_timeout_s, metavar="SECONDS",
+        help=f"longest a shadow copy may run, in seconds (default {cfg.shadow_timeout_s:g})",
+    )  # fmt: skip
+    tune.add_argument(
+        "--samples-capacity", type=int, default=cfg.samples_capacity, metavar="N",
+        help="samples kept for GET /samples; older ones are evicted "
+        f"(default {cfg.samples_capacity})",
+    )  # fmt: skip
     tune.add_argument("--poll-interval", type=float, default=2.0, help=argparse.SUPPRESS)
     tune.add_argument("--no-uvloop", action="store_true", help="use the default event loop")
     tune.add_argument(
         "--log-level", default="INFO", type=str.upper,
-        choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+        choices=("DEBUG", "INFO", "WARNING", "ERROR"), help="log level (default INFO)",
     )  # fmt: skip
     return p
+
+
+LOCALHOST_V4 = "127.0.0.1"
+LOCALHOST_V6 = "::1"
+
+
+def listen_hosts(host: str) -> list[str]:
+    """The addresses to listen on for ``--host``.
+
+    In a pod the router is given its pod IP (``$(POD_IP)``), but ``kubectl port-forward``
+    connects to localhost inside the pod: a single non-loopback address therefore gets a
+    second listener on localhost (127.0.0.1, or ::1 for an IPv6 pod IP). A loopback address
+    gets none: the local process kubelet gives each pod its own 127.0.X.N in one shared
+    network namespace, where two routers on 127.0.0.1:PORT would collide. A wildcard
+    (0.0.0.0, ::) already covers localhost, and a host name is left as it is.
+    """
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return [host]
+    if address.is_loopback or address.is_unspecified:
+        return [host]
+    return [host, LOCALHOST_V6 if address.version == 6 else LOCALHOST_V4]
 
 
 def _check_url(flag: str, url: str) -> str:
@@ -160,9 +210,19 @@ async def serve(args: argparse.Namespace, config: RouterConfig) -> None:
         router = Router(topology, config)
     runner = web.AppRunner(router.app(), handler_cancellation=True, access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, args.host, args.port, backlog=1024)
-    await site.start()
-    log.info("router listening on %s:%d", args.host, args.port)
+    host, *extra = listen_hosts(args.host)
+    await web.TCPSite(runner, host, args.port, backlog=1024).start()
+    log.info("router listening on %s:%d", host, args.port)
+    for local in extra:
+        try:
+            await web.TCPSite(runner, local, args.port, backlog=1024).start()
+        except OSError as exc:  # e.g. a sidecar holds the port on localhost
+            log.warning(
+                "not listening on %s:%d (kubectl port-forward will not reach the router): %s",
+                local, args.port, exc.strerror or exc,
+            )  # fmt: skip
+        else:
+            log.info("router listening on %s:%d", local, args.port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -225,6 +225,9 @@ class Router:
                 tried.append(pod)
                 next_pod = top.pick(arm, exclude=tried)
                 if next_pod is None:
+                    if measured:  # the arm failed this request: the judge counts it
+                        of = _SampleOf(arm, "serving", pod.name, domain, 1, pair_id, wall)
+                        self._record(_failed(started, time.perf_counter()), of, 502)
                     return openai_error(502, _unreachable(tried, arm), "service_unavailable")
                 pod = next_pod
 
@@ -248,7 +251,8 @@ class Router:
         concurrency = pod.in_flight
         gauge = self.metrics.in_flight.labels(arm, "serving")
         gauge.inc()
-        outcome = "upstream_error"
+        result = _Outcome()
+        sample_of = _SampleOf(arm, "serving", pod.name, domain, concurrency, pair_id, wall)
         try:
             url = pod.url + request.raw_path
             try:
@@ -257,52 +261,57 @@ class Router:
                 )
             except aiohttp.ClientConnectorError as exc:
                 log.warning("serving pod %s unreachable: %s", pod.name, type(exc).__name__)
-                outcome = "upstream_error"
                 raise _PodUnreachableError from exc
             except TimeoutError:
-                outcome = "timeout"
+                result.value = "timeout"
+                if measured:
+                    self._record(_failed(started, time.perf_counter()), sample_of, 504)
                 return openai_error(504, f"serving pod {pod.name} timed out", "timeout")
             except aiohttp.ClientError as exc:
                 log.warning("serving pod %s failed: %s", pod.name, type(exc).__name__)
+                if measured:
+                    self._record(_failed(started, time.perf_counter()), sample_of, 502)
                 return openai_error(502, f"serving pod {pod.name} failed", "upstream_error")
             try:
-                sample_of = _SampleOf(arm, "serving", pod.name, domain, concurrency, pair_id, wall)
                 if _is_event_stream(upstream.headers):
-                    response, outcome = await self._relay_stream(
-                        request, upstream, stripper=stripper, measured=measured,
+                    return await self._relay_stream(
+                        request, upstream, result, stripper=stripper, measured=measured,
                         sample_of=sample_of, started=started,
                     )  # fmt: skip
-                else:
-                    response, outcome = await self._relay_body(
-                        upstream, measured, sample_of, started
-                    )
-                return response
+                return await self._relay_body(upstream, result, measured, sample_of, started)
             finally:
                 upstream.close()
         except asyncio.CancelledError:
-            outcome = "client_closed"
+            if not result.completed:
+                result.value = "client_closed"
             raise
         finally:
             pod.in_flight -= 1
             gauge.dec()
-            self.metrics.requests.labels(arm, "serving", outcome).inc()
+            self.metrics.requests.labels(arm, "serving", result.value).inc()
 
     async def _relay_stream(
         self,
         request: web.Request,
         upstream: aiohttp.ClientResponse,
+        result: _Outcome,
         *,
         stripper: UsageStripper | None,
         measured: bool,
         sample_of: _SampleOf,
         started: float,
-    ) -> tuple[web.StreamResponse, str]:
+    ) -> web.StreamResponse:
         response = web.StreamResponse(
             status=upstream.status, reason=upstream.reason, headers=_downstream_headers(upstream)
         )
         await response.prepare(request)
         meter = StreamMeter(started) if measured else None
         clock = time.perf_counter
+        # Every byte of the upstream's stream has been handed to the client's connection:
+        # its whole body, or (measured) everything up to and including ``data: [DONE]``.
+        # A client that closes after that (guidellm closes right after [DONE]) completed
+        # its request; only the end-of-body marker or the upstream's own close is left.
+        delivered = False
         try:
             if stripper is not None:
                 # The stripper frames and parses each event once and feeds the meter.
@@ -311,6 +320,7 @@ class Router:
                     out = stripper.feed(data, clock())
                     if out:
                         await response.write(out)
+                        delivered = meter is not None and meter.done
                 rest = stripper.finish(clock())
                 if rest:
                     await response.write(rest)
@@ -320,9 +330,19 @@ class Router:
                     await response.write(data)
                     if meter is not None:
                         meter.feed(data, now)
+                        delivered = meter.done
+            delivered = True
+            await response.write_eof()
         except ConnectionResetError:
-            # The client went away: stop reading (closing upstream cancels generation).
-            return response, "client_closed"
+            if not delivered:
+                # The client went away: stop reading (closing upstream cancels generation).
+                result.value = "client_closed"
+                return response
+        except asyncio.CancelledError:
+            # The client's close cancelled the handler; after the last byte it is complete.
+            if delivered:
+                self._complete(result, meter, sample_of, upstream.status, clock())
+            raise
         except (aiohttp.ClientError, TimeoutError) as exc:
             # The upstream broke mid-stream: record it, and cut the client's stream too
             # rather than end it cleanly, as a direct connection would have been cut.
@@ -331,31 +351,45 @@ class Router:
                 self._record(meter.finish(clock()), sample_of, 502)
             if request.transport is not None:
                 request.transport.close()
-            return response, "upstream_error"
-        await response.write_eof()
+            result.value = "upstream_error"
+            return response
+        self._complete(result, meter, sample_of, upstream.status, clock())
+        return response
+
+    def _complete(
+        self,
+        result: _Outcome,
+        meter: StreamMeter | None,
+        sample_of: _SampleOf,
+        status: int,
+        now: float,
+    ) -> None:
         if meter is not None:
-            self._record(meter.finish(clock()), sample_of, upstream.status)
-        return response, str(upstream.status)
+            self._record(meter.finish(now), sample_of, status)
+        result.value = str(status)
+        result.completed = True
 
     async def _relay_body(
         self,
         upstream: aiohttp.ClientResponse,
+        result: _Outcome,
         measured: bool,
         sample_of: _SampleOf,
         started: float,
-    ) -> tuple[web.StreamResponse, str]:
+    ) -> web.StreamResponse:
         data = await upstream.read()
         if measured:
             self._record(
                 measure_json(data, started, time.perf_counter()), sample_of, upstream.status
             )
-        response = web.Response(
+        result.value = str(upstream.status)
+        result.completed = True
+        return web.Response(
             body=data,
             status=upstream.status,
             reason=upstream.reason,
             headers=_downstream_headers(upstream),
         )
-        return response, str(upstream.status)
 
     def _record(self, measured: Measured, of: _SampleOf, status: int) -> None:
         sample = to_sample(
@@ -472,6 +506,17 @@ class _SampleOf:
     concurrency: int
     pair_id: str | None
     wall: float
+
+
+class _Outcome:
+    """How a serving request ended, as counted in ``specguard_router_requests_total``."""
+
+    __slots__ = ("completed", "value")
+
+    def __init__(self) -> None:
+        self.value = "upstream_error"
+        # The response was complete (and recorded): a cancellation after it is no failure.
+        self.completed = False
 
 
 class _PodUnreachableError(Exception):

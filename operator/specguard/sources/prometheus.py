@@ -21,16 +21,18 @@ regression. Calls are blocking (requests); run them in a thread from async code.
 
 from __future__ import annotations
 
+import asyncio
 import math
+import time
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from prometheus_api_client import PrometheusConnect
 from prometheus_api_client.exceptions import PrometheusApiClientException
 from requests.exceptions import RequestException
 
-from specguard.judge.histogram import BASIS_PROMETHEUS, EMPTY, Histogram, judge_histograms
+from specguard.judge.histogram import BASIS_PROMETHEUS, EMPTY, Histogram
 from specguard.judge.sample import ARMS, Arm
 from specguard.judge.verdict import JudgeSettings, Verdict
 from specguard.sources.exposition import (
@@ -39,6 +41,7 @@ from specguard.sources.exposition import (
     RUNNING_METRIC,
     TPOT_METRIC,
 )
+from specguard.sources.window import ArmHistograms, WindowSamples
 
 
 @dataclass(frozen=True)
@@ -135,26 +138,41 @@ class PrometheusSource:
         values = [v for v in (_value(r) for r in rows) if v is not None]
         return values[0] if values else None
 
-    def verdict(
-        self, window_s: float, settings: JudgeSettings | None = None, at: float | None = None
-    ) -> Verdict:
-        """The verdict for the window ending at ``at`` (default: now)."""
+    async def collect(self, start: float, end: float) -> WindowSamples:
+        """The window ``[start, end)`` (epoch seconds), as the operator's `Source`: state
+        ``down`` when a query fails, ``empty`` when no request finished on either arm."""
+        return await asyncio.to_thread(self.window, start, end)
+
+    async def aclose(self) -> None:
+        """Nothing to release (the HTTP session closes with the object)."""
+
+    def window(self, start: float, end: float) -> WindowSamples:
+        """`collect`, blocking."""
+        window_s = end - start
         try:
-            hist = {arm: self.histogram(arm, window_s, at) for arm in ARMS}
-            conc = {arm: self.concurrency(arm, window_s, at) for arm in ARMS}
-            accept = self.acceptance_length(window_s, at)
+            hist = {arm: self.histogram(arm, window_s, end) for arm in ARMS}
+            conc = {arm: self.concurrency(arm, window_s, end) for arm in ARMS}
+            accept = self.acceptance_length(window_s, end)
         except PrometheusSourceError as exc:
-            v = judge_histograms(EMPTY, EMPTY, settings, basis=BASIS_PROMETHEUS)
-            return replace(v, reasons=(f"prometheus unavailable: {exc}",))
-        return judge_histograms(
-            hist["speculative"],
-            hist["baseline"],
-            settings,
+            return WindowSamples("prometheus", start, end, "down", str(exc)[:500])
+        evidence = ArmHistograms(
+            tpot=hist,
             concurrency={arm: conc[arm][0] for arm in ARMS},
             pod_concurrency={arm: conc[arm][1] for arm in ARMS},
             acceptance_length=accept,
             basis=BASIS_PROMETHEUS,
         )
+        if all(h.total == 0 for h in hist.values()):
+            problem = "no request finished on either arm in the window (TPOT histograms empty)"
+            return WindowSamples("prometheus", start, end, "empty", problem, histograms=evidence)
+        return WindowSamples("prometheus", start, end, "ok", histograms=evidence)
+
+    def verdict(
+        self, window_s: float, settings: JudgeSettings | None = None, at: float | None = None
+    ) -> Verdict:
+        """The verdict for the window ending at ``at`` (default: now)."""
+        end = time.time() if at is None else at
+        return self.window(end - window_s, end).verdict(settings)
 
 
 def _value(row: Mapping[str, Any]) -> float | None:

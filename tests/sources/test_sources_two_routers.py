@@ -1,0 +1,99 @@
+"""Two router processes in front of the same two simulators: each router sees only its own
+half of a pod's load, the window source counts the requests of both.
+
+Each router gets 4 closed-loop client streams, so the serving simulator has 8 in flight and,
+with every request mirrored, about as many reach the shadow one. A router's own serving
+``concurrency`` stays at most 4; the samples the operator gets from `RouterFeedSource`
+count all 8 (less at the edges of the load). Pairs stay whole: both halves of a mirrored
+request come from the router that mirrored it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from specguard.sim.launch import SimProcess, start_sim
+from specguard.sim.loadclient import closed_loop
+from specguard.sources.router_feed import RouterFeed, RouterFeedSource
+from specguard.testing.ports import free_port
+
+PER_ROUTER = 4
+
+
+@pytest.fixture
+def sims() -> Iterator[tuple[SimProcess, SimProcess]]:
+    with start_sim(["m", "--seed", "1"]) as serving, start_sim(["m", "--seed", "2"]) as shadow:
+        yield serving, shadow
+
+
+@contextlib.contextmanager
+def router(serving: str, shadow: str) -> Iterator[str]:
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "specguard", "router", "--serving", serving, "--shadow", shadow,
+         "--mirror-share", "1", "--host", "127.0.0.1", "--port", str(port), "--no-uvloop"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(url + "/health", timeout=2).status_code == 200:
+                    break
+            assert time.monotonic() < deadline, "router did not come up"
+            time.sleep(0.1)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+async def test_concurrency_counts_every_router(sims: tuple[SimProcess, SimProcess]) -> None:
+    serving, shadow = sims
+    with router(serving.url, shadow.url) as one, router(serving.url, shadow.url) as two:
+        start = time.time()
+        await asyncio.gather(
+            *(closed_loop(url, concurrency=PER_ROUTER, duration=6.0, warmup=0.0, max_tokens=48,
+                          model="m") for url in (one, two))
+        )  # fmt: skip
+        await asyncio.sleep(2.0)  # the last shadow copies end
+        async with RouterFeed([one, two]) as raw:
+            own = (await raw.poll()).samples
+        async with RouterFeedSource([one, two]) as source:
+            window = await source.collect(start, time.time())
+    assert window.state == "ok", window.problem
+    samples = window.samples
+    assert len(samples) == len(own) > 4 * PER_ROUTER
+    # What each router counted alone, and what the source counts over both.
+    # (Measured: serving 4 at most per router, 8 over both in most samples.)
+    assert max(s.concurrency for s in own if s.role == "serving") <= PER_ROUTER
+    served = [s.concurrency for s in samples if s.role == "serving"]
+    assert statistics.median(served) >= 1.5 * PER_ROUTER, sorted(served)
+    assert max(served) <= 2 * PER_ROUTER, sorted(served)
+    # Shadow copies are not closed-loop (a lagging copy overlaps the next), so no upper
+    # bound; the count over both routers is still about twice each router's own.
+    shadow_own = [s.concurrency for s in own if s.role == "shadow"]
+    shadow_all = [s.concurrency for s in samples if s.role == "shadow"]
+    assert statistics.median(shadow_all) >= 1.5 * statistics.median(shadow_own), (
+        sorted(shadow_own), sorted(shadow_all))  # fmt: skip
+    # Every request was mirrored, and each pair arrives whole.
+    pairs: dict[str, list[str]] = {}
+    for s in samples:
+        assert s.pair_id is not None
+        pairs.setdefault(s.pair_id, []).append(s.role)
+    whole = [roles for roles in pairs.values() if sorted(roles) == ["serving", "shadow"]]
+    # The load's end cuts the last stream of each client: its serving half is not a sample
+    # (the client closed it), its shadow copy runs on and stays unpaired.
+    alone = [roles for roles in pairs.values() if roles == ["shadow"]]
+    assert len(whole) + len(alone) == len(pairs) and len(alone) <= 2 * PER_ROUTER

@@ -1,0 +1,191 @@
+"""The operator's window interface over the router feed (sources.window, RouterFeedSource):
+windows by end time, duplicates counted once, concurrency over every router, typed
+down/empty results. Real Router apps serve ``/samples``; samples go straight into their feeds.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
+
+import pytest
+from aiohttp import web
+
+from specguard.judge.sample import Arm, Role, Sample
+from specguard.judge.verdict import JudgeSettings
+from specguard.router.pool import Topology
+from specguard.router.proxy import Router
+from specguard.sources.router_feed import RouterFeedSource
+from specguard.sources.window import WindowSamples, pod_concurrency
+from specguard.testing.ports import free_port
+
+T0 = 1_800_000_000.0
+
+
+def sample(
+    start: float,
+    e2e: float,
+    *,
+    pod: str = "p0",
+    arm: Arm = "speculative",
+    role: Role = "serving",
+    pair: str | None = None,
+    tpot: float = 0.02,
+    concurrency: int = 1,
+) -> Sample:
+    return Sample(arm=arm, role=role, pod=pod, domain="chat", started_at=T0 + start,
+                  concurrency=concurrency, output_tokens=64, e2e_s=e2e, ttft_s=0.05,
+                  tpot_s=tpot, pair_id=pair)  # fmt: skip
+
+
+def test_pod_concurrency_counts_overlaps_at_each_pod() -> None:
+    # p0: a [0, 10), b [2, 5), c [4, 6), d [5, 7): at b's start 2 (a, b); at c's 3;
+    # at d's start b has ended: 3 (a, c, d). p1 is counted on its own.
+    a, b, c, d = sample(0, 10), sample(2, 3), sample(4, 2), sample(5, 2)
+    other = sample(4, 10, pod="p1")
+    assert pod_concurrency([a, b, c, d, other]) == [1, 2, 3, 3, 1]
+    # Known earlier requests count for later ones without being returned.
+    assert pod_concurrency([d], known=[a, b, c]) == [3]
+    assert pod_concurrency([sample(1, 0.0)], known=[a]) == [2]  # an instant request
+
+
+class RouterPod:
+    """A real Router app whose /samples a test fills directly."""
+
+    def __init__(self) -> None:
+        self.router = Router(Topology())
+        self.port = free_port()
+        self.runner: web.AppRunner | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def start(self) -> RouterPod:
+        self.runner = web.AppRunner(self.router.app())
+        await self.runner.setup()
+        await web.TCPSite(self.runner, "127.0.0.1", self.port).start()
+        return self
+
+    async def stop(self) -> None:
+        if self.runner is not None:
+            await self.runner.cleanup()
+            self.runner = None
+
+    def add(self, *samples: Sample) -> None:
+        for s in samples:
+            self.router.feed.add(s)
+
+
+@pytest.fixture
+async def routers() -> AsyncIterator[Callable[[], Awaitable[RouterPod]]]:
+    made: list[RouterPod] = []
+
+    async def make() -> RouterPod:
+        pod = await RouterPod().start()
+        made.append(pod)
+        return pod
+
+    yield make
+    for pod in made:
+        await pod.stop()
+
+
+async def test_window_takes_requests_that_ended_in_it_from_every_router(
+    routers: Callable[[], Awaitable[RouterPod]],
+) -> None:
+    one, two = await routers(), await routers()
+    # Each router sent 2 requests to pod p0 at once; each alone saw concurrency 1 and 2.
+    one.add(sample(10, 20, pair="x", concurrency=1), sample(11, 20, concurrency=2))
+    two.add(sample(12, 20, concurrency=1), sample(13, 20, concurrency=2))
+    # The shadow half of pair x, at another pod; one request still running past the end.
+    one.add(sample(10, 25, pod="b0", arm="baseline", role="shadow", pair="x"))
+    two.add(sample(50, 30))
+    source = RouterFeedSource([one.url, two.url])
+    async with source:
+        window = await source.collect(T0, T0 + 60)
+        assert window.state == "ok" and not window.degraded and window.problem == ""
+        got = {(s.pod, s.started_at - T0): s for s in window.samples}
+        assert sorted(got) == [("b0", 10), ("p0", 10), ("p0", 11), ("p0", 12), ("p0", 13)]
+        # Concurrency at p0 counts both routers' requests.
+        assert [got["p0", t].concurrency for t in (10, 11, 12, 13)] == [1, 2, 3, 4]
+        pair = [s for s in window.samples if s.pair_id == "x"]
+        assert {s.arm for s in pair} == {"speculative", "baseline"}
+        # The request that ended at 80 belongs to the next window, counted once.
+        later = await source.collect(T0 + 60, T0 + 120)
+        assert [s.started_at - T0 for s in later.samples] == [50]
+        assert later.samples[0].concurrency == 1  # the others ended before it started
+
+
+async def test_a_router_read_twice_counts_once(
+    routers: Callable[[], Awaitable[RouterPod]],
+) -> None:
+    one = await routers()
+    one.add(sample(1, 2, pair="x"), sample(1, 2, pod="b0", arm="baseline", role="shadow",
+                                           pair="x"))  # fmt: skip
+    # The same router under two addresses (its pod IP and a Service, say).
+    async with RouterFeedSource([one.url, f"http://localhost:{one.port}"]) as source:
+        window = await source.collect(T0, T0 + 60)
+    assert len(window.samples) == 2
+    assert any("read twice" in note for note in window.notes)
+    # The pair survives: the judge pairs only ids that occur once on each arm.
+    assert sorted(s.arm for s in window.samples if s.pair_id == "x") == ["baseline", "speculative"]
+
+
+async def test_late_samples_are_left_out_and_noted(
+    routers: Callable[[], Awaitable[RouterPod]],
+) -> None:
+    one = await routers()
+    async with RouterFeedSource([one.url]) as source:
+        one.add(sample(5, 1))
+        assert (await source.collect(T0, T0 + 60)).state == "ok"
+        one.add(sample(30, 1))  # ended in the first window, read after it was collected
+        one.add(sample(70, 1))
+        window = await source.collect(T0 + 60, T0 + 120)
+    assert [s.started_at - T0 for s in window.samples] == [70]
+    assert any("after their window" in note for note in window.notes)
+    assert any("after their window" in r for r in window.verdict().reasons)
+
+
+async def test_down_and_empty_are_typed_results(
+    routers: Callable[[], Awaitable[RouterPod]],
+) -> None:
+    async with RouterFeedSource() as source:
+        nothing = await source.collect(T0, T0 + 60)
+    assert nothing.state == "down" and "no router" in nothing.problem
+    dead = f"http://127.0.0.1:{free_port()}"
+    async with RouterFeedSource([dead]) as source:
+        down = await source.collect(T0, T0 + 60)
+    assert down.state == "down" and down.degraded and dead in down.problem
+    assert "\n" not in down.problem
+    verdict = down.verdict()
+    assert verdict.outcome == "inconclusive"
+    assert any(dead in reason for reason in verdict.reasons)
+    one = await routers()
+    async with RouterFeedSource([one.url, dead]) as source:
+        empty = await source.collect(T0, T0 + 60)
+        assert empty.state == "empty" and empty.degraded
+        assert "1 router(s) read" in empty.problem
+        one.add(sample(61, 1))
+        partial = await source.collect(T0 + 60, T0 + 120)
+    assert partial.state == "ok" and len(partial.samples) == 1
+    assert any("1 of 2 router(s) unreadable" in note for note in partial.notes)
+
+
+async def test_window_verdict_is_the_paired_judgement(
+    routers: Callable[[], Awaitable[RouterPod]],
+) -> None:
+    one = await routers()
+    now = time.time()
+    for i in range(30):
+        base = replace(sample(i, 1, pod="b0", arm="baseline", role="shadow", pair=f"p{i}",
+                              tpot=0.020), started_at=now - 100 + i)  # fmt: skip
+        spec = replace(sample(i, 1, pair=f"p{i}", tpot=0.030), started_at=now - 100 + i)
+        one.add(spec, base)
+    async with RouterFeedSource([one.url]) as source:
+        window = await source.collect(now - 120, now)
+    assert isinstance(window, WindowSamples) and len(window.samples) == 60
+    verdict = window.verdict(JudgeSettings(min_requests_per_arm=20))
+    assert verdict.n_pairs == 30 and verdict.outcome == "regressed"
+    assert verdict.ratio == pytest.approx(1.5, rel=0.01)
