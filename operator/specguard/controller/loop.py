@@ -210,7 +210,9 @@ class ResourceLoop:
                 self._draft_start = await read_drafters(pods)
             self._window_start = now
         elif now - self._window_start >= spec.evaluation.window:
-            evidence = await self.collector.close_window(spec, judge_settings(spec), routers, pods)
+            evidence = await self.collector.close_window(
+                spec, judge_settings(spec), routers, pods, start=self._window_start, end=now
+            )
             self._window_start = now
             draft_end = await read_drafters(pods)
             counters = (

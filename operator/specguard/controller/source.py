@@ -2,8 +2,9 @@
 ``specguard.sources`` so the loop asks one question each window: the verdict, or why there
 is none (the source is down).
 
-- router (default): the routers' ``/samples`` feeds, polled every few seconds into the
-  window's buffer (paired samples keep their ``pair_id``), judged by ``judge()``;
+- router (default): the routers' ``/samples`` feeds through ``RouterFeedSource``: the
+  requests that ended in the window, concurrency at a pod counted over every router, paired
+  samples keeping their ``pair_id``; judged by ``judge()``;
 - prometheus: vLLM's TPOT histograms per arm over the window (``PrometheusSource``);
 - scrape: two readings of every vLLM pod's ``/metrics``, at the window's start and end.
 """
@@ -15,13 +16,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from specguard.api.spec import Spec
-from specguard.judge.sample import Sample
 from specguard.judge.verdict import JudgeSettings, Verdict, judge
 from specguard.sources.prometheus import ArmSelectors, PrometheusSource
-from specguard.sources.router_feed import RouterFeed
+from specguard.sources.router_feed import RouterFeedSource
 from specguard.sources.scrape import ScrapeRound, ScrapeSource, verdict_from_rounds
-
-MAX_BUFFER = 200_000  # samples kept per window at most (bounded memory)
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,16 +30,12 @@ class WindowEvidence:
 
 
 class Collector:
-    """One resource's sample source; ``poll`` between windows, ``close_window`` at the end."""
+    """One resource's sample source, asked once per window (``close_window``)."""
 
     def __init__(self, name: str, namespace: str) -> None:
         self.name = name
         self.namespace = namespace
-        self._feed = RouterFeed()
-        self._buffer: list[Sample] = []
-        self._failures: dict[str, str] = {}
-        self._polls = 0
-        self._dropped = 0
+        self._feed = RouterFeedSource()
         self._rounds: list[ScrapeRound] = []
 
     async def aclose(self) -> None:
@@ -49,26 +43,11 @@ class Collector:
 
     def reset(self) -> None:
         """Forget the window so far (a swap started, the shadow paused, the spec changed)."""
-        self._buffer.clear()
-        self._failures.clear()
         self._rounds.clear()
-        self._polls = 0
-        self._dropped = 0
 
     async def poll(self, spec: Spec, routers: Sequence[str], pods: dict[str, list[str]]) -> None:
-        kind = spec.metrics_source.type
-        if kind == "router":
-            self._feed.set_urls(routers)
-            if not routers:
-                return
-            read = await self._feed.poll()
-            self._polls += 1
-            room = MAX_BUFFER - len(self._buffer)
-            self._buffer.extend(read.samples[:room])
-            self._dropped += max(0, len(read.samples) - room)
-            if read.failed and len(read.failed) == len(routers):
-                self._failures.update(read.failed)
-        elif kind == "scrape" and not self._rounds:
+        """Between window ends: the scrape source reads the pods at the window's start."""
+        if spec.metrics_source.type == "scrape" and not self._rounds:
             async with ScrapeSource(pods) as scrape:
                 self._rounds.append(await scrape.read())
 
@@ -78,29 +57,33 @@ class Collector:
         settings: JudgeSettings,
         routers: Sequence[str],
         pods: dict[str, list[str]],
+        *,
+        start: float,
+        end: float,
     ) -> WindowEvidence:
         kind = spec.metrics_source.type
         try:
-            if kind == "router":
-                await self.poll(spec, routers, pods)
             if kind == "prometheus":
                 return await self._prometheus(spec, settings)
             if kind == "scrape":
                 return await self._scrape(settings, pods)
-            return self._router(settings, routers)
+            return await self._router(settings, routers, start, end)
         finally:
             self.reset()
 
-    def _router(self, settings: JudgeSettings, routers: Sequence[str]) -> WindowEvidence:
-        samples = list(self._buffer)
-        verdict = judge(samples, settings)
+    async def _router(
+        self, settings: JudgeSettings, routers: Sequence[str], start: float, end: float
+    ) -> WindowEvidence:
         if not routers:
-            return WindowEvidence(verdict, "no ready router pod to read samples from", 0)
-        if self._failures and not samples:
-            first = next(iter(sorted(self._failures.items())))
-            error = f"router sample feed unreachable ({first[0]}: {first[1]})"
-            return WindowEvidence(verdict, error, 0)
-        return WindowEvidence(verdict, None, len(samples))
+            return WindowEvidence(
+                judge([], settings), "no ready router pod to read samples from", 0
+            )
+        self._feed.set_urls(routers)
+        window = await self._feed.collect(start, end)
+        verdict = window.verdict(settings)
+        if window.state == "down":
+            return WindowEvidence(verdict, window.problem or "router sample feed unreachable", 0)
+        return WindowEvidence(verdict, None, len(window.samples))
 
     async def _prometheus(self, spec: Spec, settings: JudgeSettings) -> WindowEvidence:
         url = spec.metrics_source.prometheus_url or ""
