@@ -226,7 +226,19 @@ def operator(cluster: LocalCluster, ns: str, log_dir: Path, *extra: str) -> Iter
     try:
         yield op
     finally:
-        op.stop()
+        try:
+            delete_all(cluster, ns)
+        finally:
+            op.stop()
+
+
+def delete_all(cluster: LocalCluster, ns: str) -> None:
+    """Delete the namespace's resources while an operator still runs to take kopf's
+    finalizer off them (a namespace would otherwise stay Terminating)."""
+    path = SD_PATH.format(ns=ns)
+    for item in api(cluster, "GET", path)["items"]:
+        api(cluster, "DELETE", f"{path}/{item['metadata']['name']}", ok=False)
+    wait_for("resources deleted", lambda: not api(cluster, "GET", path)["items"], 60)
 
 
 @dataclass

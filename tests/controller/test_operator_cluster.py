@@ -27,6 +27,7 @@ from .kit import (
     api,
     condition,
     create_sd,
+    delete_all,
     events,
     get_sd,
     install_crd,
@@ -224,7 +225,10 @@ def test_pin_swap_bounds_restart_mid_swap_plugin_and_retry(
         reasons = [e["reason"] for e in events(cluster, ns, "qwen")]
         assert {"RolledBack", "Repromoted", "SwapComplete", "Retry"} <= set(reasons)
     finally:
-        op.stop()
+        try:
+            delete_all(cluster, ns)
+        finally:
+            op.stop()
 
 
 def test_spec_edit_rerenders_and_resets_streaks(
@@ -401,5 +405,8 @@ def test_two_operators_one_acts(
         )["spec"]["holderIdentity"]
         assert new_holder != holder
     finally:
-        first.stop()
-        second.stop()
+        try:
+            delete_all(cluster, ns)
+        finally:
+            first.stop()
+            second.stop()
