@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/judge_power.py [--windows 200] [--n 200] [--seed 1]
 
-For each latency shape (specguard.judge.synthetic) and pairing, prints the share of windows
+For each latency shape (specguard.testing.synthetic) and pairing, prints the share of windows
 judged regressed as the injected per-token regression grows (0% is the A/A false alarm rate),
 at the default settings (tolerance 3%, confidence 99%, 2000 resamples), plus the A/A rate
 with tolerance 0 (only the CI counts) and the A/A "improved" rate.
@@ -15,8 +15,8 @@ import time
 
 import numpy as np
 
-from specguard.judge.synthetic import SHAPES, Shape, window
 from specguard.judge.verdict import JudgeSettings, judge
+from specguard.testing.synthetic import SHAPES, Shape, window
 
 FACTORS = (1.0, 1.02, 1.04, 1.06, 1.08, 1.10, 1.15, 1.20)
 

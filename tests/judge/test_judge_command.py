@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specguard.judge.synthetic import window
+from specguard.testing.synthetic import window
 
 
 def specguard(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -41,7 +41,7 @@ def test_prints_sentence_and_table(recording: Path) -> None:
     assert first.startswith("regressed: ratio of median per-token latency")
     assert "n 1320 vs 1320" in first
     table = "\n".join(rest)
-    assert "speculative" in table and "baseline" in table and "8-15: 1320/1320" in table
+    assert "speculative" in table and "baseline" in table and "8-11: 1320/1320" in table
 
 
 def test_json_output_is_the_verdict(recording: Path) -> None:
@@ -65,7 +65,7 @@ def test_windows_replay_the_policy(recording: Path) -> None:
 
 def test_reads_stdin(recording: Path) -> None:
     proc = specguard("-", "--min-requests", "5000", stdin=recording.read_text())
-    assert proc.returncode == 0
+    assert proc.returncode == 3  # inconclusive: no verdict reached
     assert proc.stdout.startswith("inconclusive: too few usable requests")
 
 
@@ -77,7 +77,12 @@ def test_reads_stdin(recording: Path) -> None:
         ('{"arm":"speculative","role":"serving","pod":"p","domain":"chat","started_at":1,'
          '"concurrency":-1,"output_tokens":9,"e2e_s":1}\n', (), "line 1: concurrency:"),
         ("", ("--confidence", "1.5"), "--confidence: must be in [0.5, 1)"),
-        ("", ("--window", "0"), "--window: must be a positive number"),
+        ("", ("--window", "0"), "--window: must be 0.001 to 3.1536e+07 seconds"),
+        ("", ("--window", "1e-7"), "--window: must be 0.001 to"),
+        ("", ("--window", "nan"), "--window: must be 0.001 to"),
+        ("", ("--resamples", "1000000000"), "--resamples: must be between 100 and 100000"),
+        ("", ("--min-requests", "9" * 5000), "argument --min-requests: invalid int value"),
+        ("", ("--tolerance", "1e999"), "--tolerance: must be in [0, 1)"),
         ("", ("--seed", "-1"), "--seed: must be >= 0"),
         ("", ("--tolerance", "abc"), "argument --tolerance: invalid float value"),
     ],
@@ -96,3 +101,89 @@ def test_bad_input_is_one_line_exit_2(
 def test_missing_file_is_exit_2(tmp_path: Path) -> None:
     proc = specguard(str(tmp_path / "nope.jsonl"))
     assert proc.returncode == 2 and "No such file" in proc.stderr
+
+
+RECORD = (
+    '{"arm":"speculative","role":"serving","pod":"p","domain":"chat","started_at":%s,'
+    '"concurrency":%s,"output_tokens":9,"e2e_s":1,"tpot_s":0.03%s}\n'
+)
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (RECORD % ("1" + "0" * 400, 1, ""), "line 1: started_at: expected a finite number"),
+        (RECORD % (1, "9" * 5000, ""), "line 1: not a sample record"),
+        (RECORD % (1, "9" * 400, ""), "line 1: concurrency: expected a whole number <="),
+        ("[" * 30_000 + "]" * 30_000 + "\n", "line 1: not a sample record (nested too deeply)"),
+        ('{"a":' * 50 + "1" + "}" * 50 + "\n", "line 1: pod: required field is missing"),
+        (RECORD % (1, 1, ',"v":true'), "line 1: v: unsupported schema version True"),
+        ("x" * 70_000 + "\n", "line 1: longer than 65536 characters"),
+        ("x" * 200_000, "line 1: longer than 65536 characters"),  # no newline at all
+        ("\xff\n", "not UTF-8 text (invalid start byte)"),
+    ],
+)
+def test_hostile_files_are_one_line_exit_2(tmp_path: Path, content: str, message: str) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_text(content, encoding="latin-1" if "\xff" in content else "utf-8")
+    proc = specguard(str(path))
+    assert proc.returncode == 2, proc.stdout
+    assert message in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+
+
+def test_no_verdict_is_exit_3_with_the_reason(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    proc = specguard(str(empty))
+    assert proc.returncode == 3 and "no samples" in proc.stdout
+    # every speculative request failed: the sentence carries the error counts
+    rng = np.random.default_rng(1)
+    lines = []
+    for s in window("lognormal", 220, rng):
+        record = s.to_dict()
+        if s.arm == "speculative":
+            record["status"] = 503
+        lines.append(json.dumps(record))
+    failed = tmp_path / "failed.jsonl"
+    failed.write_text("\n".join(lines) + "\n")
+    proc = specguard(str(failed))
+    assert proc.returncode == 3
+    assert "errors: speculative 220 of 220 requests, baseline 0 of 220" in proc.stdout
+
+
+def test_window_replay_grows_with_samples_not_with_the_time_they_span(
+    recording: Path, tmp_path: Path
+) -> None:
+    # One record at started_at 0 in front of real ones 1.7e9 s later, and two records 1e15 s
+    # apart: the empty windows between are one line each, not 28 million or 1.6e13 windows.
+    records = recording.read_text().splitlines()
+    first = json.loads(records[0])
+    path = tmp_path / "gap.jsonl"
+    path.write_text(json.dumps({**first, "started_at": 0}) + "\n" + "\n".join(records) + "\n")
+    proc = specguard(str(path), "--window", "60")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[1] == "window 1–28333332: no samples"
+    assert "would roll back at window(s) 28333337" in lines[-1]
+    far = tmp_path / "far.jsonl"
+    far.write_text(json.dumps(first) + "\n" + json.dumps({**first, "started_at": 1e15}) + "\n")
+    proc = specguard(str(far), "--window", "0.001")
+    assert proc.returncode == 3, proc.stderr
+    assert len(proc.stdout.splitlines()) == 4
+
+
+def test_a_closed_pipe_is_one_line_exit_2(recording: Path) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "specguard", "judge", str(recording), "--window", "1", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.read(10)
+    proc.stdout.close()  # the reader goes away, as `| head -c 10` does
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) == 2
+    assert "output closed" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1

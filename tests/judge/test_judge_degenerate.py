@@ -10,8 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from specguard.judge.sample import Sample
-from specguard.judge.synthetic import SHAPES, samples, window
 from specguard.judge.verdict import JudgeSettings, judge
+from specguard.testing.synthetic import SHAPES, samples, window
 
 FAST = JudgeSettings(min_requests_per_arm=2, resamples=200)
 
@@ -25,7 +25,7 @@ def _arms(spec: list[float], base: list[float], concurrency: int = 8) -> list[Sa
 def test_empty_window_is_inconclusive() -> None:
     v = judge([])
     assert v.outcome == "inconclusive" and v.ratio is None
-    assert "too few usable requests" in v.sentence()
+    assert "no samples in the window" in v.sentence()
 
 
 def test_one_sample_per_arm_is_inconclusive() -> None:

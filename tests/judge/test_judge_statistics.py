@@ -1,5 +1,5 @@
 """Statistical validation of the judge and the policy on synthetic windows with known truth
-(specguard.judge.synthetic): A/A false alarms, power, false rollbacks over repeated looks.
+(specguard.testing.synthetic): A/A false alarms, power, false rollbacks over repeated looks.
 
 Seeded, so each figure is deterministic; the sizes are chosen so that the thresholds hold with
 margin (see bench/judge_power.py for the same figures on more windows)."""
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from specguard.judge.policy import PolicySettings, PolicyState, step
-from specguard.judge.synthetic import SHAPES, Shape, window
 from specguard.judge.verdict import JudgeSettings, Verdict, judge
+from specguard.testing.synthetic import SHAPES, Shape, window
 
 pytestmark = pytest.mark.slow
 

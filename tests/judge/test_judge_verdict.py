@@ -9,8 +9,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from specguard.judge.sample import Sample
-from specguard.judge.synthetic import samples, window
+from specguard.judge.sample import Arm, Sample
 from specguard.judge.verdict import (
     QUANTITY_MEDIANS,
     QUANTITY_PAIRED,
@@ -18,9 +17,10 @@ from specguard.judge.verdict import (
     bootstrap_medians,
     classify,
     judge,
-    resampling_groups,
+    matched_groups,
     stratum_of,
 )
+from specguard.testing.synthetic import samples, window
 
 SMALL = JudgeSettings(min_requests_per_arm=20, resamples=500)
 
@@ -33,12 +33,15 @@ def test_classify_acts_only_beyond_the_tolerance_band() -> None:
     assert classify(0.5, 2.0, 0.03) == "neutral"
 
 
-def test_stratum_bands_are_powers_of_two() -> None:
+def test_stratum_bands_are_half_octaves() -> None:
     assert stratum_of(0) == (1, 1)
     assert stratum_of(1) == (1, 1)
-    assert stratum_of(3) == (2, 3)
-    assert stratum_of(256) == (256, 511)
-    assert stratum_of(255) == (128, 255)
+    assert stratum_of(3) == (3, 3)
+    assert [stratum_of(c) for c in (4, 5, 6, 7, 8, 11, 12)] == [
+        (4, 5), (4, 5), (6, 7), (6, 7), (8, 11), (8, 11), (12, 15),
+    ]  # fmt: skip
+    assert stratum_of(256) == (256, 383)
+    assert stratum_of(255) == (192, 255)
 
 
 def test_bootstrap_medians_equal_numpy_medians_of_the_same_resamples() -> None:
@@ -62,13 +65,23 @@ def test_bootstrap_medians_keep_each_stratum_whole() -> None:
     assert np.all(medians == 5.0)
 
 
-def test_thin_strata_are_pooled_with_their_neighbours_for_resampling() -> None:
-    assert resampling_groups([[0], [1, 2], list(range(3, 23)), [23]], 3) == [
-        [0, 1, 2],
-        [*range(3, 23), 23],
+def _at(arm: Arm, levels: list[int]) -> list[Sample]:
+    return [
+        replace(s, concurrency=c)
+        for s, c in zip(samples(arm, np.full(len(levels), 0.03)), levels, strict=True)
     ]
-    assert resampling_groups([[0], [1]], 5) == [[0, 1]]  # too thin overall: one group
-    assert resampling_groups([], 5) == []
+
+
+def test_strata_are_merged_until_both_arms_have_enough() -> None:
+    chosen: dict[Arm, list[Sample]] = {
+        "speculative": _at("speculative", [1, 2, 2, 8, 8, 8, 9, 40]),
+        "baseline": _at("baseline", [1, 1, 1, 2, 8, 8, 40, 40]),
+    }
+    # 1: 1/3 → with 2: 3/4 (both >= 3); 8-11: 4/2 → with 40: 5/4
+    assert matched_groups(chosen, 3) == [[(1, 1), (2, 2)], [(8, 11), (32, 47)]]
+    # too thin overall: one group, compared pooled
+    assert matched_groups(chosen, 6) == [[(1, 1), (2, 2), (8, 11), (32, 47)]]
+    assert matched_groups({"speculative": [], "baseline": []}, 5) == []
 
 
 def test_one_request_per_stratum_does_not_collapse_the_interval() -> None:
@@ -177,8 +190,8 @@ def test_strata_and_pod_concurrency_are_reported() -> None:
             parts += samples(arm, 0.03 * np.exp(rng.normal(0, 0.1, 150)), concurrency=conc)
     v = judge(parts)
     assert [(s.label, s.speculative, s.baseline) for s in v.strata] == [
-        ("4-7", 150, 150),
-        ("16-31", 150, 150),
+        ("4-5", 150, 150),
+        ("16-23", 150, 150),
     ]
     assert set(v.pod_concurrency["speculative"]) == {"speculative-0", "speculative-1"}
     assert v.outcome == "neutral"

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 from aiohttp import web
 
-from specguard.judge.synthetic import samples
 from specguard.judge.verdict import judge
 from specguard.router.pool import Topology
 from specguard.router.proxy import Router, RouterConfig
 from specguard.sources.router_feed import RouterFeed
 from specguard.testing.ports import free_port
+from specguard.testing.synthetic import samples
 
 
 class RouterPod:

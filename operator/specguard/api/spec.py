@@ -409,9 +409,9 @@ class Evaluation(SpecModel):
     )
     min_requests_per_arm: int = Field(
         default=200,
-        ge=1,
-        description="Completed requests each arm needs in a window for a verdict; fewer is "
-        "inconclusive.",
+        ge=2,
+        description="Usable requests (or mirrored pairs) each arm needs in a window for a "
+        "verdict; fewer is inconclusive. At least 2.",
     )
     min_output_tokens: int = Field(
         default=16,
@@ -443,8 +443,10 @@ class Evaluation(SpecModel):
         default=0.25,
         gt=0.0,
         le=1.0,
-        description="Largest relative difference of per-pod concurrency between the arms for a "
-        "window to count; beyond it the window is inconclusive.",
+        description="Load check: largest relative difference of requests per pod (the arrival "
+        "rate per pod) between the arms for a window to count; beyond it the window is "
+        "inconclusive (is the mirror share right?). In-flight concurrency is not compared: a "
+        "slower arm holds more requests in flight at the same rate.",
     )
 
 

@@ -73,7 +73,9 @@ class Verdict(WireModel):
     outcome: Outcome = Field(description="regressed, improved, neutral or inconclusive.")
     ratio: float | None = Field(
         default=None,
-        description="Median per-token latency, speculative / baseline (< 1: the drafter helps).",
+        description="Per-token latency, speculative / baseline (< 1: the drafter helps): the "
+        "median per-request ratio of mirrored pairs, or the ratio of medians at matched "
+        "concurrency.",
     )
     ci_lower: float | None = Field(default=None, description="Lower confidence bound of ratio.")
     ci_upper: float | None = Field(default=None, description="Upper confidence bound of ratio.")
@@ -81,7 +83,7 @@ class Verdict(WireModel):
         default_factory=ArmFigures, description="Requests counted per arm in the window."
     )
     concurrency: ArmFigures = Field(
-        default_factory=ArmFigures, description="Observed mean per-pod concurrency per arm."
+        default_factory=ArmFigures, description="Median in-flight requests per pod per arm, over the judged requests."
     )
     domains: dict[str, float] = Field(
         default_factory=dict, description="Per-domain latency ratio (tool_call, chat, ...)."

@@ -3,14 +3,23 @@ tolerance, confidence and consecutive windows before enforcing them.
 
 Without --window the whole file is one window. With --window SECONDS the samples are cut into
 fixed windows by ``started_at`` and each gets a verdict, then the decision policy is replayed
-over them as a dry run ("would roll back at window 5").
+over them as a dry run ("would roll back at window 5"). A run of windows without samples is
+one line and one policy step (it resets a streak like one empty window), so time and memory
+grow with the samples, not with the time they span.
+
+Defaults are the resource's (spec.evaluation and spec.rollback).
+Exit status: 0 a verdict was reached (in at least one window); 3 inconclusive everywhere
+(too few usable requests, all errors, no samples, arms measured differently); 2 bad input,
+bad flag or unwritable output (one line on stderr).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,8 +27,13 @@ from pathlib import Path
 import numpy as np
 
 from specguard.judge.policy import PolicySettings, PolicyState, step
-from specguard.judge.sample import ARMS, Sample, SampleError, parse_lines
-from specguard.judge.verdict import JudgeSettings, Verdict, judge
+from specguard.judge.sample import ARMS, Sample, SampleError, parse_lines, read_lines
+from specguard.judge.verdict import MAX_RESAMPLES, JudgeSettings, Verdict, judge
+
+# --window bounds: below a millisecond no window holds two requests; above a year is no window.
+MIN_WINDOW_S = 0.001
+MAX_WINDOW_S = 31_536_000.0
+EXIT_VERDICT, EXIT_USAGE, EXIT_INCONCLUSIVE = 0, 2, 3
 
 
 class _Parser(argparse.ArgumentParser):
@@ -31,7 +45,13 @@ class _Parser(argparse.ArgumentParser):
 
 def _parser() -> argparse.ArgumentParser:
     d = JudgeSettings()
-    p = _Parser(prog="specguard judge", description=__doc__.split("\n\n")[0])
+    p = _Parser(
+        prog="specguard judge",
+        description=__doc__.split("\n\n")[0],
+        epilog="Defaults are the resource's (spec.evaluation, spec.rollback). Exit status: 0 a "
+        "verdict was reached; 3 inconclusive (too few usable requests, all errors, no samples, "
+        "arms measured differently); 2 bad input or flag. See docs/judge.md.",
+    )
     p.add_argument("samples", help="JSONL file of sample records (docs/samples.md); - for stdin")
     p.add_argument(
         "--tolerance",
@@ -50,7 +70,8 @@ def _parser() -> argparse.ArgumentParser:
         type=float,
         default=None,
         metavar="SECONDS",
-        help="cut the samples into windows of this length and replay the policy",
+        help="cut the samples into windows of this length and replay the policy "
+        f"({MIN_WINDOW_S:g} to {MAX_WINDOW_S:g})",
     )
     p.add_argument(
         "--min-requests",
@@ -68,14 +89,15 @@ def _parser() -> argparse.ArgumentParser:
         "--resamples",
         type=int,
         default=d.resamples,
-        help=f"bootstrap resamples (default {d.resamples})",
+        help=f"bootstrap resamples (default {d.resamples}, at most {MAX_RESAMPLES})",
     )
     p.add_argument("--seed", type=int, default=d.seed, help="bootstrap seed (default 0)")
     p.add_argument(
         "--consecutive",
         type=int,
         default=PolicySettings().consecutive_windows,
-        help="windows in a row before a rollback, for the replay (default 3)",
+        help="windows in a row before a rollback, for the replay "
+        f"(default {PolicySettings().consecutive_windows})",
     )
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     return p
@@ -95,20 +117,28 @@ _FLAGS = {
 
 def _load(path: str) -> list[Sample]:
     if path == "-":
-        return list(parse_lines(sys.stdin))
+        return list(parse_lines(read_lines(sys.stdin)))
     with Path(path).open(encoding="utf-8") as handle:
-        return list(parse_lines(handle))
+        return list(parse_lines(read_lines(handle)))
 
 
-def _windows(samples: Sequence[Sample], seconds: float) -> list[tuple[float, list[Sample]]]:
+def _windows(samples: Sequence[Sample], seconds: float) -> list[tuple[int, int, list[Sample]]]:
+    """(first index, last index, samples) per window that has samples, and one entry per run
+    of empty windows between them (with no samples): as many entries as samples at most."""
     if not samples:
         return []
     start = min(s.started_at for s in samples)
     buckets: dict[int, list[Sample]] = {}
     for s in samples:
         buckets.setdefault(int((s.started_at - start) // seconds), []).append(s)
-    last = max(buckets)
-    return [(start + i * seconds, buckets.get(i, [])) for i in range(last + 1)]
+    out: list[tuple[int, int, list[Sample]]] = []
+    previous = -1
+    for index in sorted(buckets):
+        if index > previous + 1:
+            out.append((previous + 1, index - 1, []))
+        out.append((index, index, buckets[index]))
+        previous = index
+    return out
 
 
 def _ms(value: float | None) -> str:
@@ -146,6 +176,18 @@ def _table(verdict: Verdict, samples: Sequence[Sample]) -> str:
 
 
 def main(argv: list[str]) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # The reader went away (`| head`): say so once, and keep Python from complaining
+        # again when it flushes stdout at exit.
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        print("specguard judge: output closed before the report was written", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def _main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     try:
         settings = JudgeSettings(
@@ -157,20 +199,27 @@ def main(argv: list[str]) -> int:
             seed=args.seed,
         )
         policy = PolicySettings(policy="notify", consecutive_windows=args.consecutive)
-        if args.window is not None and not (math.isfinite(args.window) and args.window > 0):
-            raise ValueError(f"--window: must be a positive number of seconds, got {args.window}")
+        if args.window is not None and not (
+            math.isfinite(args.window) and MIN_WINDOW_S <= args.window <= MAX_WINDOW_S
+        ):
+            raise ValueError(
+                f"--window: must be {MIN_WINDOW_S:g} to {MAX_WINDOW_S:g} seconds, got {args.window}"
+            )
     except ValueError as exc:
         field, _, problem = str(exc).partition(": ")
         print(f"specguard judge: {_FLAGS.get(field, field)}: {problem}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     try:
         samples = _load(args.samples)
     except OSError as exc:
         print(f"specguard judge: {args.samples}: {exc.strerror or exc}", file=sys.stderr)
-        return 2
-    except (SampleError, UnicodeDecodeError) as exc:
+        return EXIT_USAGE
+    except SampleError as exc:
         print(f"specguard judge: {args.samples}: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
+    except UnicodeDecodeError as exc:
+        print(f"specguard judge: {args.samples}: not UTF-8 text ({exc.reason})", file=sys.stderr)
+        return EXIT_USAGE
 
     if args.window is None:
         verdict = judge(samples, settings)
@@ -179,26 +228,40 @@ def main(argv: list[str]) -> int:
         else:
             print(verdict.sentence())
             print(_table(verdict, samples))
-        return 0
+        return EXIT_INCONCLUSIVE if verdict.outcome == "inconclusive" else EXIT_VERDICT
 
     state = PolicyState()
     report = []
-    for index, (start, chunk) in enumerate(_windows(samples, args.window)):
+    start0 = min((s.started_at for s in samples), default=0.0)
+    for first, last, chunk in _windows(samples, args.window):
         verdict = judge(chunk, settings)
-        state, decision = step(state, policy, start + args.window, verdict=verdict)
-        report.append((index, start, verdict, decision))
+        end = start0 + (last + 1) * args.window
+        state, decision = step(state, policy, end, verdict=verdict)
+        report.append((first, last, start0 + first * args.window, verdict, decision))
+    reached = any(v.outcome != "inconclusive" for *_, v, _ in report)
+    code = EXIT_VERDICT if reached else EXIT_INCONCLUSIVE
     if args.json:
         print(
             json.dumps(
                 [
-                    {"window": i, "start": start, "verdict": v.to_dict(), "decision": d.to_dict()}
-                    for i, start, v, d in report
+                    {
+                        "window": first,
+                        "last_window": last,
+                        "start": start,
+                        "verdict": v.to_dict(),
+                        "decision": d.to_dict(),
+                    }
+                    for first, last, start, v, d in report
                 ],
                 indent=2,
             )
         )
-        return 0
-    for i, _start, verdict, decision in report:
+        return code
+    for first, last, _start, verdict, decision in report:
+        if not verdict.requests.get("speculative") and not verdict.requests.get("baseline"):
+            span = f"{first}" if first == last else f"{first}–{last}"
+            print(f"window {span:>3}: no samples")
+            continue
         ci = (
             ""
             if verdict.ci_low is None or verdict.ci_high is None
@@ -206,11 +269,11 @@ def main(argv: list[str]) -> int:
         )
         ratio = "" if verdict.ratio is None else f" ratio {verdict.ratio:.3f}"
         n = f"n {verdict.n.get('speculative', 0)}/{verdict.n.get('baseline', 0)}"
-        line = f"window {i:>3}: {verdict.outcome:<12}{ratio}{ci} {n}"
+        line = f"window {first:>3}: {verdict.outcome:<12}{ratio}{ci} {n}"
         if decision.action == "notify":
             line += f"  → {decision.reason.split(':')[0]}"
         print(line)
-    flips = [i for i, _, _, d in report if d.action == "notify"]
+    flips = [first for first, _, _, _, d in report if d.action == "notify"]
     print(
         f"policy replay (dry run, {args.consecutive} consecutive windows): "
         + (
@@ -219,4 +282,4 @@ def main(argv: list[str]) -> int:
             else "would not act"
         )
     )
-    return 0
+    return code

@@ -4,8 +4,21 @@
 - ``verdict``: one window of samples → ``Verdict`` (``judge``, ``JudgeSettings``);
 - ``histogram``: per-arm TPOT histograms → ``Verdict`` (coarser; ``judge_histograms``);
 - ``policy``: successive verdicts + guardrails → ``Decision`` (``step``, ``PolicySettings``);
-- ``synthetic``: windows with known truth for validation;
-- ``command``: ``specguard judge SAMPLES.jsonl``.
+- ``settings``: the resource's ``spec.evaluation``/``spec.rollback`` → ``JudgeSettings`` and
+  ``PolicySettings`` (``settings_from_spec``), the one conversion.
 
+The CLI front end is ``specguard.commands.judge`` (``specguard judge SAMPLES.jsonl``).
 See docs/judge.md.
 """
+
+from specguard.judge.policy import PolicySettings
+from specguard.judge.settings import judge_settings, policy_settings, settings_from_spec
+from specguard.judge.verdict import JudgeSettings
+
+__all__ = [
+    "JudgeSettings",
+    "PolicySettings",
+    "judge_settings",
+    "policy_settings",
+    "settings_from_spec",
+]

@@ -13,9 +13,14 @@ import json
 import math
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TextIO
 
 SCHEMA_VERSION = 1
+# Bounds on one JSONL line: a record is a few hundred characters and nested one level.
+MAX_LINE = 65_536
+MAX_BRACKETS = 64
+# Whole-number fields (tokens, concurrency, status) above this are not measurements.
+MAX_WHOLE = 2**53
 
 Arm = Literal["speculative", "baseline"]
 Role = Literal["serving", "shadow"]
@@ -92,7 +97,12 @@ def _number(data: Mapping[str, Any], name: str, *, optional: bool) -> float | No
         raise SampleError(f"{name}: required field is missing")
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise SampleError(f"{name}: expected a number, got {type(value).__name__}")
-    number = float(value)
+    try:
+        number = float(value)
+    except OverflowError:
+        raise SampleError(
+            f"{name}: expected a finite number >= 0, got a {_digits(value)}"
+        ) from None
     if not math.isfinite(number) or number < 0:
         raise SampleError(f"{name}: expected a finite number >= 0, got {value!r}")
     return number
@@ -103,8 +113,19 @@ def _integer(data: Mapping[str, Any], name: str, default: int | None = None) -> 
     if value is None:
         raise SampleError(f"{name}: required field is missing")
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise SampleError(f"{name}: expected a whole number >= 0, got {value!r}")
+        raise SampleError(f"{name}: expected a whole number >= 0, got {_short(value)}")
+    if value > MAX_WHOLE:
+        raise SampleError(f"{name}: expected a whole number <= {MAX_WHOLE}, got a {_digits(value)}")
     return int(value)
+
+
+def _digits(value: Any) -> str:
+    return f"{len(str(abs(value)))}-digit number" if isinstance(value, int) else "number"
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _choice(
@@ -112,7 +133,7 @@ def _choice(
 ) -> Any:
     value = data.get(name, default)
     if value not in allowed:
-        raise SampleError(f"{name}: expected one of {', '.join(allowed)}, got {value!r}")
+        raise SampleError(f"{name}: expected one of {', '.join(allowed)}, got {_short(value)}")
     return value
 
 
@@ -120,9 +141,9 @@ def _parse(data: Mapping[str, Any]) -> Sample:
     if not isinstance(data, Mapping):
         raise SampleError(f"record: expected a JSON object, got {type(data).__name__}")
     version = data.get("v", SCHEMA_VERSION)
-    if version != SCHEMA_VERSION:
+    if isinstance(version, bool) or not isinstance(version, int) or version != SCHEMA_VERSION:
         raise SampleError(
-            f"v: unsupported schema version {version!r} (this reader knows {SCHEMA_VERSION})"
+            f"v: unsupported schema version {_short(version)} (this reader knows {SCHEMA_VERSION})"
         )
     pod = _require(data, "pod")
     domain = _require(data, "domain")
@@ -153,17 +174,40 @@ def _parse(data: Mapping[str, Any]) -> Sample:
 
 
 def parse_lines(lines: Iterable[str]) -> Iterator[Sample]:
-    """Samples from JSONL text; a bad line raises SampleError naming its line number."""
+    """Samples from JSONL text; a bad line raises SampleError naming its line number.
+    Lines longer than :data:`MAX_LINE` characters, numbers of thousands of digits and deep
+    nesting are refused as bad lines (no record needs them)."""
     for number, line in enumerate(lines, start=1):
+        if len(line) > MAX_LINE:
+            raise SampleError(f"line {number}: longer than {MAX_LINE} characters")
         text = line.strip()
         if not text:
             continue
+        if text.count("[") + text.count("{") > MAX_BRACKETS:
+            raise SampleError(f"line {number}: not a sample record (nested too deeply)")
         try:
             yield _parse(json.loads(text))
         except json.JSONDecodeError as exc:
             raise SampleError(f"line {number}: not JSON ({exc.msg})") from exc
         except SampleError as exc:
             raise SampleError(f"line {number}: {exc}") from exc
+        except (ValueError, RecursionError) as exc:
+            # int() refuses numbers of more than 4300 digits; deep nesting overflows the stack
+            raise SampleError(f"line {number}: not a sample record ({type(exc).__name__})") from exc
+
+
+def read_lines(handle: TextIO) -> Iterator[str]:
+    """The lines of a text stream, each read with a bound, so a file without newlines cannot
+    take memory in proportion to its size: an over-long line is returned cut at
+    ``MAX_LINE + 1`` characters, which :func:`parse_lines` refuses."""
+    while True:
+        line = handle.readline(MAX_LINE + 1)
+        if not line:
+            return
+        if len(line) > MAX_LINE:
+            yield line
+            return
+        yield line
 
 
 def tpot(first_token_at: float, last_token_at: float, tokens: int) -> float | None:
@@ -184,5 +228,6 @@ __all__ = [
     "Sample",
     "SampleError",
     "parse_lines",
+    "read_lines",
     "tpot",
 ]

@@ -26,6 +26,7 @@ Pure: no I/O, no clocks; the same input and seed give the same verdict.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
@@ -33,7 +34,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from specguard.judge.sample import ARMS, Arm, Sample
+from specguard.judge.sample import ARMS, MEASUREMENTS, Arm, Sample
 
 Outcome = Literal["regressed", "improved", "neutral", "inconclusive"]
 Method = Literal["paired", "stratified", "histogram", "none"]
@@ -41,6 +42,7 @@ ConcurrencyMatch = Literal["load", "in_flight", "off"]
 
 QUANTITY_PAIRED = "median per-request ratio of paired requests"
 QUANTITY_MEDIANS = "ratio of median per-token latency"
+QUANTITY_MATCHED = "ratio of median per-token latency at matched concurrency"
 
 OUTCOMES: tuple[Outcome, ...] = ("regressed", "improved", "neutral", "inconclusive")
 BASIS_ROUTER = "router samples (per-request TPOT)"
@@ -51,6 +53,8 @@ FloatArray = npt.NDArray[np.float64]
 # one chunk); keeping them out also keeps every ratio finite.
 MIN_TPOT_S = 1e-6
 MAX_TPOT_S = 3600.0
+# More resamples than this do not change a 99.9% interval visibly, and cost memory and time.
+MAX_RESAMPLES = 100_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +91,7 @@ class JudgeSettings:
     tolerance: float = 0.03
     confidence: float = 0.99
     min_requests_per_arm: int = 200
-    min_output_tokens: int = 8
+    min_output_tokens: int = 16
     concurrency_match: ConcurrencyMatch = "load"
     concurrency_tolerance: float = 0.25
     concurrency_slack: float = 2.0
@@ -109,7 +113,11 @@ class JudgeSettings:
             ),
             ("concurrency_tolerance", self.concurrency_tolerance >= 0, "must be >= 0"),
             ("concurrency_slack", self.concurrency_slack >= 0, "must be >= 0"),
-            ("resamples", self.resamples >= 100, "must be at least 100"),
+            (
+                "resamples",
+                100 <= self.resamples <= MAX_RESAMPLES,
+                f"must be between 100 and {MAX_RESAMPLES}",
+            ),
             ("seed", self.seed >= 0, "must be >= 0"),
             ("min_domain_requests", self.min_domain_requests >= 1, "must be at least 1"),
             (
@@ -173,6 +181,8 @@ class Verdict:
     errors: Mapping[str, int] = field(default_factory=dict)
     excluded: Mapping[str, int] = field(default_factory=dict)
     reasons: tuple[str, ...] = ()
+    measurement: str | None = None
+    matched_strata: int = 0
 
     @property
     def actionable(self) -> bool:
@@ -233,10 +243,15 @@ def classify(ci_low: float, ci_high: float, tolerance: float) -> Outcome:
 
 
 def stratum_of(concurrency: int) -> tuple[int, int]:
-    """Power-of-two concurrency bands: 1, 2-3, 4-7, ... (0 counts as 1)."""
+    """Half-octave concurrency bands: 1, 2, 3, 4-5, 6-7, 8-11, 12-15, 16-23, ... (0 counts
+    as 1). Within a band in-flight varies by under 50%, so per-token latency that grows with
+    load varies little inside one."""
     c = max(int(concurrency), 1)
+    if c < 4:
+        return c, c
     low = 1 << (c.bit_length() - 1)
-    return low, 2 * low - 1
+    middle = low + low // 2
+    return (low, middle - 1) if c < middle else (middle, 2 * low - 1)
 
 
 def _usable(sample: Sample, settings: JudgeSettings) -> str | None:
@@ -255,7 +270,6 @@ def _usable(sample: Sample, settings: JudgeSettings) -> str | None:
     return None
 
 
-
 def inconclusive(reasons: Sequence[str], common: Mapping[str, Any]) -> Verdict:
     """The verdict when the evidence does not allow one: no ratio, no interval, the reasons."""
     return Verdict(
@@ -268,15 +282,17 @@ def inconclusive(reasons: Sequence[str], common: Mapping[str, Any]) -> Verdict:
         **common,
     )
 
+
 def judge(
     samples: Iterable[Sample],
     settings: JudgeSettings | None = None,
     *,
     acceptance_length: float | None = None,
-    basis: str = BASIS_ROUTER,
+    basis: str | None = None,
 ) -> Verdict:
     """The verdict for one window of samples of both arms. Never raises on data problems:
-    empty, short, NaN or one-sided input gives ``inconclusive`` with reasons."""
+    empty, short, NaN, one-sided or differently measured input gives ``inconclusive`` with
+    reasons. ``basis`` defaults to the router's, naming the measurement kind compared."""
     settings = settings or JudgeSettings()
     if acceptance_length is not None and not math.isfinite(acceptance_length):
         acceptance_length = None
@@ -285,9 +301,11 @@ def judge(
     excluded: dict[str, int] = {}
     usable: dict[Arm, list[Sample]] = {arm: [] for arm in ARMS}
     pods: dict[str, set[str]] = {arm: set() for arm in ARMS}
+    serving_votes: dict[Arm, int] = dict.fromkeys(ARMS, 0)
     for sample in samples:
         requests[sample.arm] += 1
         pods[sample.arm].add(sample.pod)
+        serving_votes[sample.arm] += sample.role == "serving"
         why = _usable(sample, settings)
         if why == "error":
             errors[sample.arm] += 1
@@ -295,6 +313,14 @@ def judge(
             excluded[why] = excluded.get(why, 0) + 1
             continue
         usable[sample.arm].append(sample)
+
+    kind, mismatch = _measurement(usable)
+    if kind is not None:
+        for arm in ARMS:
+            other = [s for s in usable[arm] if s.measurement != kind]
+            if other:
+                excluded["other_measurement"] = excluded.get("other_measurement", 0) + len(other)
+                usable[arm] = [s for s in usable[arm] if s.measurement == kind]
 
     pairs = _pairs(usable["speculative"], usable["baseline"])
     paired = len(pairs) >= settings.min_requests_per_arm
@@ -317,7 +343,7 @@ def judge(
     base = {
         "confidence": settings.confidence,
         "tolerance": settings.tolerance,
-        "basis": basis,
+        "basis": basis or _basis(kind),
         "median_s": medians,
         "n": n,
         "n_pairs": len(pairs),
@@ -334,6 +360,7 @@ def judge(
         "requests": requests,
         "errors": errors,
         "excluded": excluded,
+        "measurement": kind,
     }
 
     requests_per_pod: dict[str, float | None] = {
@@ -341,32 +368,105 @@ def judge(
     }
     base["requests_per_pod"] = requests_per_pod
     reasons = _insufficient(n, concurrency, requests_per_pod, settings)
+    if mismatch:
+        reasons.insert(0, mismatch)
+    if not any(requests.values()):
+        reasons = ["no samples in the window"]
+    elif reasons and any(errors.values()):
+        reasons.append(
+            "errors: "
+            + ", ".join(f"{arm} {errors[arm]} of {requests[arm]} requests" for arm in ARMS)
+        )
     med_s, med_b = medians["speculative"], medians["baseline"]
     if reasons or med_s is None or med_b is None:
         return inconclusive(reasons, base)
     rng = np.random.default_rng(settings.seed)
+    notes: list[str] = []
     if paired:
         log_ratios = np.log(values["speculative"]) - np.log(values["baseline"])
         ratio = float(np.exp(np.median(log_ratios)))
         boot = _paired_bootstrap(log_ratios, settings.resamples, rng)
+        method: Method = "paired"
+        quantity = QUANTITY_PAIRED
+        matched = 0
     else:
-        ratio = med_s / med_b
-        boot = _stratified_ratio_bootstrap(
-            chosen, settings.resamples, rng, settings.min_requests_per_stratum
+        serving: Arm = max(ARMS, key=lambda arm: serving_votes[arm])
+        groups = matched_groups(chosen, settings.min_requests_per_stratum)
+        ratio, boot = _matched_bootstrap(
+            chosen, values, groups, serving, settings=settings, rng=rng
         )
+        method = "stratified"
+        matched = len(groups)
+        quantity = QUANTITY_MATCHED if matched > 1 else QUANTITY_MEDIANS
+        if matched == 1 and _apart(chosen):
+            notes.append(
+                "the arms share few concurrency strata, so this compares them pooled: at one "
+                "arrival rate a slower arm holds more requests in flight (Little's law)"
+            )
     alpha = 1.0 - settings.confidence
     ci_low, ci_high = (float(q) for q in np.quantile(boot, [alpha / 2, 1 - alpha / 2]))
     # The percentile interval of a median can exclude the point estimate on tiny, tied data;
     # widen it to contain the estimate so ratio and CI never contradict each other.
     ci_low, ci_high = min(ci_low, ratio), max(ci_high, ratio)
+    outcome = classify(ci_low, ci_high, settings.tolerance)
+    if outcome == "regressed" and kind in INEXACT_MEASUREMENTS:
+        outcome = "inconclusive"
+        notes.insert(0, f"not judged regressed on {_KIND_TEXT[kind]}: {_FIX[kind]}")
     return Verdict(
-        outcome=classify(ci_low, ci_high, settings.tolerance),
+        outcome=outcome,
         ratio=ratio,
         ci_low=ci_low,
         ci_high=ci_high,
-        method="paired" if paired else "stratified",
-        quantity=QUANTITY_PAIRED if paired else QUANTITY_MEDIANS,
+        method=method,
+        quantity=quantity,
+        matched_strata=matched,
+        reasons=tuple(notes),
         **base,  # type: ignore[arg-type]
+    )
+
+
+# What each measurement kind is, and what a user does to get exact per-token latency.
+_KIND_TEXT: dict[str, str] = {
+    "stream_usage": "per-request TPOT from exact token counts",
+    "stream_chunks": "chunk-counted TPOT (a chunk counted as one token)",
+    "non_stream": "non-streamed time per token (TTFT included)",
+}
+_FIX: dict[str, str] = {
+    "stream_chunks": "a drafter packs several tokens into a chunk, so chunk-counted TPOT "
+    "overstates its per-token latency; enable continuous_usage_stats (stream_options "
+    '{"include_usage": true, "continuous_usage_stats": true}) so token counts are exact',
+    "non_stream": "prefill time is inside the figure; stream the requests with "
+    "continuous_usage_stats so TTFT and per-token time are measured apart",
+}
+# Measurements that can show a drafter faster, never reliably slower, than it is.
+INEXACT_MEASUREMENTS: tuple[str, ...] = ("stream_chunks", "non_stream")
+
+
+def _basis(kind: str | None) -> str:
+    return f"router samples ({_KIND_TEXT.get(kind or 'stream_usage', 'per-request TPOT')})"
+
+
+def _measurement(usable: Mapping[Arm, Sequence[Sample]]) -> tuple[str | None, str | None]:
+    """The measurement kind to compare (like with like only), and the reason when the arms
+    share none: the kind both arms have most of, exact token counts first on a tie."""
+    counts = {arm: Counter(s.measurement for s in usable[arm]) for arm in ARMS}
+    common = {
+        kind: min(counts["speculative"][kind], counts["baseline"][kind]) for kind in MEASUREMENTS
+    }
+    best = max(MEASUREMENTS, key=lambda kind: (common[kind], -MEASUREMENTS.index(kind)))
+    if common[best] > 0:
+        return best, None
+    if not all(counts[arm] for arm in ARMS):
+        return None, None  # an arm without usable samples: the minimum says so
+
+    def describe(arm: Arm) -> str:
+        return " + ".join(f"{c} {k}" for k, c in counts[arm].most_common())
+
+    fixes = sorted({k for arm in ARMS for k in counts[arm] if k in _FIX})
+    return None, (
+        f"the arms are measured differently (speculative: {describe('speculative')}; "
+        f"baseline: {describe('baseline')}) and per-token latency is compared only like with "
+        "like: " + "; ".join(f"{k}: {_FIX[k]}" for k in fixes)
     )
 
 
@@ -479,33 +579,25 @@ def _paired_bootstrap(
     return ratio
 
 
-def _stratified_medians(
-    samples: Sequence[Sample], resamples: int, rng: np.random.Generator, minimum: int
-) -> FloatArray:
-    """Bootstrap medians of one arm, resampling within each concurrency stratum."""
-    values = _tpots(samples)
-    strata: dict[tuple[int, int], list[int]] = {}
-    for i, s in enumerate(samples):
-        strata.setdefault(stratum_of(s.concurrency), []).append(i)
-    groups = [
-        np.asarray(idx, dtype=np.intp)
-        for idx in resampling_groups([idx for _, idx in sorted(strata.items())], minimum)
-    ]
-    return bootstrap_medians(values, groups, resamples, rng)
-
-
-def resampling_groups(strata: Sequence[list[int]], minimum: int) -> list[list[int]]:
-    """Strata (in concurrency order) pooled with their neighbours until each holds at least
-    ``minimum`` requests. A stratum resampled within itself keeps its size fixed, so a thin
-    one contributes almost no variance (one request: none) and the CI comes out too narrow;
-    pooling adjacent bands keeps most of the stratification where the data supports it."""
-    groups: list[list[int]] = []
-    current: list[int] = []
-    for indices in strata:
-        current = current + indices
-        if len(current) >= minimum:
+def matched_groups(
+    chosen: Mapping[Arm, Sequence[Sample]], minimum: int
+) -> list[list[tuple[int, int]]]:
+    """Concurrency strata (in order) merged with their neighbours until each group holds at
+    least ``minimum`` requests of *both* arms; a thin tail joins the last group. One group
+    means the arms share too few strata to compare them apart: they are compared pooled."""
+    counts: dict[tuple[int, int], list[int]] = {}
+    for index, arm in enumerate(ARMS):
+        for s in chosen[arm]:
+            counts.setdefault(stratum_of(s.concurrency), [0, 0])[index] += 1
+    groups: list[list[tuple[int, int]]] = []
+    current: list[tuple[int, int]] = []
+    have = [0, 0]
+    for band in sorted(counts):
+        current.append(band)
+        have = [have[0] + counts[band][0], have[1] + counts[band][1]]
+        if min(have) >= minimum:
             groups.append(current)
-            current = []
+            current, have = [], [0, 0]
     if current:
         if groups:
             groups[-1] = groups[-1] + current
@@ -514,16 +606,50 @@ def resampling_groups(strata: Sequence[list[int]], minimum: int) -> list[list[in
     return groups
 
 
-def _stratified_ratio_bootstrap(
+def _matched_bootstrap(
     chosen: Mapping[Arm, Sequence[Sample]],
-    resamples: int,
+    values: Mapping[Arm, FloatArray],
+    groups: Sequence[Sequence[tuple[int, int]]],
+    serving: Arm,
+    *,
+    settings: JudgeSettings,
     rng: np.random.Generator,
-    minimum: int,
-) -> FloatArray:
-    spec = _stratified_medians(chosen["speculative"], resamples, rng, minimum)
-    base = _stratified_medians(chosen["baseline"], resamples, rng, minimum)
-    ratio: FloatArray = spec / base
-    return ratio
+) -> tuple[float, FloatArray]:
+    """The ratio at matched concurrency and its bootstrap distribution.
+
+    Per group, the ratio of the arms' medians; combined in log space with fixed weights, the
+    serving arm's share of requests in each group (the mix clients see). Each arm is
+    resampled within each group, so a resample keeps every group's count: the mix is held
+    fixed, as in the estimate, and only the latencies vary."""
+    group_of = {band: g for g, bands in enumerate(groups) for band in bands}
+    members: dict[Arm, list[list[int]]] = {arm: [[] for _ in groups] for arm in ARMS}
+    for arm in ARMS:
+        for i, s in enumerate(chosen[arm]):
+            members[arm][group_of[stratum_of(s.concurrency)]].append(i)
+    total = sum(len(m) for m in members[serving])
+    # A product of per-group ratios to the power of their weights (a weighted geometric
+    # mean): one group gives exactly the ratio of medians.
+    ratio = 1.0
+    boot: FloatArray = np.ones(settings.resamples, dtype=np.float64)
+    for g in range(len(groups)):
+        weight = len(members[serving][g]) / total
+        if weight == 0.0:
+            continue
+        medians, resampled = [], []
+        for arm in ARMS:
+            picked = values[arm][np.asarray(members[arm][g], dtype=np.intp)]
+            medians.append(float(np.median(picked)))
+            everything = [np.arange(picked.size)]
+            resampled.append(bootstrap_medians(picked, everything, settings.resamples, rng))
+        ratio *= (medians[0] / medians[1]) ** weight
+        boot *= (resampled[0] / resampled[1]) ** weight
+    return ratio, boot
+
+
+def _apart(chosen: Mapping[Arm, Sequence[Sample]]) -> bool:
+    """Do the arms' typical in-flight counts fall in different strata?"""
+    middle = {arm: stratum_of(int(np.median([s.concurrency for s in chosen[arm]]))) for arm in ARMS}
+    return middle["speculative"] != middle["baseline"]
 
 
 def _strata(chosen: Mapping[Arm, Sequence[Sample]]) -> tuple[StratumCount, ...]:
@@ -573,6 +699,6 @@ __all__ = [
     "bootstrap_medians",
     "classify",
     "judge",
-    "resampling_groups",
+    "matched_groups",
     "stratum_of",
 ]
