@@ -83,7 +83,8 @@ class Verdict(WireModel):
         default_factory=ArmFigures, description="Requests counted per arm in the window."
     )
     concurrency: ArmFigures = Field(
-        default_factory=ArmFigures, description="Median in-flight requests per pod per arm, over the judged requests."
+        default_factory=ArmFigures,
+        description="Median in-flight requests per pod per arm, over the judged requests.",
     )
     domains: dict[str, float] = Field(
         default_factory=dict, description="Per-domain latency ratio (tool_call, chat, ...)."
