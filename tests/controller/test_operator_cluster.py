@@ -336,6 +336,10 @@ def test_traffic_rollback_and_repromotion(
                 90,
             )
             assert sd["status"]["mode"] == "speculative"
+            writes = op.counter("specguard_status_writes_total")
+            time.sleep(30)  # three windows with traffic
+            per_window = (op.counter("specguard_status_writes_total") - writes) / 3
+            assert per_window <= 4 / 3  # at most one a window (+1 for where the cut falls)
             load.domain, load.concurrency = "tool_call", 40
             changed = time.time()
             sd = sd_until(
@@ -367,7 +371,8 @@ def test_traffic_rollback_and_repromotion(
         print(
             f"\ntraffic change → rollback decided: {(rolled - changed) / window:.1f} windows; "
             f"traffic back → re-promoted: {(repromoted - back) / window:.1f} windows "
-            f"(cooldown 20s); load completed {load.completed}, errors {load.errors}; "
+            f"(cooldown 20s); status writes per window with traffic {per_window:.2f}; "
+            f"load completed {load.completed}, errors {load.errors}; "
             f"rollback event: {rollback_event[0]['message']}; trace {sampler.trace()}"
         )
         assert (rolled - changed) / window <= 3.5
