@@ -352,7 +352,7 @@ def test_traffic_rollback_and_repromotion(
             )
             rolled = time.time()
             settled(cluster, ns, "qwen", "baseline")
-            load.domain, load.concurrency = "math", 4
+            load.domain, load.concurrency = "math", 8
             back = time.time()
             settled_sd = sd_until(
                 cluster,

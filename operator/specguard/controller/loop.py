@@ -141,6 +141,7 @@ class ResourceLoop:
                 self._sd = parse_resource(_without_status(body))
                 self._static_applied = False
                 self._window_start = None
+                self._speculation = None
                 self.collector.reset()
             except SpecError as error:
                 self._sd = None
@@ -206,6 +207,7 @@ class ResourceLoop:
             if not judging:
                 self.collector.reset()
                 self._draft_start = None
+                self._speculation = None
             elif self._window_start is None:
                 self._draft_start = await read_drafters(pods)
             self._window_start = now
