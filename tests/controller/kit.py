@@ -24,6 +24,7 @@ from specguard.testing.cluster import LocalCluster
 from specguard.testing.ports import free_port
 
 CRD = Path(__file__).resolve().parents[2] / "crds" / "specguard.io_speculativedeployments.yaml"
+DRAFTER = "RedHatAI/DeepSeek-V4-speculator.dspark"
 SD_PATH = "/apis/specguard.io/v1alpha1/namespaces/{ns}/speculativedeployments"
 T = TypeVar("T")
 
@@ -65,7 +66,7 @@ def sd_body(name: str, ns: str, **spec: Any) -> dict[str, Any]:
         "spec": {
             "model": {"name": "deepseek-ai/DeepSeek-V4", "servedModelName": "dsv4"},
             "replicas": 2,
-            "drafter": {"method": "dspark", "numSpeculativeTokens": 32},
+            "drafter": {"method": "dspark", "model": DRAFTER, "numSpeculativeTokens": 32},
             "shadow": {"replicas": 1},
             "evaluation": {
                 "window": "10s",
@@ -129,11 +130,18 @@ def sd_until(
 ) -> dict[str, Any]:
     """The resource once ``pred`` holds for it."""
 
+    seen: list[dict[str, Any]] = []
+
     def probe() -> dict[str, Any] | None:
         sd = get_sd(cluster, ns, name)
+        seen[:] = [sd]
         return sd if pred(sd) else None
 
-    return wait_for(what, probe, timeout)
+    try:
+        return wait_for(what, probe, timeout)
+    except AssertionError as exc:
+        status = json.dumps((seen[0].get("status") if seen else None), indent=1)[:4000]
+        raise AssertionError(f"{exc}; status: {status}") from None
 
 
 def pods(cluster: LocalCluster, ns: str, selector: str) -> list[dict[str, Any]]:

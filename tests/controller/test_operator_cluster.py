@@ -22,6 +22,7 @@ from specguard.testing.cluster import LocalCluster
 from specguard.testing.kubelet import ProcessKubelet
 
 from .kit import (
+    DRAFTER,
     Load,
     PodSampler,
     api,
@@ -157,6 +158,7 @@ def test_invalid_spec_condition_event_and_nothing_owned(
         ns,
         drafter={
             "method": "dspark",
+            "model": DRAFTER,
             "numSpeculativeTokens": 4,
             "extraConfig": {"num_speculative_tokens": 3},
         },
@@ -297,6 +299,7 @@ def test_crash_looping_drafter_rolls_back(
         replicas=1,
         drafter={
             "method": "dspark",
+            "model": DRAFTER,
             "numSpeculativeTokens": 4,
             "extraConfig": {"no_such_option": 1},
         },

@@ -98,7 +98,7 @@ def main(argv: Sequence[str]) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    for noisy in ("kopf.objects", "kopf.activities", "aiohttp.access"):
+    for noisy in ("kopf.activities", "aiohttp.access", "httpx", "httpcore"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     try:
         return asyncio.run(_run(args, live))
