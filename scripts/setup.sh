@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up a development environment in .venv.
 #   scripts/setup.sh            Python environment only (enough for render, sim, router, judge, evaluate)
-#   scripts/setup.sh --cluster  also Debian packages (etcd, Prometheus, Go) and the local control plane
+#   scripts/setup.sh --cluster  also Prometheus (Debian), kubectl and helm, and the local control plane
+#                               (Kubernetes and etcd built once from the Go modules; needs Go >= 1.26)
 # Idempotent; heavy builds are cached under ~/.cache/specguard.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,9 +14,7 @@ say() { echo "setup: $*" >&2; }
 
 if [ "$want_cluster" = 1 ]; then
   missing=()
-  command -v etcd >/dev/null || missing+=(etcd-server)
   command -v prometheus >/dev/null || missing+=(prometheus)
-  command -v go >/dev/null || missing+=(golang-go)
   if [ "${#missing[@]}" -gt 0 ]; then
     say "installing Debian packages: ${missing[*]}"
     export DEBIAN_FRONTEND=noninteractive
@@ -42,10 +41,10 @@ if [ ! -x .venv/bin/python ]; then
   say "creating .venv"
   python3 -m venv .venv
 fi
-if ! .venv/bin/python -c "import specguard, pytest" 2>/dev/null || [ pyproject.toml -nt .venv/.installed ]; then
+if ! .venv/bin/python -c "import specguard, pytest, matplotlib, rich" 2>/dev/null || [ pyproject.toml -nt .venv/.installed ]; then
   say "installing specguard and its development dependencies into .venv"
   .venv/bin/pip install -q -U pip >/dev/null
-  .venv/bin/pip install -q -e '.[dev,fast]'
+  .venv/bin/pip install -q -e '.[dev,fast,evaluate]'
   touch .venv/.installed
 fi
 say "ready"

@@ -10,6 +10,8 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from specguard._args import UsageError
+
 # name -> (module holding ``main(argv) -> int``, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("specguard.controller.command", "run the operator"),
@@ -20,6 +22,22 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "judge": ("specguard.commands.judge", "judge recorded per-request samples"),
     "evaluate": ("specguard.evaluate.command", "A/B sweep of a drafter against no drafter"),
 }
+
+# Libraries that come with an optional extra (pyproject.toml), so that the operator image can
+# leave them out: top-level module -> extra.
+EXTRAS: dict[str, str] = {"matplotlib": "evaluate", "rich": "evaluate"}
+
+
+def missing_extra(command: str, error: ModuleNotFoundError) -> str | None:
+    """One line naming the extra that brings the missing module, or None if none does."""
+    module = (error.name or "").partition(".")[0]
+    extra = EXTRAS.get(module)
+    if extra is None:
+        return None
+    return (
+        f"specguard {command}: needs {module}, which comes with the {extra!r} extra: "
+        f"pip install 'specguard[{extra}]'"
+    )
 
 
 def _usage() -> str:
@@ -43,8 +61,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     if name not in COMMANDS:
         print(f"specguard: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
         return 2
-    module = importlib.import_module(COMMANDS[name][0])
-    result: int = module.main(rest)
+    try:
+        module = importlib.import_module(COMMANDS[name][0])
+    except ModuleNotFoundError as error:
+        message = missing_extra(name, error)
+        if message is None:
+            raise
+        print(message, file=sys.stderr)
+        return 2
+    try:
+        result: int = module.main(rest)
+    except UsageError as error:  # a bad command line the subcommand did not print itself
+        print(f"specguard {name}: {error}", file=sys.stderr)
+        return 2
     return result
 
 

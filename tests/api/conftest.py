@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import celpy
+import celpy.adapter
 import pytest
 
 from specguard.api.resource import NAME_CEL
@@ -54,7 +55,7 @@ class CelRules:
         if program is None:
             program = self._env.program(self._env.compile(expression))
             self._programs[expression] = program
-        result = program.evaluate({"self": celpy.json_to_cel(value)})
+        result = program.evaluate({"self": celpy.adapter.json_to_cel(value)})
         if isinstance(result, Exception):  # celpy returns CELEvalError values
             raise result
         return bool(result)

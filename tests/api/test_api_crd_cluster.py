@@ -1,4 +1,4 @@
-"""The generated CRD on a real kube-apiserver (the local 1.20 control plane).
+"""The generated CRD, CEL rules included, on a real kube-apiserver (the local control plane).
 
 cel-python checks the rules; this checks what only a real server can: that it accepts the
 schema at all (1.20 refused an earlier one over status defaults), that its defaulting
@@ -29,25 +29,18 @@ EXAMPLES = sorted((Path(__file__).parents[2] / "examples").glob("*.yaml"))
 def _kubectl(
     cluster: LocalCluster, *args: str, stdin: str | None = None
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["kubectl", f"--kubeconfig={cluster.kubeconfig}", *args],
-        input=stdin, capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+    return cluster.kubectl(*args, check=False, input=stdin)
 
 
 @pytest.fixture(scope="module")
 def installed_crd(local_cluster: LocalCluster) -> LocalCluster:
     crd = subprocess.run(
-        [sys.executable, "-m", "specguard", "crd", "--kube-version", "1.20"],
+        [sys.executable, "-m", "specguard", "crd"],
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     applied = _kubectl(local_cluster, "apply", "-f", "-", stdin=crd)
     assert applied.returncode == 0, applied.stderr
-    established = _kubectl(
-        local_cluster, "wait", "--for=condition=Established",
-        "crd/speculativedeployments.specguard.io", "--timeout=60s",
-    )  # fmt: skip
-    assert established.returncode == 0, established.stderr
+    local_cluster.wait_crd_established("speculativedeployments.specguard.io")
     return local_cluster
 
 

@@ -363,17 +363,17 @@ def test_delete_sends_sigterm_then_sigkill_after_the_grace_period(
     with local_cluster.access.client() as api:
         for name in pids:
             api.delete(f"/api/v1/namespaces/{ns}/pods/{name}").raise_for_status()
-    wait_until(lambda: get_pod(local_cluster, ns, "polite") is None, timeout=20,
+    # Removed before its 30 s grace ran out (the wait gives up at 25 s), and the log below
+    # shows it was SIGTERM that ended it: no wall-clock bound that a busy machine could miss.
+    wait_until(lambda: get_pod(local_cluster, ns, "polite") is None, timeout=25,
                what="polite pod removed")  # fmt: skip
-    polite_s = time.monotonic() - began
     wait_until(lambda: get_pod(local_cluster, ns, "stubborn") is None, timeout=20,
                what="stubborn pod removed")  # fmt: skip
     stubborn_s = time.monotonic() - began
     assert not alive(pids["polite"]) and not alive(pids["stubborn"])
-    # SIGTERM ends the polite server at once, far inside its 30 s grace; the stubborn one
-    # ignores SIGTERM and lives out its 2 s grace before SIGKILL. Margins are wide because
-    # the machine is shared: only the order of magnitude matters.
-    assert polite_s < 10
+    # SIGTERM ends the polite server inside its 30 s grace; the stubborn one ignores SIGTERM
+    # and lives out its 2 s grace before SIGKILL. The grace starts after `began`, so load
+    # can only lengthen stubborn_s: a lower bound holds on a busy machine.
     assert stubborn_s >= 1.9
     assert "stopped by SIGTERM" in local_cluster.logs(ns, "polite")
 

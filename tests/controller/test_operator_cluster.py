@@ -171,7 +171,7 @@ def test_invalid_spec_condition_event_and_nothing_owned(
             "bad",
             "SpecValid=False",
             lambda s: condition(s, "SpecValid").get("status") == "False",
-            60,
+            timeout=60,
         )
         message = condition(sd, "SpecValid")["message"]
         assert message.startswith("spec.drafter.extraConfig")
@@ -218,7 +218,12 @@ def test_pin_swap_bounds_restart_mid_swap_plugin_and_retry(
         settled(cluster, ns, "qwen", "speculative")
         plugin(cluster, "retry", "qwen", "-n", ns)
         sd = sd_until(
-            cluster, ns, "qwen", "retry seen", lambda s: s["status"]["policy"].get("retrySeen"), 30
+            cluster,
+            ns,
+            "qwen",
+            "retry seen",
+            lambda s: s["status"]["policy"].get("retrySeen"),
+            timeout=30,
         )
         assert (
             sd["metadata"]["annotations"]["specguard.io/retry"]
@@ -249,7 +254,7 @@ def test_spec_edit_rerenders_and_resets_streaks(
             "qwen",
             "generation 2 observed",
             lambda s: s["status"].get("observedGeneration") == 2,
-            60,
+            timeout=60,
         )
         args = " ".join(
             deployment(cluster, ns, "qwen-spec")["spec"]["template"]["spec"]["containers"][0][
@@ -279,7 +284,7 @@ def test_source_down_is_judge_degraded_and_holds_the_mode(
             "qwen",
             "JudgeDegraded",
             lambda s: condition(s, "JudgeDegraded").get("status") == "True",
-            90,
+            timeout=90,
         )
         assert condition(sd, "JudgeDegraded")["reason"] == "SourceUnavailable"
         assert "prometheus" in condition(sd, "JudgeDegraded")["message"]
@@ -336,7 +341,7 @@ def test_traffic_rollback_and_repromotion(
                 "qwen",
                 "improved verdict",
                 lambda s: (s["status"].get("lastVerdict") or {}).get("outcome") == "improved",
-                90,
+                timeout=90,
             )
             assert sd["status"]["mode"] == "speculative"
             writes = op.counter("specguard_status_writes_total")
@@ -351,7 +356,7 @@ def test_traffic_rollback_and_repromotion(
                 "qwen",
                 "rollback",
                 lambda s: s["status"].get("targetMode") == "baseline",
-                120,
+                timeout=120,
             )
             rolled = time.time()
             settled(cluster, ns, "qwen", "baseline")
@@ -363,7 +368,7 @@ def test_traffic_rollback_and_repromotion(
                 "qwen",
                 "re-promotion",
                 lambda s: s["status"].get("mode") == "speculative",
-                180,
+                timeout=180,
             )
             repromoted = time.time()
         rollback_event = [e for e in events(cluster, ns, "qwen") if e["reason"] == "RolledBack"]

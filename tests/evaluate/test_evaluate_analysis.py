@@ -111,13 +111,13 @@ def test_recommendation_off_above_n_for_a_non_dspark_drafter() -> None:
     assert overall.step is not None and overall.interpolated is not None
     assert 64 <= rec.max_concurrency < overall.step  # type: ignore[operator]
     assert rec.max_concurrency == math.floor(overall.interpolated)
-    assert rec.schedule == [[1, rec.max_concurrency, 3], [rec.max_concurrency + 1, 512, 0]]  # type: ignore[operator]
+    assert rec.schedule == [[1, rec.max_concurrency, 3], [rec.max_concurrency + 1, 512, 0]]
     _check_schedule(rec.schedule, 512)
     # the gain is positive at every level up to N and not above the crossover
     for row in result.levels:
         assert (
             (row.gain or 0) > 0 if row.concurrency <= rec.max_concurrency else (row.gain or 0) <= 0
-        )  # type: ignore[operator]
+        )
     fields = yaml.safe_load(spec_yaml(rec.spec))["spec"]["drafter"]
     assert fields["numSpeculativeTokens"] == 3
     assert [
@@ -169,7 +169,7 @@ def test_unequal_request_counts_of_a_duration_run_are_judged_not_mismatched() ->
     )  # fmt: skip
     result = analyse([cell], drafter=DrafterInfo(k=4), judge_settings=SETTINGS)
     verdict = result.levels[0].verdict
-    assert verdict is not None and verdict.outcome == "improved", verdict.sentence()
+    assert verdict is not None and verdict.outcome == "improved", verdict and verdict.sentence()
     assert result.recommendation.action == "keep"
 
 

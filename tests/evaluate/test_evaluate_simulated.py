@@ -11,7 +11,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import jsonschema
 import pytest
@@ -34,7 +34,7 @@ def _validated(out: Path) -> dict[str, Any]:
 def _cell(document: dict[str, Any], subset: str, level: int) -> dict[str, Any]:
     rows = [c for c in document["cells"] if c["subset"] == subset and c["concurrency"] == level]
     assert len(rows) == 1
-    return rows[0]
+    return cast(dict[str, Any], rows[0])
 
 
 @pytest.mark.slow

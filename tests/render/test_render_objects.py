@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import math
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from hypothesis import given, settings
@@ -60,7 +60,7 @@ def by_name(objects: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, An
 
 def container(deployment: dict[str, Any]) -> dict[str, Any]:
     (only,) = deployment["spec"]["template"]["spec"]["containers"]
-    return only
+    return cast(dict[str, Any], only)
 
 
 def flag_value(args: list[str], flag: str) -> str | None:

@@ -17,10 +17,14 @@ import os
 import shutil
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from specguard.sim.launch import start_sim
+
+if TYPE_CHECKING:
+    from tests.router.conftest import Helpers, RouterFactory
 
 pytestmark = pytest.mark.slow
 
@@ -60,7 +64,9 @@ with open(os.path.join(sys.argv[1], "tokenizer_config.json"), "w") as f:
 """
 
 
-async def test_aiperf_through_router(start_router, h, tmp_path: Path) -> None:
+async def test_aiperf_through_router(
+    start_router: RouterFactory, h: type[Helpers], tmp_path: Path
+) -> None:
     from specguard.sim.filler import WORDS
 
     if AIPERF is None:

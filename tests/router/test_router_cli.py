@@ -8,12 +8,18 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import aiohttp
 import pytest
 
 from specguard.router.command import main, parse, static_topology
 from specguard.sim.launch import SimProcess, start_sim
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from tests.router.conftest import Helpers
 
 
 @pytest.mark.parametrize(
@@ -31,7 +37,9 @@ from specguard.sim.launch import SimProcess, start_sim
         (["--serving", "http://a:1", "--serving-arm", "fast"], "--serving-arm"),
     ],
 )
-def test_bad_input_is_one_line_exit_2(argv: list[str], flag: str, capsys) -> None:
+def test_bad_input_is_one_line_exit_2(
+    argv: list[str], flag: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(argv) == 2
     err = capsys.readouterr().err
     lines = err.strip().splitlines()
@@ -72,7 +80,9 @@ def sim() -> Iterator[SimProcess]:
 SECRET = "SECRET-MARKER-7d41c9"
 
 
-async def test_no_prompt_or_completion_text_in_logs_metrics_samples(sim, h, tmp_path) -> None:
+async def test_no_prompt_or_completion_text_in_logs_metrics_samples(
+    sim: SimProcess, h: type[Helpers], tmp_path: Path
+) -> None:
     port = h.free_port()
     dead = f"http://127.0.0.1:{h.free_port()}"
     log_path = tmp_path / "router.log"
@@ -139,7 +149,9 @@ async def test_no_prompt_or_completion_text_in_logs_metrics_samples(sim, h, tmp_
         assert not any(piece in text for piece in pieces), where  # ... or the completion
 
 
-def test_kubernetes_mode_without_credentials_is_one_line(monkeypatch, tmp_path, capsys) -> None:
+def test_kubernetes_mode_without_credentials_is_one_line(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
     monkeypatch.setenv("HOME", str(tmp_path))
@@ -148,7 +160,7 @@ def test_kubernetes_mode_without_credentials_is_one_line(monkeypatch, tmp_path, 
     assert len(lines) == 1 and "no Kubernetes credentials" in lines[0]
 
 
-def test_port_in_use_is_one_line(h, capsys) -> None:
+def test_port_in_use_is_one_line(h: type[Helpers], capsys: pytest.CaptureFixture[str]) -> None:
     import socket
 
     with socket.socket() as taken:

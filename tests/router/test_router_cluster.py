@@ -14,12 +14,15 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import pytest
 
 from specguard.testing.cluster import LocalCluster
+
+if TYPE_CHECKING:
+    from tests.router.conftest import Helpers, UpstreamFactory
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -113,7 +116,12 @@ async def post(url: str) -> int:
 
 
 async def test_router_follows_pods_and_resource_status(  # noqa: PLR0917 (fixtures)
-    local_cluster: LocalCluster, cluster_namespace: str, node: str, upstream, h, tmp_path
+    local_cluster: LocalCluster,
+    cluster_namespace: str,
+    node: str,
+    upstream: UpstreamFactory,
+    h: type[Helpers],
+    tmp_path: Path,
 ) -> None:
     ns = cluster_namespace
     install_crd(local_cluster)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import aiohttp
 import pytest
 
@@ -9,6 +11,9 @@ from specguard.judge.sample import Sample
 from specguard.router.feed import CursorError, SampleFeed
 from specguard.router.proxy import RouterConfig
 from specguard.sources.router_feed import RouterFeed
+
+if TYPE_CHECKING:
+    from tests.router.conftest import Helpers, RouterFactory, UpstreamFactory
 
 
 def sample(n: int) -> Sample:
@@ -92,7 +97,9 @@ def test_epochs_differ_between_feeds() -> None:
     assert SampleFeed(1).epoch != SampleFeed(1).epoch
 
 
-async def test_samples_endpoint(upstream, start_router, h) -> None:
+async def test_samples_endpoint(
+    upstream: UpstreamFactory, start_router: RouterFactory, h: type[Helpers]
+) -> None:
     up = await upstream()
     rt = await start_router(h.topology([up.url]), RouterConfig(samples_capacity=3))
     async with aiohttp.ClientSession() as s:
@@ -118,7 +125,9 @@ async def test_samples_endpoint(upstream, start_router, h) -> None:
             assert "specguard_router_samples_evicted_total 2.0" in await r.text()
 
 
-async def test_reader_with_a_cursor_past_the_newest_is_not_stuck(upstream, start_router, h) -> None:
+async def test_reader_with_a_cursor_past_the_newest_is_not_stuck(
+    upstream: UpstreamFactory, start_router: RouterFactory, h: type[Helpers]
+) -> None:
     up = await upstream()
     rt = await start_router(h.topology([up.url]), RouterConfig(samples_capacity=2))
     body = {"model": "m", "prompt": "p", "max_tokens": 2, "stream": True}

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import itertools
+from typing import TYPE_CHECKING
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from specguard.router.metrics import TPOT_BUCKETS, domain_label
+
+if TYPE_CHECKING:
+    from tests.router.conftest import Helpers, RouterFactory, UpstreamFactory
 
 
 def test_buckets_are_fine_from_half_a_millisecond_to_two_seconds() -> None:
@@ -22,7 +26,9 @@ def test_unknown_domains_fold_into_other() -> None:
     assert domain_label("math") == "math" and domain_label("zzz") == "other"
 
 
-async def test_metrics_per_arm_and_domain(upstream, start_router, h) -> None:
+async def test_metrics_per_arm_and_domain(
+    upstream: UpstreamFactory, start_router: RouterFactory, h: type[Helpers]
+) -> None:
     serve, shadow = await upstream(gap_s=0.002), await upstream(gap_s=0.002)
     rt = await start_router(h.topology([serve.url], [shadow.url], share=1.0))
     async with aiohttp.ClientSession() as s:

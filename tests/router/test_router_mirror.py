@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
 from specguard.router.proxy import RouterConfig
+
+if TYPE_CHECKING:
+    from tests.router.conftest import Helpers, RouterFactory, UpstreamFactory
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}
 
@@ -20,7 +23,9 @@ async def post(url: str, body: dict[str, Any]) -> tuple[int, bytes, float]:
         return r.status, data, time.perf_counter() - t0
 
 
-async def test_mirror_pairs_and_always_streams_shadow(upstream, start_router, h) -> None:
+async def test_mirror_pairs_and_always_streams_shadow(
+    upstream: UpstreamFactory, start_router: RouterFactory, h: type[Helpers]
+) -> None:
     serve, shadow = await upstream(), await upstream()
     rt = await start_router(h.topology([serve.url], [shadow.url], share=1.0))
     direct = await post(serve.url + "/v1/chat/completions", CHAT)
@@ -39,7 +44,9 @@ async def test_mirror_pairs_and_always_streams_shadow(upstream, start_router, h)
     assert sent["messages"] == CHAT["messages"]
 
 
-async def test_mirror_share_is_exact_and_spread(upstream, start_router, h) -> None:
+async def test_mirror_share_is_exact_and_spread(
+    upstream: UpstreamFactory, start_router: RouterFactory, h: type[Helpers]
+) -> None:
     serve, shadow = await upstream(), await upstream()
     rt = await start_router(h.topology([serve.url], [shadow.url], share=0.25))
     for _ in range(12):
@@ -51,7 +58,9 @@ async def test_mirror_share_is_exact_and_spread(upstream, start_router, h) -> No
     assert 'specguard_router_mirrored_total{arm="baseline"} 3.0' in metrics
 
 
-async def test_hanging_shadow_does_not_delay_and_budget_drops(upstream, start_router, h) -> None:
+async def test_hanging_shadow_does_not_delay_and_budget_drops(
+    upstream: UpstreamFactory, start_router: RouterFactory, h: type[Helpers]
+) -> None:
     serve, hang = await upstream(), await upstream("hang")
     rt = await start_router(
         h.topology([serve.url], [hang.url], share=1.0), RouterConfig(shadow_max_in_flight=2)
@@ -71,7 +80,9 @@ async def test_hanging_shadow_does_not_delay_and_budget_drops(upstream, start_ro
     assert sum(s.pair_id is not None for s in serving) == 2  # only really mirrored ones pair
 
 
-async def test_shadow_errors_do_not_reach_the_client(upstream, start_router, h) -> None:
+async def test_shadow_errors_do_not_reach_the_client(
+    upstream: UpstreamFactory, start_router: RouterFactory, h: type[Helpers]
+) -> None:
     serve, bad = await upstream(), await upstream("error")
     rt = await start_router(h.topology([serve.url], [bad.url], share=1.0))
     direct = await post(serve.url + "/v1/chat/completions", {**CHAT, "stream": True})
@@ -82,7 +93,9 @@ async def test_shadow_errors_do_not_reach_the_client(upstream, start_router, h) 
     assert shadow.status == 500 and shadow.output_tokens == 0
 
 
-async def test_shadow_down_does_not_reach_the_client(upstream, start_router, h) -> None:
+async def test_shadow_down_does_not_reach_the_client(
+    upstream: UpstreamFactory, start_router: RouterFactory, h: type[Helpers]
+) -> None:
     serve = await upstream()
     down = f"http://127.0.0.1:{h.free_port()}"
     rt = await start_router(h.topology([serve.url], [down], share=1.0))
@@ -94,7 +107,9 @@ async def test_shadow_down_does_not_reach_the_client(upstream, start_router, h) 
     assert [s.status for s in shadows] == [502, 502, 502]
 
 
-async def test_no_shadow_pod_counts_a_drop(upstream, start_router, h) -> None:
+async def test_no_shadow_pod_counts_a_drop(
+    upstream: UpstreamFactory, start_router: RouterFactory, h: type[Helpers]
+) -> None:
     serve = await upstream()
     top = h.topology([serve.url], [], share=1.0)
     rt = await start_router(top)
@@ -103,7 +118,9 @@ async def test_no_shadow_pod_counts_a_drop(upstream, start_router, h) -> None:
         assert 'specguard_router_mirror_dropped_total{reason="no_pod"} 1.0' in await r.text()
 
 
-async def test_shadow_concurrency_is_its_pods_in_flight(upstream, start_router, h) -> None:
+async def test_shadow_concurrency_is_its_pods_in_flight(
+    upstream: UpstreamFactory, start_router: RouterFactory, h: type[Helpers]
+) -> None:
     serve, shadow = await upstream(gap_s=0.02), await upstream(gap_s=0.02)
     rt = await start_router(h.topology([serve.url], [shadow.url], share=1.0))
     body = {**CHAT, "stream": True, "max_tokens": 20}

@@ -5,13 +5,16 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import pytest
 
 from specguard.router.command import static_topology
 from specguard.router.proxy import RouterConfig
+
+if TYPE_CHECKING:
+    from tests.router.conftest import Helpers, RouterFactory, UpstreamFactory
 
 
 async def post(url: str, body: dict[str, Any], **kw: Any) -> tuple[int, dict[str, str], bytes]:
@@ -25,7 +28,9 @@ async def post(url: str, body: dict[str, Any], **kw: Any) -> tuple[int, dict[str
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 6}
 
 
-async def test_stream_without_usage_is_byte_identical_to_direct(upstream, start_router, h) -> None:
+async def test_stream_without_usage_is_byte_identical_to_direct(
+    upstream: UpstreamFactory, start_router: RouterFactory, h: type[Helpers]
+) -> None:
     up = await upstream()
     rt = await start_router(h.topology([up.url]))
     body = {**CHAT, "stream": True}
@@ -49,7 +54,9 @@ async def test_stream_without_usage_is_byte_identical_to_direct(upstream, start_
     assert sample.ttft_s is not None and sample.chunk_tpot_s is not None
 
 
-async def test_stream_with_include_usage_keeps_final_usage_only(upstream, start_router, h) -> None:
+async def test_stream_with_include_usage_keeps_final_usage_only(
+    upstream: UpstreamFactory, start_router: RouterFactory, h: type[Helpers]
+) -> None:
     up = await upstream()
     rt = await start_router(h.topology([up.url]))
     body = {**CHAT, "stream": True, "stream_options": {"include_usage": True}}
@@ -60,7 +67,7 @@ async def test_stream_with_include_usage_keeps_final_usage_only(upstream, start_
 
 
 async def test_client_asking_continuous_usage_is_forwarded_untouched(
-    upstream, start_router, h
+    upstream: UpstreamFactory, start_router: RouterFactory, h: type[Helpers]
 ) -> None:
     up = await upstream()
     rt = await start_router(h.topology([up.url]))
@@ -84,7 +91,9 @@ async def test_client_asking_continuous_usage_is_forwarded_untouched(
     assert routed == direct
 
 
-async def test_completion_stream_and_tool_calls(upstream, start_router, h) -> None:
+async def test_completion_stream_and_tool_calls(
+    upstream: UpstreamFactory, start_router: RouterFactory, h: type[Helpers]
+) -> None:
     up = await upstream()
     rt = await start_router(h.topology([up.url]))
     comp = {"model": "m", "prompt": "p", "max_tokens": 4, "stream": True}
@@ -100,7 +109,9 @@ async def test_completion_stream_and_tool_calls(upstream, start_router, h) -> No
     assert [s.output_tokens for s in samples] == [4, 6]
 
 
-async def test_domain_header_overrides(upstream, start_router, h) -> None:
+async def test_domain_header_overrides(
+    upstream: UpstreamFactory, start_router: RouterFactory, h: type[Helpers]
+) -> None:
     up = await upstream()
     rt = await start_router(h.topology([up.url]))
     await post(
@@ -112,7 +123,9 @@ async def test_domain_header_overrides(upstream, start_router, h) -> None:
     assert up.headers[-1]["X-Specguard-Domain"] == "math"  # the simulator reads it too
 
 
-async def test_non_stream_passthrough_and_honest_measure(upstream, start_router, h) -> None:
+async def test_non_stream_passthrough_and_honest_measure(
+    upstream: UpstreamFactory, start_router: RouterFactory, h: type[Helpers]
+) -> None:
     up = await upstream()
     rt = await start_router(h.topology([up.url]))
     direct = await post(up.url + "/v1/chat/completions", CHAT)
@@ -125,7 +138,9 @@ async def test_non_stream_passthrough_and_honest_measure(upstream, start_router,
     assert sample.output_tokens == 6 and sample.tpot_s is not None
 
 
-async def test_upstream_error_comes_back_as_it_was(upstream, start_router, h) -> None:
+async def test_upstream_error_comes_back_as_it_was(
+    upstream: UpstreamFactory, start_router: RouterFactory, h: type[Helpers]
+) -> None:
     up = await upstream("error")
     rt = await start_router(h.topology([up.url]))
     direct = await post(up.url + "/v1/chat/completions", {**CHAT, "stream": True})
@@ -137,7 +152,9 @@ async def test_upstream_error_comes_back_as_it_was(upstream, start_router, h) ->
     assert sample.status == 500 and not sample.ok
 
 
-async def test_get_models_passes_through_without_sample(upstream, start_router, h) -> None:
+async def test_get_models_passes_through_without_sample(
+    upstream: UpstreamFactory, start_router: RouterFactory, h: type[Helpers]
+) -> None:
     up = await upstream()
     rt = await start_router(h.topology([up.url]))
     async with aiohttp.ClientSession() as s, s.get(rt.url + "/v1/models?x=1") as r:
@@ -145,14 +162,18 @@ async def test_get_models_passes_through_without_sample(upstream, start_router, 
     assert len(rt.router.feed) == 0
 
 
-async def test_no_ready_pod_is_502_openai_shaped(start_router, h) -> None:
+async def test_no_ready_pod_is_502_openai_shaped(
+    start_router: RouterFactory, h: type[Helpers]
+) -> None:
     rt = await start_router(h.topology([]))
     status, _, body = await post(rt.url + "/v1/chat/completions", CHAT)
     assert status == 502
     assert json.loads(body)["error"]["type"] == "service_unavailable"
 
 
-async def test_unreachable_pod_falls_over_to_another(upstream, start_router, h) -> None:
+async def test_unreachable_pod_falls_over_to_another(
+    upstream: UpstreamFactory, start_router: RouterFactory, h: type[Helpers]
+) -> None:
     up = await upstream()
     dead = f"http://127.0.0.1:{h.free_port()}"
     rt = await start_router(h.topology([dead, up.url]))
@@ -164,7 +185,9 @@ async def test_unreachable_pod_falls_over_to_another(upstream, start_router, h) 
     assert status == 502 and b"unreachable" in body
 
 
-async def test_body_over_limit_is_413(upstream, start_router, h) -> None:
+async def test_body_over_limit_is_413(
+    upstream: UpstreamFactory, start_router: RouterFactory, h: type[Helpers]
+) -> None:
     up = await upstream()
     rt = await start_router(h.topology([up.url]), RouterConfig(max_body_bytes=1000))
     status, _, body = await post(rt.url + "/v1/chat/completions", {**CHAT, "pad": "x" * 2000})
@@ -172,7 +195,9 @@ async def test_body_over_limit_is_413(upstream, start_router, h) -> None:
     assert up.started == 0
 
 
-async def test_hop_by_hop_headers_are_not_forwarded(upstream, start_router, h) -> None:
+async def test_hop_by_hop_headers_are_not_forwarded(
+    upstream: UpstreamFactory, start_router: RouterFactory, h: type[Helpers]
+) -> None:
     up = await upstream()
     rt = await start_router(h.topology([up.url]))
     await post(
@@ -191,7 +216,9 @@ async def test_hop_by_hop_headers_are_not_forwarded(upstream, start_router, h) -
     assert "keep-alive" not in got and "x-drop" not in got
 
 
-async def test_client_disconnect_cancels_upstream(upstream, start_router, h) -> None:
+async def test_client_disconnect_cancels_upstream(
+    upstream: UpstreamFactory, start_router: RouterFactory, h: type[Helpers]
+) -> None:
     up = await upstream(tokens=1000, gap_s=0.01)
     rt = await start_router(h.topology([up.url]))
     async with aiohttp.ClientSession() as s:
@@ -206,7 +233,9 @@ async def test_client_disconnect_cancels_upstream(upstream, start_router, h) -> 
     assert len(rt.router.feed) == 0  # a cut-off request is not a sample
 
 
-async def test_upstream_break_mid_stream_cuts_client(upstream, start_router, h) -> None:
+async def test_upstream_break_mid_stream_cuts_client(
+    upstream: UpstreamFactory, start_router: RouterFactory, h: type[Helpers]
+) -> None:
     up = await upstream("break", tokens=10)
     rt = await start_router(h.topology([up.url]))
     async with aiohttp.ClientSession() as s:
@@ -221,7 +250,9 @@ async def test_upstream_break_mid_stream_cuts_client(upstream, start_router, h) 
     assert sample.status == 502
 
 
-async def test_least_in_flight_and_concurrency(upstream, start_router, h) -> None:
+async def test_least_in_flight_and_concurrency(
+    upstream: UpstreamFactory, start_router: RouterFactory, h: type[Helpers]
+) -> None:
     slow = await upstream(tokens=50, gap_s=0.02)
     rt = await start_router(h.topology([slow.url, slow.url]))
     pods = rt.router.topology.pods["speculative"]
@@ -236,7 +267,9 @@ async def test_least_in_flight_and_concurrency(upstream, start_router, h) -> Non
     assert {s.pod for s in samples} == {"serve-0", "serve-1"}
 
 
-async def test_upstream_connections_are_reused(upstream, start_router, h) -> None:
+async def test_upstream_connections_are_reused(
+    upstream: UpstreamFactory, start_router: RouterFactory, h: type[Helpers]
+) -> None:
     up = await upstream()
     rt = await start_router(h.topology([up.url]))
     for stream in (True, False, True, False, True):
@@ -245,7 +278,7 @@ async def test_upstream_connections_are_reused(upstream, start_router, h) -> Non
 
 
 async def test_client_disconnect_of_mirrored_request_keeps_only_the_shadow_half(
-    upstream, start_router, h
+    upstream: UpstreamFactory, start_router: RouterFactory, h: type[Helpers]
 ) -> None:
     # The serving half of a request the client abandoned is not a sample: its status could
     # only be non-2xx, which the judge counts as an arm error, and the client, not the arm,
@@ -272,7 +305,9 @@ async def test_client_disconnect_of_mirrored_request_keeps_only_the_shadow_half(
     )
 
 
-async def test_upstream_silence_times_out(upstream, start_router, h) -> None:
+async def test_upstream_silence_times_out(
+    upstream: UpstreamFactory, start_router: RouterFactory, h: type[Helpers]
+) -> None:
     # Before the response: 504. Mid-stream: the client's stream is cut and the sample is 502.
     config = RouterConfig(read_timeout_s=0.3)
     hang, slow = await upstream("hang"), await upstream(tokens=3, gap_s=2.0)
@@ -293,7 +328,7 @@ async def test_upstream_silence_times_out(upstream, start_router, h) -> None:
     assert sample.status == 502 and sample.output_tokens == 0
 
 
-async def _all_dead(start_router, h, count: int) -> None:
+async def _all_dead(start_router: RouterFactory, h: type[Helpers], count: int) -> None:
     # Static --serving URLs as the CLI builds them, none of them listening.
     dead = [f"http://127.0.0.1:{h.free_port()}" for _ in range(count)]
     rt = await start_router(static_topology(dead, [], None, "speculative"))
@@ -313,19 +348,25 @@ async def _all_dead(start_router, h, count: int) -> None:
     assert all(pod.in_flight == 0 for pod in rt.router.topology.pods["speculative"])
 
 
-async def test_two_dead_pods_give_a_prompt_502(start_router, h, caplog) -> None:
+async def test_two_dead_pods_give_a_prompt_502(
+    start_router: RouterFactory, h: type[Helpers], caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level("WARNING", logger="specguard.router")
     await _all_dead(start_router, h, 2)
     assert sum("unreachable" in r.getMessage() for r in caplog.records) == 2
 
 
-async def test_three_dead_pods_give_a_prompt_502(start_router, h, caplog) -> None:
+async def test_three_dead_pods_give_a_prompt_502(
+    start_router: RouterFactory, h: type[Helpers], caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level("WARNING", logger="specguard.router")
     await _all_dead(start_router, h, 3)
     assert sum("unreachable" in r.getMessage() for r in caplog.records) == 3
 
 
-async def test_live_pod_among_dead_ones_always_answers(upstream, start_router, h) -> None:
+async def test_live_pod_among_dead_ones_always_answers(
+    upstream: UpstreamFactory, start_router: RouterFactory, h: type[Helpers]
+) -> None:
     # Dead pods finish with nothing in flight, so least-in-flight keeps picking them first:
     # only trying every pod once guarantees the live one is reached.
     up = await upstream()
@@ -337,7 +378,9 @@ async def test_live_pod_among_dead_ones_always_answers(upstream, start_router, h
     assert up.started == 6
 
 
-async def test_client_disconnect_cancels_non_streamed_upstream(upstream, start_router, h) -> None:
+async def test_client_disconnect_cancels_non_streamed_upstream(
+    upstream: UpstreamFactory, start_router: RouterFactory, h: type[Helpers]
+) -> None:
     # A non-streamed generation sends nothing until it is done, so the router is still
     # waiting for the response head when the client leaves: that wait must be cancelled
     # and the upstream connection closed, or the pod keeps generating for nobody.

@@ -10,13 +10,17 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import openai
 import pytest
 
 from specguard.sim.launch import SimProcess, start_sim
+
+if TYPE_CHECKING:
+    from openai.types.chat import ChatCompletionToolParam
+    from tests.router.conftest import Helpers, RouterFactory
 
 DRAFTER = json.dumps({"method": "dspark", "model": "drafter", "num_speculative_tokens": 8})
 # Time scale 0.05: engine steps of ~1 ms instead of ~20 ms keep these tests fast.
@@ -47,7 +51,9 @@ async def fetch(url: str, body: dict[str, Any]) -> bytes:
         return await r.read()
 
 
-async def test_stream_through_router_matches_direct_simulator(sims, start_router, h) -> None:
+async def test_stream_through_router_matches_direct_simulator(
+    sims: dict[str, SimProcess], start_router: RouterFactory, h: type[Helpers]
+) -> None:
     # Fresh simulators: these are the first requests each sees, so the seeds line up.
     direct, serving = start_sim(SPEC), start_sim(SPEC)
     try:
@@ -87,10 +93,12 @@ async def test_stream_through_router_matches_direct_simulator(sims, start_router
         serving.stop()
 
 
-async def test_openai_sdk_streaming_tools_through_router(sims, start_router, h) -> None:
+async def test_openai_sdk_streaming_tools_through_router(
+    sims: dict[str, SimProcess], start_router: RouterFactory, h: type[Helpers]
+) -> None:
     rt = await start_router(h.topology([sims["serving"].url], [sims["shadow"].url], share=1.0))
     client = openai.AsyncOpenAI(base_url=rt.url + "/v1", api_key="unused")
-    tools = [
+    tools: list[ChatCompletionToolParam] = [
         {
             "type": "function",
             "function": {
@@ -121,7 +129,9 @@ async def test_openai_sdk_streaming_tools_through_router(sims, start_router, h) 
     await client.close()
 
 
-async def test_openai_sdk_completions_through_router(sims, start_router, h) -> None:
+async def test_openai_sdk_completions_through_router(
+    sims: dict[str, SimProcess], start_router: RouterFactory, h: type[Helpers]
+) -> None:
     rt = await start_router(h.topology([sims["serving"].url]))
     client = openai.AsyncOpenAI(base_url=rt.url + "/v1", api_key="unused")
     text = ""
@@ -144,7 +154,9 @@ async def test_openai_sdk_completions_through_router(sims, start_router, h) -> N
     await client.close()
 
 
-async def test_drafter_chunks_pack_tokens_and_sample_counts_them(sims, start_router, h) -> None:
+async def test_drafter_chunks_pack_tokens_and_sample_counts_them(
+    sims: dict[str, SimProcess], start_router: RouterFactory, h: type[Helpers]
+) -> None:
     rt = await start_router(h.topology([sims["serving"].url]))
     body = {"model": "m", "prompt": "x", "max_tokens": 64, "stream": True}
     raw = await fetch(rt.url + "/v1/completions", body)

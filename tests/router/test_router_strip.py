@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -56,7 +57,7 @@ def test_text_that_looks_like_a_usage_key_is_left_alone() -> None:
     assert json.loads(out) == {"choices": [{"text": '"usage":{"x":1}'}]}
 
 
-def event(obj: dict) -> bytes:
+def event(obj: dict[str, Any]) -> bytes:
     return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
 
 

@@ -51,7 +51,7 @@ VLLM_REQUEST_LATENCY = [0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0
                         40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0]  # fmt: skip
 # build_1_2_5_buckets(max_model_len) with --max-model-len 4096
 VLLM_TOKENS_4096 = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000]
-BUCKETS = {
+BUCKETS: dict[str, list[float] | list[int]] = {
     "vllm:time_to_first_token_seconds": VLLM_TTFT,
     "vllm:inter_token_latency_seconds": VLLM_ITL,
     "vllm:request_time_per_output_token_seconds": VLLM_ITL,

@@ -73,6 +73,8 @@ RESERVED_MOUNT_PATHS: Final = (SHM_MOUNT_PATH,)
 SPECGUARD_IMAGE_REPOSITORY: Final = "ghcr.io/specguard/specguard"
 ROUTER_PORT: Final = 8080
 ROUTER_REPLICAS: Final = 2
+# The non-root user of the specguard image (Dockerfile): router and operator pods run as it.
+SPECGUARD_UID: Final = 65532
 
 # status.transitions keeps only the most recent entries so the object stays small.
 MAX_TRANSITIONS: Final = 20

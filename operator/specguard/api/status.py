@@ -69,7 +69,10 @@ class ArmFigures(WireModel):
     baseline: float | None = Field(default=None, description="Baseline arm.")
 
 
-class Verdict(WireModel):
+class StatusVerdict(WireModel):
+    """The wire form of a judge ``Verdict`` (:mod:`specguard.judge.verdict`) in
+    ``status.lastVerdict``: the outcome and the figures a person reads."""
+
     outcome: Outcome = Field(description="regressed, improved, neutral or inconclusive.")
     ratio: float | None = Field(
         default=None,
@@ -140,7 +143,7 @@ class Status(WireModel):
     conditions: list[Condition] = Field(
         default_factory=list, description="Current conditions (metav1.Condition)."
     )
-    last_verdict: Verdict | None = Field(default=None, description="The most recent verdict.")
+    last_verdict: StatusVerdict | None = Field(default=None, description="The most recent verdict.")
     transitions: list[Transition] = Field(
         default_factory=list,
         max_length=MAX_TRANSITIONS,

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from specguard._args import ArgumentParser
 from specguard.judge.policy import PolicySettings, PolicyState, step
 from specguard.judge.sample import ARMS, Sample, SampleError, parse_lines, read_lines
 from specguard.judge.verdict import MAX_RESAMPLES, JudgeSettings, Verdict, judge
@@ -36,16 +37,9 @@ MAX_WINDOW_S = 31_536_000.0
 EXIT_VERDICT, EXIT_USAGE, EXIT_INCONCLUSIVE = 0, 2, 3
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        # One clear line, exit 2 (argparse would add the usage block).
-        print(f"specguard judge: {message}", file=sys.stderr)
-        raise SystemExit(2)
-
-
 def _parser() -> argparse.ArgumentParser:
     d = JudgeSettings()
-    p = _Parser(
+    p = ArgumentParser(
         prog="specguard judge",
         description=__doc__.split("\n\n")[0],
         epilog="Defaults are the resource's (spec.evaluation, spec.rollback). Exit status: 0 a "

@@ -1,4 +1,4 @@
-"""`specguard render FILE.yaml [--mode baseline]`: print the objects specguard would run.
+"""`specguard render FILE.yaml|- [--mode baseline]`: print the objects specguard would run.
 
 Bad input (unreadable file, not YAML, an invalid resource) prints one line per problem,
 each naming the field, and exits 2.
@@ -6,12 +6,12 @@ each naming the field, and exits 2.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from typing import Any
 
 import yaml
 
+from specguard._args import ArgumentParser, UsageError
 from specguard.api import constants as c
 from specguard.api.errors import SpecError
 from specguard.api.resource import SpeculativeDeployment, parse_resource
@@ -36,9 +36,13 @@ class InputError(Exception):
 
 
 def load_resources(path: str) -> list[SpeculativeDeployment]:
+    """The resources in the file at ``path`` (``-``: standard input)."""
     try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
+        if path == "-":
+            text = sys.stdin.read()
+        else:
+            with open(path, encoding="utf-8") as handle:
+                text = handle.read()
     except OSError as exc:
         raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
     except UnicodeDecodeError:
@@ -65,23 +69,30 @@ def load_resources(path: str) -> list[SpeculativeDeployment]:
     return resources
 
 
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(
+def build_parser() -> ArgumentParser:
+    parser = ArgumentParser(
         prog="specguard render",
         description="Print the Kubernetes objects specguard runs for a SpeculativeDeployment.",
     )
-    parser.add_argument("file", help="YAML file with one or more SpeculativeDeployments")
+    parser.add_argument(
+        "file", help="YAML file with one or more SpeculativeDeployments; - reads standard input"
+    )
     parser.add_argument(
         "--mode",
         choices=c.ARMS,
         default=c.ARM_SPECULATIVE,
-        help="which arm serves: speculative (drafter on, default) or baseline (after a rollback)",
+        help="which arm serves: speculative (drafter on) or baseline (after a rollback)",
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str]) -> int:
     try:
+        args = build_parser().parse_args(argv)
         resources = load_resources(args.file)
-    except InputError as error:
-        print(error, file=sys.stderr)
+    except (UsageError, InputError) as error:
+        print(f"specguard render: {error}" if isinstance(error, UsageError) else error,
+              file=sys.stderr)  # fmt: skip
         return 2
     objects = [obj for sd in resources for obj in render_all(sd, args.mode)]
     sys.stdout.write(dump_yaml(objects))

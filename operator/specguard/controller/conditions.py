@@ -10,8 +10,7 @@ import math
 from collections.abc import Mapping, Sequence
 
 from specguard.api import constants as c
-from specguard.api.status import ArmFigures, Condition
-from specguard.api.status import Verdict as StatusVerdict
+from specguard.api.status import ArmFigures, Condition, StatusVerdict
 from specguard.judge.verdict import Verdict
 
 MIRROR_MIN_REQUESTS = 20  # per arm, before a window's load corrects the mirror share

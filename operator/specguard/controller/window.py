@@ -20,10 +20,10 @@ from specguard.api.status import (
     Condition,
     PolicyMemory,
     Status,
+    StatusVerdict,
     Transition,
     append_transition,
 )
-from specguard.api.status import Verdict as StatusVerdict
 from specguard.controller.conditions import set_condition, verdict_sentence
 from specguard.controller.observe import DrafterStartup
 from specguard.controller.settings import policy_settings

@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from specguard._args import ArgumentParser, UsageError
 from specguard.evaluate import analysis, plots, preflight, promptset, report, simulate
 from specguard.evaluate.sweep import Cell, SweepError, SweepSettings, run_level
 from specguard.judge.verdict import JudgeSettings
@@ -39,17 +40,8 @@ SIMULATE_MAX_TOKENS = 64
 _T = TypeVar("_T")
 
 
-class UsageError(ValueError):
-    """Bad command line; one line naming the flag."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> Any:  # one line, exit 2, like the other commands
-        raise UsageError(message)
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(
+    p = ArgumentParser(
         prog="specguard evaluate",
         description="A/B sweep of a drafter against no drafter: per-token latency by subset and "
         "concurrency, crossovers, the judge's verdicts and a recommendation.",

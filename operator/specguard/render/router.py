@@ -42,6 +42,13 @@ def desired_router_deployment(sd: SpeculativeDeployment) -> dict[str, Any]:
                 "spec": {
                     "serviceAccountName": name,
                     "enableServiceLinks": False,
+                    # Pod Security "restricted": the router needs no privilege at all.
+                    "securityContext": {
+                        "runAsNonRoot": True,
+                        "runAsUser": c.SPECGUARD_UID,
+                        "runAsGroup": c.SPECGUARD_UID,
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                    },
                     "containers": [
                         {
                             "name": "router",
@@ -63,6 +70,11 @@ def desired_router_deployment(sd: SpeculativeDeployment) -> dict[str, Any]:
                             "resources": {
                                 "requests": {"cpu": "100m", "memory": "128Mi"},
                                 "limits": {"memory": "512Mi"},
+                            },
+                            "securityContext": {
+                                "allowPrivilegeEscalation": False,
+                                "readOnlyRootFilesystem": True,
+                                "capabilities": {"drop": ["ALL"]},
                             },
                         }
                     ],

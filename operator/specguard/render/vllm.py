@@ -1,6 +1,6 @@
 """The `vllm serve` command line of one arm: the only place vLLM flags are spelled.
 
-Facts from vLLM 0.33 (see shared/reference/vllm.md): ``--speculative-config`` takes JSON
+Facts from vLLM 0.33: ``--speculative-config`` takes JSON
 with snake_case keys and turns the drafter on; without it there is no drafter.
 ``--custom-histogram-buckets`` takes JSON mapping a metric family to its bucket bounds;
 specguard asks for fine buckets on the ``inter_token_latency`` family because the default

@@ -14,11 +14,11 @@ import logging
 import signal
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
 from urllib.parse import urlsplit
 
 from aiohttp import web
 
+from specguard._args import ArgumentParser, UsageError
 from specguard.judge.sample import Arm
 from specguard.router.pool import Endpoint, Topology, other_arm
 from specguard.router.proxy import Router, RouterConfig
@@ -26,17 +26,8 @@ from specguard.router.proxy import Router, RouterConfig
 log = logging.getLogger("specguard.router")
 
 
-class UsageError(Exception):
-    """Bad command-line input: one line naming the flag."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(message)
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="specguard router", description=__doc__.split("\n\n")[0])
+    p = ArgumentParser(prog="specguard router", description=__doc__.split("\n\n")[0])
     p.add_argument(
         "--host", default="0.0.0.0",
         help="address to listen on (default 0.0.0.0); a single address that is not loopback "

@@ -7,21 +7,14 @@ import itertools
 import json
 import math
 from dataclasses import dataclass
-from typing import NoReturn
 
+from specguard._args import ArgumentParser, UsageError
 from specguard.sim.metrics import ITL_BUCKETS
 from specguard.sim.profiles import DEFAULT_PROFILE, PROFILES, Profile
 from specguard.sim.specconfig import SpecConfig, SpecConfigError, parse_spec_config
 
-
-class OptionError(ValueError):
-    """Bad command line; the message names the flag."""
-
-
-class _Parser(argparse.ArgumentParser):
-    # argparse's own errors ("argument --seed: invalid int value") as one line, not usage + line
-    def error(self, message: str) -> NoReturn:
-        raise OptionError(message)
+# The shared usage error, under the name this module's callers know.
+OptionError = UsageError
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +46,7 @@ class SimOptions:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(
+    p = ArgumentParser(
         prog="specguard sim",
         usage="%(prog)s [MODEL] [options]",
         description="vLLM simulator with speculative-decoding economics "

@@ -1,4 +1,5 @@
-"""How to talk to the local apiserver: address, bearer token, CA; kubeconfig files."""
+"""How to talk to the local apiserver: address, credentials (a bearer token or a client
+certificate), CA; kubeconfig files."""
 
 from __future__ import annotations
 
@@ -15,14 +16,18 @@ import yaml
 @dataclass(frozen=True)
 class ClusterAccess:
     server: str  # https://127.0.0.1:PORT
-    token: str
+    token: str  # "" when a client certificate authenticates
     ca_file: Path
+    client_cert: tuple[Path, Path] | None = None  # (certificate, key)
 
     def _ssl(self) -> ssl.SSLContext:
-        return ssl.create_default_context(cafile=str(self.ca_file))
+        context = ssl.create_default_context(cafile=str(self.ca_file))
+        if self.client_cert is not None:
+            context.load_cert_chain(str(self.client_cert[0]), str(self.client_cert[1]))
+        return context
 
     def _headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.token}"}
+        return {"Authorization": f"Bearer {self.token}"} if self.token else {}
 
     def client(self, timeout: float = 10.0) -> httpx.Client:
         return httpx.Client(
@@ -37,6 +42,9 @@ class ClusterAccess:
     def with_token(self, token: str) -> ClusterAccess:
         return ClusterAccess(self.server, token, self.ca_file)
 
+    def with_client_cert(self, cert: Path, key: Path) -> ClusterAccess:
+        return ClusterAccess(self.server, "", self.ca_file, (cert, key))
+
     def kubeconfig(self, user: str = "admin", context: str = "specguard-local") -> dict[str, Any]:
         ca_data = base64.b64encode(self.ca_file.read_bytes()).decode()
         return {
@@ -48,11 +56,19 @@ class ClusterAccess:
                     "cluster": {"server": self.server, "certificate-authority-data": ca_data},
                 }
             ],
-            "users": [{"name": user, "user": {"token": self.token}}],
+            "users": [{"name": user, "user": self._kubeconfig_user()}],
             "contexts": [
                 {"name": context, "context": {"cluster": context, "user": user}}
             ],
             "current-context": context,
+        }
+
+    def _kubeconfig_user(self) -> dict[str, str]:
+        if self.client_cert is None:
+            return {"token": self.token}
+        return {
+            "client-certificate": str(self.client_cert[0]),
+            "client-key": str(self.client_cert[1]),
         }
 
     def write_kubeconfig(self, path: Path, user: str = "admin") -> Path:

@@ -5,9 +5,9 @@ Order:
    ships no kube-controller-manager or kube-scheduler; those are then taken from the
    cache directory, then from PATH, and must be within the supported version skew
    (``ControlPlaneBinaries.checked_minors``).
-2. The cache directory filled by ``scripts/build-control-plane.sh``:
-   ``$SPECGUARD_CACHE_DIR/control-plane/bin`` (default ``~/.cache/specguard``); etcd from
-   there or from PATH (Debian's ``etcd-server``).
+2. The cache directory filled by ``scripts/build-control-plane.sh`` from the Go modules:
+   ``$SPECGUARD_CACHE_DIR/control-plane/v<KUBE_VERSION>/bin`` (default
+   ``~/.cache/specguard``), etcd included.
 """
 
 from __future__ import annotations
@@ -20,6 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 KUBE_BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
+# The release scripts/build-control-plane.sh builds (its SPECGUARD_KUBE_VERSION default; a
+# test checks the two agree). Supported by specguard: KUBE_MINOR_OLDEST to this one's minor.
+KUBE_VERSION = "1.37.2"
+KUBE_MINOR_OLDEST = 30
 
 
 def cache_dir() -> Path:
@@ -30,13 +34,23 @@ def cache_dir() -> Path:
     return Path(base) / "specguard"
 
 
-def cache_bin_dir() -> Path:
-    return cache_dir() / "control-plane" / "bin"
+def cache_bin_dir(version: str | None = None) -> Path:
+    """Where the build script puts the binaries of ``version`` (default: KUBE_VERSION, or
+    ``$SPECGUARD_KUBE_VERSION`` when set, as the script does)."""
+    version = version or os.environ.get("SPECGUARD_KUBE_VERSION") or KUBE_VERSION
+    return cache_dir() / "control-plane" / f"v{version}" / "bin"
 
 
 def build_script() -> Path:
     """scripts/build-control-plane.sh of the checkout this package runs from."""
     return Path(__file__).resolve().parents[3] / "scripts" / "build-control-plane.sh"
+
+
+def kubectl_binary() -> Path:
+    """kubectl of the cached build (the server's version) when present, else ``kubectl`` on
+    PATH."""
+    built = _executable(cache_bin_dir() / "kubectl")
+    return built or Path(shutil.which("kubectl") or "kubectl")
 
 
 class MissingBinariesError(RuntimeError):
@@ -68,6 +82,15 @@ class ControlPlaneBinaries:
         never newer. A 1.30 envtest apiserver with the cached 1.20 scheduler looks healthy
         but never schedules a pod (the 1.20 scheduler waits on APIs 1.25 removed)."""
         apiserver = self.minor_version(self.kube_apiserver)
+        if apiserver < KUBE_MINOR_OLDEST:
+            raise MissingBinariesError(
+                f"kube-apiserver 1.{apiserver} ({self.kube_apiserver}) is older than specguard "
+                f"supports (1.{KUBE_MINOR_OLDEST} to 1.{KUBE_VERSION.split('.')[1]}): it has no "
+                "CEL validation, Pod Security admission or bound service-account tokens as "
+                f"current clusters do. Build {KUBE_VERSION} with `bash {build_script()}` or "
+                f"point KUBEBUILDER_ASSETS at envtest 1.{KUBE_MINOR_OLDEST}+ binaries "
+                f"({self.origin})."
+            )
         controller_manager = self.minor_version(self.kube_controller_manager)
         scheduler = self.minor_version(self.kube_scheduler)
         for name, path, minor in (
@@ -96,7 +119,7 @@ def _on_path(name: str) -> Path | None:
 def _missing(what: str, looked: list[str]) -> MissingBinariesError:
     return MissingBinariesError(
         f"{what} not found (looked in: {', '.join(looked)}). Build the control plane once with "
-        f"`sudo bash {build_script()}` (about 5 minutes; cached in {cache_bin_dir()}), "
+        f"`bash {build_script()}` (about 15 minutes on 2 cores; cached in {cache_bin_dir()}), "
         "or point KUBEBUILDER_ASSETS at setup-envtest binaries."
     )
 
@@ -125,9 +148,9 @@ def find_binaries() -> ControlPlaneBinaries:
             if path is None:
                 raise _missing(name, [str(cache)])
             found[name] = path
-        etcd = _executable(cache / "etcd") or _on_path("etcd")
+        etcd = _executable(cache / "etcd")
         if etcd is None:
-            raise _missing("etcd", [str(cache), "PATH (Debian package etcd-server)"])
+            raise _missing("etcd", [str(cache)])
         found["etcd"] = etcd
         origin = str(cache)
     return ControlPlaneBinaries(

@@ -20,6 +20,7 @@ import secrets
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -30,8 +31,8 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from specguard.testing.access import ClusterAccess
-from specguard.testing.binaries import ControlPlaneBinaries, find_binaries
-from specguard.testing.pki import make_pki
+from specguard.testing.binaries import ControlPlaneBinaries, find_binaries, kubectl_binary
+from specguard.testing.pki import ClusterPki, make_client_cert, make_pki
 from specguard.testing.ports import free_port
 from specguard.testing.procs import (
     ProcessGroups,
@@ -40,6 +41,7 @@ from specguard.testing.procs import (
     reap_orphans,
     terminate_group,
 )
+from specguard.testing.wait import wait_until
 
 if TYPE_CHECKING:
     from specguard.testing.kubelet import KubeletConfig, ProcessKubelet
@@ -93,6 +95,9 @@ class LocalCluster:
         self._components: list[Component] = []
         self._addons: list[Any] = []  # things with .stop(), stopped in reverse order
         self._access: ClusterAccess | None = None
+        self._pki: ClusterPki | None = None
+        self._node_access: dict[str, ClusterAccess] = {}
+        self._node_lock = threading.Lock()
         self.kubeconfig = Path()
         self.start_seconds = 0.0
         self.kubelet: ProcessKubelet | None = None
@@ -196,6 +201,7 @@ class LocalCluster:
         work = self.workdir
         service_ip = self._first_service_ip()
         pki = make_pki(work / "pki", service_ip=service_ip)
+        self._pki = pki
         token = secrets.token_hex(16)
         token_file = work / "tokens.csv"
         token_file.write_text(f'{token},{ADMIN_USER},{ADMIN_USER},"system:masters"\n')
@@ -217,8 +223,8 @@ class LocalCluster:
                 "--log-level=warn",
             ],
         )
-        # Asked while etcd boots: flags differ across versions (KUBEBUILDER_ASSETS).
-        _, kcm_minor, scheduler_minor = binaries.checked_minors()
+        # Asked while etcd boots: refuses binaries outside the supported versions and skew.
+        binaries.checked_minors()
         self._wait(
             etcd,
             lambda: "true" in httpx.get(f"{etcd_url}/health", timeout=2).text,
@@ -236,13 +242,20 @@ class LocalCluster:
                 f"--etcd-servers={etcd_url}",
                 "--bind-address=127.0.0.1",
                 "--advertise-address=127.0.0.1",
+                # The `kubernetes` Service's endpoints may not be loopback addresses; pods here
+                # reach the apiserver through the kubeconfig the kubelet writes for them.
+                "--endpoint-reconciler-type=none",
                 f"--secure-port={api_port}",
                 f"--cert-dir={work / 'apiserver-certs'}",
                 f"--tls-cert-file={pki.server_cert}",
                 f"--tls-private-key-file={pki.server_key}",
                 f"--client-ca-file={pki.ca_cert}",
                 f"--token-auth-file={token_file}",
-                "--authorization-mode=RBAC",
+                # Kubelets act as their node (client certificates in system:nodes): the Node
+                # authorizer and NodeRestriction limit them to their own pods, as in a real
+                # cluster. PodSecurity is on by default: namespaces choose their level by label.
+                "--authorization-mode=Node,RBAC",
+                "--enable-admission-plugins=NodeRestriction",
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
                 f"--service-account-key-file={pki.sa_pub}",
                 f"--service-account-signing-key-file={pki.sa_key}",
@@ -275,7 +288,6 @@ class LocalCluster:
                 "--authentication-skip-lookup=true",
                 "--v=1",
             ],
-            insecure_port_flag=kcm_minor < 24,
         )
         scheduler = self._spawn_secured(
             "kube-scheduler",
@@ -286,7 +298,6 @@ class LocalCluster:
                 "--authentication-skip-lookup=true",
                 "--v=1",
             ],
-            insecure_port_flag=scheduler_minor < 23,
         )
         for component, port in (kcm, scheduler):
             self._wait(
@@ -298,11 +309,9 @@ class LocalCluster:
                 deadline,
                 "/healthz",
             )
-        self._wait_default_service_account(apiserver, deadline, tokens=kcm_minor < 24)
+        self._wait_default_service_account(apiserver, deadline)
 
-    def _spawn_secured(
-        self, name: str, argv: list[str], *, insecure_port_flag: bool
-    ) -> tuple[Component, int]:
+    def _spawn_secured(self, name: str, argv: list[str]) -> tuple[Component, int]:
         """controller-manager or scheduler, serving /healthz on a free port."""
         port = free_port()
         argv = [
@@ -311,21 +320,15 @@ class LocalCluster:
             f"--secure-port={port}",
             f"--cert-dir={self.workdir / (name + '-certs')}",
         ]
-        if insecure_port_flag:
-            argv.append("--port=0")  # before 1.23/1.24 an insecure port defaulted on
         return self._spawn(name, argv), port
 
-    def _wait_default_service_account(
-        self, apiserver: Component, deadline: float, *, tokens: bool
-    ) -> None:
-        """Pods are refused until default/default exists (and, before 1.24, its token)."""
+    def _wait_default_service_account(self, apiserver: Component, deadline: float) -> None:
+        """Pods are refused until default/default exists."""
 
         def ready() -> bool:
             with self.access.client(timeout=3) as client:
                 response = client.get("/api/v1/namespaces/default/serviceaccounts/default")
-                if response.status_code != 200:
-                    return False
-                return not tokens or bool(response.json().get("secrets"))
+                return response.status_code == 200
 
         self._wait(apiserver, ready, deadline, "service account default/default")
 
@@ -337,6 +340,23 @@ class LocalCluster:
 
     # ---------------------------------------------------------------- clients
 
+    def node_access(self, node: str) -> ClusterAccess:
+        """Credentials of a kubelet on ``node``: a client certificate for
+        ``system:node:<node>`` in group ``system:nodes`` (Node authorizer, NodeRestriction)."""
+        if self._pki is None:
+            raise RuntimeError("LocalCluster is not started")
+        with self._node_lock:  # the kubelet's thread may ask for a node added later
+            return self._node_access_locked(node, self._pki)
+
+    def _node_access_locked(self, node: str, pki: ClusterPki) -> ClusterAccess:
+        if node not in self._node_access:
+            cert, key = make_client_cert(
+                pki, self.workdir / "pki" / "nodes",
+                user=f"system:node:{node}", group="system:nodes",
+            )  # fmt: skip
+            self._node_access[node] = self.access.with_client_cert(cert, key)
+        return self._node_access[node]
+
     def kube_client(self) -> Any:
         """A ``kubernetes.client.ApiClient`` logged in as cluster admin."""
         from kubernetes import client
@@ -347,14 +367,37 @@ class LocalCluster:
         configuration.api_key = {"authorization": f"Bearer {self.access.token}"}
         return client.ApiClient(configuration)
 
-    def kubectl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    def kubectl(
+        self, *args: str, check: bool = True, input: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """Run kubectl against this cluster (the one built with the control plane when there
+        is one: its version matches the server's; else the one on PATH)."""
         return subprocess.run(
-            ["kubectl", f"--kubeconfig={self.kubeconfig}", *args],
+            [str(kubectl_binary()), f"--kubeconfig={self.kubeconfig}", *args],
+            input=input,
             capture_output=True,
             text=True,
             check=check,
             timeout=60,
         )
+
+    def wait_crd_established(self, name: str, timeout: float = 60.0) -> None:
+        """Wait until CustomResourceDefinition ``name`` is Established (``kubectl wait`` fails
+        at once while the server has not yet written any condition)."""
+
+        def established() -> bool:
+            with self.access.client(timeout=5) as client:
+                response = client.get(
+                    f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
+                )
+            if response.status_code != 200:
+                return False
+            conditions = response.json().get("status", {}).get("conditions") or []
+            return any(
+                c.get("type") == "Established" and c.get("status") == "True" for c in conditions
+            )
+
+        wait_until(established, timeout=timeout, interval=0.2, what=f"CRD {name} Established")
 
     def process_group_ids(self) -> list[int]:
         """Every process group this cluster started and still tracks (control plane, pods)."""
@@ -375,6 +418,8 @@ class LocalCluster:
         start = len(self.gpu_node_names)
         names = [f"{prefix}-{start + i}" for i in range(count)]
         register_nodes(self.access, names, spec)
+        for name in names:
+            self.node_access(name)  # issue the kubelet's certificates here, not in its loop
         self.gpu_node_names.extend(names)
         if self.kubelet is not None:
             self.kubelet.add_nodes(names)
@@ -388,7 +433,8 @@ class LocalCluster:
             raise RuntimeError("a kubelet is already running for this cluster")
         config = config or KubeletConfig()
         kubelet = ProcessKubelet(
-            self.access, self.gpu_node_names, self.processes, self.workdir / "kubelet", config
+            self.access, self.gpu_node_names, self.processes, self.workdir / "kubelet", config,
+            node_access=self.node_access,
         )
         kubelet.start()
         self.kubelet = kubelet

@@ -23,7 +23,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -341,7 +341,8 @@ class PodRunner:
         self.node: str = pod["spec"]["nodeName"]
         self.restart_policy: str = pod["spec"].get("restartPolicy", "Always")
         self.config = kubelet.config
-        self.client = kubelet.client
+        # Everything done for the pod is done as its node (Node authorizer, NodeRestriction).
+        self.client = kubelet.client_for(self.node)
         self.ip = ""
         self.directory = kubelet.workdir / "pods" / f"{self.namespace}_{self.name}_{self.uid[:8]}"
         self.init_containers = [
@@ -530,13 +531,16 @@ class _KubeletLoop:
         workdir: Path,
         config: KubeletConfig,
         client: httpx.AsyncClient,
+        node_access: Callable[[str], ClusterAccess] | None = None,
     ) -> None:
         self.access = access
         self.nodes = nodes
         self.processes = processes
         self.workdir = workdir
         self.config = config
-        self.client = client
+        self.client = client  # the pod watch (all nodes at once: a test convenience)
+        self._node_access = node_access
+        self._node_clients: dict[str, httpx.AsyncClient] = {}
         self.pool = LoopbackPool(config.pod_subnet)
         self.runners: dict[str, PodRunner] = {}
         self.finished: set[str] = set()
@@ -556,6 +560,20 @@ class _KubeletLoop:
             # The cluster goes away with us: stop processes, leave the objects alone.
             runner.request_stop(gone=True, grace=self.config.shutdown_grace)
         await asyncio.gather(*(self._task_of(r) for r in runners), return_exceptions=True)
+
+    def client_for(self, node: str) -> httpx.AsyncClient:
+        """The client of the kubelet on ``node``: its own node credentials when the cluster
+        gives them, else the shared client."""
+        if self._node_access is None:
+            return self.client
+        if node not in self._node_clients:
+            self._node_clients[node] = self._node_access(node).async_client(timeout=15)
+        return self._node_clients[node]
+
+    async def close_node_clients(self) -> None:
+        clients, self._node_clients = list(self._node_clients.values()), {}
+        for client in clients:
+            await client.aclose()
 
     def _task_of(self, runner: PodRunner) -> asyncio.Task[None]:
         return self._tasks[runner.uid]
@@ -644,8 +662,9 @@ class _KubeletLoop:
     async def finalize_deletion(self, pod: dict[str, Any]) -> None:
         """The kubelet's last word on a deleted pod: remove it now (grace 0)."""
         meta = pod["metadata"]
+        client = self.client_for(pod["spec"].get("nodeName") or "")
         with contextlib.suppress(httpx.HTTPError):
-            await self.client.request(
+            await client.request(
                 "DELETE",
                 f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}",
                 json={"gracePeriodSeconds": 0, "preconditions": {"uid": meta["uid"]}},
@@ -657,7 +676,7 @@ class _KubeletLoop:
         while True:
             for node in sorted(self.nodes):
                 with contextlib.suppress(httpx.HTTPError):
-                    await self.client.patch(
+                    await self.client_for(node).patch(
                         f"/api/v1/nodes/{node}/status", json=heartbeat_patch(),
                         headers=STRATEGIC_MERGE,
                     )  # fmt: skip
@@ -684,8 +703,11 @@ class ProcessKubelet:
         processes: ProcessGroups,
         workdir: Path,
         config: KubeletConfig | None = None,
+        *,
+        node_access: Callable[[str], ClusterAccess] | None = None,
     ) -> None:
         self.access = access
+        self._node_access = node_access
         self.nodes: set[str] = set(node_names)
         self.processes = processes
         self.workdir = workdir
@@ -725,13 +747,17 @@ class ProcessKubelet:
                 workdir=self.workdir,
                 config=self.config,
                 client=client,
+                node_access=self._node_access,
             )
             self._inner = inner
             runner = asyncio.create_task(inner.run(self._stop))
             waiter = asyncio.create_task(inner.synced.wait())
             await asyncio.wait([runner, waiter], return_when=asyncio.FIRST_COMPLETED)
             self._ready.set()
-            await runner
+            try:
+                await runner
+            finally:
+                await inner.close_node_clients()
 
     def stop(self) -> None:
         """Stop every pod process (SIGTERM, shutdown_grace, SIGKILL), then the loop."""

@@ -76,3 +76,29 @@ def make_pki(directory: Path, *, service_ip: str) -> ClusterPki:
         sa_key=directory / "sa.key",
         sa_pub=directory / "sa.pub",
     )
+
+
+def make_client_cert(
+    pki: ClusterPki, directory: Path, *, user: str, group: str
+) -> tuple[Path, Path]:
+    """A client certificate signed by the cluster CA for ``user`` in ``group`` (the apiserver
+    takes CN as the user name and O as a group, e.g. ``system:node:gpu-node-0`` in
+    ``system:nodes``). Returns (certificate, key)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    stem = user.replace(":", "_")
+    ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
+    _openssl(
+        "req", *ec, "-keyout", f"{stem}.key", "-out", f"{stem}.csr",
+        "-subj", f"/O={group}/CN={user}", cwd=directory,
+    )  # fmt: skip
+    (directory / f"{stem}.ext").write_text(
+        "basicConstraints=CA:FALSE\n"
+        "keyUsage=critical,digitalSignature,keyEncipherment\n"
+        "extendedKeyUsage=clientAuth\n"
+    )
+    _openssl(
+        "x509", "-req", "-in", f"{stem}.csr", "-CA", str(pki.ca_cert), "-CAkey", str(pki.ca_key),
+        "-CAcreateserial", "-out", f"{stem}.crt", "-days", "3650",
+        "-extfile", f"{stem}.ext", cwd=directory,
+    )  # fmt: skip
+    return directory / f"{stem}.crt", directory / f"{stem}.key"

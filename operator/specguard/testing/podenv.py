@@ -4,9 +4,9 @@
   ConfigMaps, the downward API (``fieldRef``) and ``resourceFieldRef``; ``$(VAR)``
   references to earlier variables are expanded, ``$$`` escapes.
 - The pod's service-account token becomes a kubeconfig file (``KUBECONFIG``), so the
-  process talks to the apiserver with exactly the pod's RBAC. The token comes from the
-  token Secret mounted at the service-account path (Kubernetes < 1.24) or, for a
-  projected token volume, from the TokenRequest API.
+  process talks to the apiserver with exactly the pod's RBAC. The token is a bound
+  token from the TokenRequest API (bound to the pod, asked for as the pod's node), as the
+  projected ``kube-api-access-*`` volume gives a real pod.
 """
 
 from __future__ import annotations
@@ -155,17 +155,7 @@ async def service_account_token(
     for name, mount in mounts.items():
         if mount.get("mountPath") != SA_MOUNT_PATH or name not in volumes:
             continue
-        volume = volumes[name]
-        namespace = pod["metadata"]["namespace"]
-        if "secret" in volume:
-            cache = ObjectCache(client, namespace)
-            data = await cache.data("secret", volume["secret"]["secretName"])
-            if data is None or "token" not in data:
-                raise ContainerConfigError(
-                    f"service-account token secret {volume['secret']['secretName']!r} not found"
-                )
-            return data["token"]
-        if "projected" in volume:
+        if "projected" in volumes[name]:
             return await _request_token(client, pod)
     return None
 
