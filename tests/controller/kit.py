@@ -24,19 +24,22 @@ from specguard.testing.cluster import LocalCluster
 from specguard.testing.ports import free_port
 
 CRD = Path(__file__).resolve().parents[2] / "crds" / "specguard.io_speculativedeployments.yaml"
+CRD_NAME = "speculativedeployments.specguard.io"
 DRAFTER = "RedHatAI/DeepSeek-V4-speculator.dspark"
 SD_PATH = "/apis/specguard.io/v1alpha1/namespaces/{ns}/speculativedeployments"
 T = TypeVar("T")
 
 
 def install_crd(cluster: LocalCluster) -> None:
+    """The committed CRD (this branch's status fields), established."""
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
-    cluster.kubectl(
-        "wait",
-        "--for=condition=Established",
-        "--timeout=60s",
-        "crd/speculativedeployments.specguard.io",
-    )
+    path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/" + CRD_NAME
+
+    def established() -> bool:
+        conditions = api(cluster, "GET", path).get("status", {}).get("conditions", [])
+        return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+    wait_for("the CRD established", established, 120)
 
 
 def api(

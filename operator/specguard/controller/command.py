@@ -114,13 +114,16 @@ class RunError(RuntimeError):
 
 
 async def _run(args: argparse.Namespace, live: str | None) -> int:
+    from concurrent.futures import ThreadPoolExecutor
+
     import kopf
 
     from specguard.controller import handlers
-    from specguard.controller.kube import Kube, load_api_client
+    from specguard.controller.kube import API_THREADS, Kube, load_api_client
     from specguard.controller.lease import LeaseElector
     from specguard.controller.metrics import OperatorMetrics
 
+    asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(API_THREADS))
     try:
         api = await asyncio.to_thread(load_api_client)
     except Exception as exc:

@@ -18,6 +18,7 @@ from typing import Any
 from specguard.api import constants as c
 
 FIELD_MANAGER = "specguard"
+API_THREADS = 16  # worker threads (and pooled connections) for API requests
 
 _PLURALS = {
     "ServiceAccount": ("api/v1", "serviceaccounts"),
@@ -46,7 +47,9 @@ def load_api_client() -> Any:
         config.load_incluster_config()
     except config.ConfigException:
         config.load_kube_config()
-    return client.ApiClient()
+    configuration = client.Configuration.get_default_copy()
+    configuration.connection_pool_maxsize = API_THREADS
+    return client.ApiClient(configuration)
 
 
 def object_path(obj: Mapping[str, Any]) -> str:

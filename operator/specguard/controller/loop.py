@@ -8,6 +8,7 @@ it writes only when something must change: an owned object differs from the desi
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Iterable, Mapping
@@ -300,6 +301,7 @@ class ResourceLoop:
     async def _reconcile(self, sd: SpeculativeDeployment, plan: SwapPlan, obs: Observed) -> None:
         deployments = {_name_of(d): d for d in obs.deployments}
         services = {_name_of(s) for s in obs.services}
+        todo: list[dict[str, Any]] = []
         for obj in desired_objects(sd, plan.replicas):
             kind, name = obj["kind"], obj["metadata"]["name"]
             if kind == "Deployment":
@@ -311,15 +313,25 @@ class ResourceLoop:
                     continue
             elif self._static_applied:
                 continue
-            try:
-                result = await self.kube.apply(obj)
-            except KubeError as exc:
-                log.warning("%s/%s: apply %s %s failed: %s", self.namespace, self.name, kind,
-                            name, exc)  # fmt: skip
-                return
-            if kind == "Deployment":
-                self._applied[name] = int(result.get("metadata", {}).get("generation") or 0)
-                self.trace.append((time.time(), dict(plan.replicas)))
+            todo.append(obj)
+        # RBAC and Services first (a pod's ServiceAccount must exist), then the Deployments;
+        # each group at once.
+        for group in (
+            [o for o in todo if o["kind"] != "Deployment"],
+            [o for o in todo if o["kind"] == "Deployment"],
+        ):
+            results = await asyncio.gather(
+                *(self.kube.apply(o) for o in group), return_exceptions=True
+            )
+            for obj, result in zip(group, results, strict=True):
+                name = obj["metadata"]["name"]
+                if isinstance(result, BaseException):
+                    log.warning("%s/%s: apply %s %s failed: %s", self.namespace, self.name,
+                                obj["kind"], name, result)  # fmt: skip
+                    return
+                if obj["kind"] == "Deployment":
+                    self._applied[name] = int(result.get("metadata", {}).get("generation") or 0)
+                    self.trace.append((time.time(), dict(plan.replicas)))
         self._static_applied = True
 
     def _drifted(self, desired: Mapping[str, Any], live: Mapping[str, Any]) -> bool:
