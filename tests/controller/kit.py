@@ -36,7 +36,7 @@ def install_crd(cluster: LocalCluster) -> None:
     path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/" + CRD_NAME
 
     def established() -> bool:
-        conditions = api(cluster, "GET", path).get("status", {}).get("conditions", [])
+        conditions = (api(cluster, "GET", path).get("status") or {}).get("conditions") or []
         return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
 
     wait_for("the CRD established", established, 120)
