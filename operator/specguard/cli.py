@@ -14,6 +14,7 @@ from specguard._args import UsageError
 
 # name -> (module holding ``main(argv) -> int``, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
+    "run": ("specguard.controller.command", "run the operator"),
     "render": ("specguard.commands.render", "print the Kubernetes objects of a resource"),
     "crd": ("specguard.commands.crd", "print the SpeculativeDeployment CRD"),
     "sim": ("specguard.sim.command", "run the vLLM simulator with speculative-decoding economics"),

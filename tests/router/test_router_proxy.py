@@ -14,7 +14,6 @@ from specguard.router.command import static_topology
 from specguard.router.proxy import RouterConfig
 
 if TYPE_CHECKING:
-    import pytest
     from tests.router.conftest import Helpers, RouterFactory, UpstreamFactory
 
 

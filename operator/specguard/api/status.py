@@ -57,6 +57,11 @@ class Arms(WireModel):
     mirror_share: float = Field(
         ge=0.0, le=1.0, description="Share of requests the router mirrors to the shadow arm."
     )
+    swapping: bool = Field(
+        default=False,
+        description="A rolling swap between the arms is in progress: the router answers "
+        "clients from the ready pods of both arms and mirrors nothing.",
+    )
 
 
 class ArmFigures(WireModel):
@@ -104,6 +109,30 @@ class Transition(WireModel):
     ratio: float | None = Field(default=None, description="Latency ratio that triggered it.")
 
 
+class PolicyMemory(WireModel):
+    """What the operator remembers between windows, kept in status so a restarted (or
+    newly elected) operator continues where the last one stopped."""
+
+    mode: ArmName | None = Field(
+        default=None, description="The mode the policy chose (a pin annotation can override it)."
+    )
+    streak: int = Field(default=0, ge=0, description="Agreeing verdicts in a row.")
+    streak_outcome: str | None = Field(default=None, description="Outcome of the streak.")
+    since: float | None = Field(
+        default=None, description="Unix time of the last mode change (cooldown start)."
+    )
+    flap_times: list[float] = Field(
+        default_factory=list, max_length=32, description="Unix times of automatic changes."
+    )
+    halted: bool = Field(default=False, description="Automatic changes stopped after flaps.")
+    retry_seen: str | None = Field(
+        default=None, description="The specguard.io/retry value already acted on."
+    )
+    swap_since: float | None = Field(
+        default=None, description="Unix time the current swap started (router settle time)."
+    )
+
+
 class Status(WireModel):
     observed_generation: int | None = Field(
         default=None, ge=0, description="metadata.generation the operator last acted on."
@@ -121,6 +150,13 @@ class Status(WireModel):
         description=f"Mode changes, oldest first; only the last {MAX_TRANSITIONS} are kept.",
     )
     arms: Arms | None = Field(default=None, description="Both arms and the mirror share.")
+    target_mode: ArmName | None = Field(
+        default=None,
+        description="The mode the operator is moving to; differs from mode during a swap.",
+    )
+    policy: PolicyMemory | None = Field(
+        default=None, description="Decision-policy memory (streaks, cooldown, flaps)."
+    )
 
 
 def append_transition(transitions: list[Transition], new: Transition) -> list[Transition]:

@@ -110,6 +110,11 @@ def roles_from_resource(resource: Mapping[str, Any] | None) -> tuple[Arm, float]
     return mode, 0.0
 
 
+def swapping_from_resource(resource: Mapping[str, Any] | None) -> bool:
+    """``status.arms.swapping``: the operator is swapping the arms, serve from both."""
+    return _get(resource, "status", "arms", "swapping") is True
+
+
 class KubeDiscovery:
     """Keeps a `Topology` in step with the cluster."""
 
@@ -169,10 +174,12 @@ class KubeDiscovery:
                 resource = None if status == 404 else _KEEP
             if resource is not _KEEP:
                 mode, share = roles_from_resource(resource)
+                swapping = swapping_from_resource(resource)
                 top = self.topology
-                if (mode, share) != (top.mode, top.mirror_share):
-                    log.info("roles: serving %s, mirror share %.3f", mode, share)
-                    top.set_roles(mode, share)
+                if (mode, share, swapping) != (top.mode, top.mirror_share, top.swapping):
+                    log.info("roles: serving %s, mirror share %.3f%s", mode, share,
+                             ", swapping: serving from both arms" if swapping else "")  # fmt: skip
+                    top.set_roles(mode, share, swapping)
                     self._changed()
             await asyncio.sleep(self._poll_interval)
 

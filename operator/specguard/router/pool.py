@@ -45,6 +45,9 @@ class Topology:
 
     mode: Arm = "speculative"
     mirror_share: float = 0.0
+    # During the operator's rolling swap (status.arms.swapping) clients are answered from the
+    # ready pods of both arms, so the pods that serve never drop below replicas - 1.
+    swapping: bool = False
     pods: dict[Arm, list[Pod]] = field(default_factory=lambda: {arm: [] for arm in ARM_NAMES})
     _turn: itertools.count[int] = field(default_factory=itertools.count)
 
@@ -56,9 +59,10 @@ class Topology:
     def shadow_arm(self) -> Arm:
         return other_arm(self.mode)
 
-    def set_roles(self, mode: Arm, mirror_share: float) -> None:
+    def set_roles(self, mode: Arm, mirror_share: float, swapping: bool = False) -> None:
         self.mode = mode
         self.mirror_share = min(max(mirror_share, 0.0), 1.0)
+        self.swapping = swapping
 
     def set_endpoints(self, endpoints: Iterable[Endpoint]) -> None:
         """Replace the ready pods, keeping the counters of pods that are still there."""
@@ -78,7 +82,10 @@ class Topology:
     def pick(self, arm: Arm, exclude: Collection[Pod] = ()) -> Pod | None:
         """The ready pod of ``arm`` with the fewest requests in flight (ties rotate),
         leaving out the pods in ``exclude``."""
-        candidates = [pod for pod in self.pods[arm] if all(pod is not x for x in exclude)]
+        pool = self.pods[arm]
+        if self.swapping and arm == self.serving_arm:
+            pool = [*self.pods[arm], *self.pods[other_arm(arm)]]
+        candidates = [pod for pod in pool if all(pod is not x for x in exclude)]
         if not candidates:
             return None
         fewest = min(pod.in_flight for pod in candidates)

@@ -1,0 +1,425 @@
+"""The operator on the local control plane: `specguard run` as a subprocess (the entrypoint
+the chart runs; a real process to kill mid-swap and to run twice), the process kubelet
+running the simulators and routers as pods.
+
+Scenarios of issue 11: reconcile + status + drift + idle writes; (d) invalid spec; pin swap
+with its pod bounds, plugin, retry (i); (g) restart mid-swap; (h) spec edit; (f) source down;
+(e) crash-looping drafter; (a)(b)(c) traffic; (j) two operators.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from specguard.testing.cluster import LocalCluster
+from specguard.testing.kubelet import ProcessKubelet
+
+from .kit import (
+    DRAFTER,
+    Load,
+    PodSampler,
+    api,
+    condition,
+    create_sd,
+    delete_all,
+    events,
+    get_sd,
+    install_crd,
+    operator,
+    patch_sd,
+    router_urls,
+    sd_body,
+    sd_until,
+    start_operator,
+    wait_for,
+)
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
+SIM_ARGS = ("--profile", "deepseek-v4", "--time-scale", "2")
+
+
+@pytest.fixture(scope="module")
+def cluster(local_cluster: LocalCluster, kubelet: ProcessKubelet) -> Iterator[LocalCluster]:
+    install_crd(local_cluster)
+    before = kubelet.config.sim_args
+    kubelet.config.sim_args = SIM_ARGS
+    yield local_cluster
+    kubelet.config.sim_args = before
+
+
+def settled(cluster: LocalCluster, ns: str, name: str, mode: str = "speculative") -> dict[str, Any]:
+    def ok(sd: dict[str, Any]) -> bool:
+        status = sd.get("status") or {}
+        return status.get("mode") == mode and condition(sd, "Ready").get("status") == "True"
+
+    return sd_until(cluster, ns, name, f"{name} settled in {mode}", ok, timeout=120)
+
+
+def deployment(cluster: LocalCluster, ns: str, name: str) -> dict[str, Any]:
+    result: dict[str, Any] = api(
+        cluster, "GET", f"/apis/apps/v1/namespaces/{ns}/deployments/{name}"
+    )
+    return result
+
+
+def plugin(cluster: LocalCluster, *args: str) -> str:
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "specguard.controller.plugin",
+            *args,
+            "--kubeconfig",
+            str(cluster.kubeconfig),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_reconcile_status_drift_and_no_idle_writes(
+    cluster: LocalCluster, cluster_namespace: str, tmp_path: Path
+) -> None:
+    ns = cluster_namespace
+    with operator(cluster, ns, tmp_path) as op:
+        started = time.monotonic()
+        create_sd(cluster, sd_body("qwen", ns))
+        wait_for("owned Deployments", lambda: deployment(cluster, ns, "qwen-router"), 60)
+        applied_s = time.monotonic() - started
+        sd = settled(cluster, ns, "qwen")
+        status = sd["status"]
+        assert status["observedGeneration"] == 1
+        assert status["arms"]["serving"] == {
+            "arm": "speculative",
+            "deployment": "qwen-spec",
+            "replicas": 2,
+            "readyReplicas": 2,
+        }
+        assert status["arms"]["mirrorShare"] == 0.5
+        assert condition(sd, "SpecValid")["status"] == "True"
+        assert condition(sd, "Speculating")["status"] == "True"
+        assert condition(sd, "RolledBack")["status"] == "False"
+        spec_dep = deployment(cluster, ns, "qwen-spec")
+        owner = spec_dep["metadata"]["ownerReferences"][0]
+        assert (owner["kind"], owner["name"], owner["uid"]) == (
+            "SpeculativeDeployment",
+            "qwen",
+            sd["metadata"]["uid"],
+        )
+        managers = {
+            m["manager"] for m in spec_dep["metadata"]["managedFields"] if m["operation"] == "Apply"
+        }
+        assert managers == {"specguard"}
+
+        # Drift: someone scales an owned Deployment; the operator puts it back.
+        cluster.kubectl("scale", "-n", ns, "deployment/qwen-spec", "--replicas=4")
+        wait_for(
+            "drift repaired",
+            lambda: deployment(cluster, ns, "qwen-spec")["spec"]["replicas"] == 2,
+            30,
+        )
+        settled(cluster, ns, "qwen")
+
+        # Idle: once settled (and the no-traffic window reported), no status writes at all.
+        wait_for(
+            "a window judged",
+            lambda: (
+                condition(get_sd(cluster, ns, "qwen"), "JudgeDegraded").get("reason") == "NoSamples"
+            ),
+            40,
+        )
+        time.sleep(2)
+        writes = op.counter("specguard_status_writes_total")
+        requests = op.counter("specguard_api_requests_total")
+        time.sleep(25)  # two and a half windows
+        assert op.counter("specguard_status_writes_total") == writes
+        assert op.counter("specguard_api_requests_total") == requests
+    print(f"\ncreate → router Deployment applied: {applied_s:.1f}s")
+
+
+def test_invalid_spec_condition_event_and_nothing_owned(
+    cluster: LocalCluster, cluster_namespace: str, tmp_path: Path
+) -> None:
+    ns = cluster_namespace
+    body = sd_body(
+        "bad",
+        ns,
+        drafter={
+            "method": "dspark",
+            "model": DRAFTER,
+            "numSpeculativeTokens": 4,
+            "extraConfig": {"num_speculative_tokens": 3},
+        },
+    )
+    with operator(cluster, ns, tmp_path) as op:
+        create_sd(cluster, body)
+        sd = sd_until(
+            cluster,
+            ns,
+            "bad",
+            "SpecValid=False",
+            lambda s: condition(s, "SpecValid").get("status") == "False",
+            timeout=60,
+        )
+        message = condition(sd, "SpecValid")["message"]
+        assert message.startswith("spec.drafter.extraConfig")
+        time.sleep(8)  # no retry loop: nothing more is written
+        assert op.counter("specguard_status_writes_total") == 1
+        warnings = [e for e in events(cluster, ns, "bad") if e["reason"] == "SpecInvalid"]
+        assert len(warnings) == 1 and warnings[0]["type"] == "Warning"
+        items = api(cluster, "GET", f"/apis/apps/v1/namespaces/{ns}/deployments")["items"]
+        assert items == []
+
+
+def test_pin_swap_bounds_restart_mid_swap_plugin_and_retry(
+    cluster: LocalCluster, cluster_namespace: str, tmp_path: Path
+) -> None:
+    """(i) pin/unpin/retry and the plugin; the swap's pod bounds; (g) a restart mid-swap."""
+    ns = cluster_namespace
+    op = start_operator(cluster, ns, tmp_path)
+    try:
+        create_sd(cluster, sd_body("qwen", ns))
+        settled(cluster, ns, "qwen")
+        with PodSampler(cluster, ns, "qwen") as sampler:
+            plugin(cluster, "pin", "qwen", "baseline", "-n", ns)
+            # (g): kill the operator right after its first scale step, start a new one.
+            wait_for(
+                "first swap step",
+                lambda: deployment(cluster, ns, "qwen-spec")["spec"]["replicas"] == 1,
+                60,
+            )
+            op.kill()
+            op = start_operator(cluster, ns, tmp_path)
+            sd = settled(cluster, ns, "qwen", "baseline")
+        assert condition(sd, "RolledBack")["reason"] == "Pinned"
+        assert deployment(cluster, ns, "qwen-base")["spec"]["replicas"] == 2
+        assert deployment(cluster, ns, "qwen-spec")["spec"]["replicas"] == 1
+        trace = sampler.trace()
+        print(f"\npin swap (spec pods, base pods, ready serving, mode): {trace}")
+        assert max(s + b for s, b, _, _ in trace) <= 3
+        assert min(r for _, _, r, _ in trace) >= 1
+        assert "mode baseline" in plugin(cluster, "status", "qwen", "-n", ns)
+        assert "Pinned" in plugin(cluster, "history", "qwen", "-n", ns)
+        assert "The baseline arm serves clients." in plugin(cluster, "why", "qwen", "-n", ns)
+
+        plugin(cluster, "unpin", "qwen", "-n", ns)
+        settled(cluster, ns, "qwen", "speculative")
+        plugin(cluster, "retry", "qwen", "-n", ns)
+        sd = sd_until(
+            cluster,
+            ns,
+            "qwen",
+            "retry seen",
+            lambda s: s["status"]["policy"].get("retrySeen"),
+            timeout=30,
+        )
+        assert (
+            sd["metadata"]["annotations"]["specguard.io/retry"]
+            == sd["status"]["policy"]["retrySeen"]
+        )
+        reasons = [e["reason"] for e in events(cluster, ns, "qwen")]
+        assert {"RolledBack", "Repromoted", "SwapComplete", "Retry"} <= set(reasons)
+    finally:
+        try:
+            delete_all(cluster, ns)
+        finally:
+            op.stop()
+
+
+def test_spec_edit_rerenders_and_resets_streaks(
+    cluster: LocalCluster, cluster_namespace: str, tmp_path: Path
+) -> None:
+    """(h)"""
+    ns = cluster_namespace
+    with operator(cluster, ns, tmp_path):
+        create_sd(cluster, sd_body("qwen", ns, replicas=1))
+        settled(cluster, ns, "qwen")
+        patch_sd(cluster, ns, "qwen", {"status": None})  # the main resource: no status change
+        patch_sd(cluster, ns, "qwen", {"spec": {"drafter": {"numSpeculativeTokens": 8}}})
+        sd = sd_until(
+            cluster,
+            ns,
+            "qwen",
+            "generation 2 observed",
+            lambda s: s["status"].get("observedGeneration") == 2,
+            timeout=60,
+        )
+        args = " ".join(
+            deployment(cluster, ns, "qwen-spec")["spec"]["template"]["spec"]["containers"][0][
+                "args"
+            ]
+        )
+        assert '"num_speculative_tokens": 8' in args or '"num_speculative_tokens":8' in args
+        assert sd["status"]["policy"]["streak"] == 0
+
+
+def test_source_down_is_judge_degraded_and_holds_the_mode(
+    cluster: LocalCluster, cluster_namespace: str, tmp_path: Path
+) -> None:
+    """(f)"""
+    ns = cluster_namespace
+    body = sd_body(
+        "qwen",
+        ns,
+        replicas=1,
+        metricsSource={"type": "prometheus", "prometheusUrl": "http://127.0.0.1:9"},
+    )
+    with operator(cluster, ns, tmp_path):
+        create_sd(cluster, body)
+        sd = sd_until(
+            cluster,
+            ns,
+            "qwen",
+            "JudgeDegraded",
+            lambda s: condition(s, "JudgeDegraded").get("status") == "True",
+            timeout=90,
+        )
+        assert condition(sd, "JudgeDegraded")["reason"] == "SourceUnavailable"
+        assert "prometheus" in condition(sd, "JudgeDegraded")["message"]
+        assert sd["status"]["lastVerdict"]["outcome"] == "inconclusive"
+        assert sd["status"]["targetMode"] == "speculative"
+        assert sd["status"].get("transitions", []) == []
+
+
+def test_crash_looping_drafter_rolls_back(
+    cluster: LocalCluster, cluster_namespace: str, tmp_path: Path
+) -> None:
+    """(e) the drafter pods exit at start (the simulator refuses the speculative config)."""
+    ns = cluster_namespace
+    body = sd_body(
+        "qwen",
+        ns,
+        replicas=1,
+        drafter={
+            "method": "dspark",
+            "model": DRAFTER,
+            "numSpeculativeTokens": 4,
+            "extraConfig": {"no_such_option": 1},
+        },
+    )
+    with operator(cluster, ns, tmp_path):
+        created = time.monotonic()
+        create_sd(cluster, body)
+        sd = settled(cluster, ns, "qwen", "baseline")
+        took = time.monotonic() - created
+        assert condition(sd, "RolledBack")["reason"] == "DrafterStartupFailed"
+        assert "startup deadline 60s" in condition(sd, "RolledBack")["message"]
+        warning = [e for e in events(cluster, ns, "qwen") if e["reason"] == "RolledBack"]
+        assert warning and warning[0]["type"] == "Warning"
+    print(f"\ncrash-looping drafter → baseline serving after {took:.0f}s (deadline 60s)")
+
+
+def test_traffic_rollback_and_repromotion(
+    cluster: LocalCluster, cluster_namespace: str, tmp_path: Path
+) -> None:
+    """(a) math at low concurrency: improved, stays; (b) tool calls at high concurrency:
+    rolled back within 3 windows; (c) math again: re-promoted after the cooldown."""
+    ns = cluster_namespace
+    with operator(cluster, ns, tmp_path) as op:
+        create_sd(cluster, sd_body("qwen", ns, replicas=1))
+        settled(cluster, ns, "qwen")
+        urls = wait_for("routers", lambda: router_urls(cluster, ns, "qwen") or None, 60)
+        with (
+            Load(urls, concurrency=4, domain="math") as load,
+            PodSampler(cluster, ns, "qwen") as sampler,
+        ):
+            sd = sd_until(
+                cluster,
+                ns,
+                "qwen",
+                "improved verdict",
+                lambda s: (s["status"].get("lastVerdict") or {}).get("outcome") == "improved",
+                timeout=90,
+            )
+            assert sd["status"]["mode"] == "speculative"
+            writes = op.counter("specguard_status_writes_total")
+            time.sleep(30)  # three windows with traffic
+            per_window = (op.counter("specguard_status_writes_total") - writes) / 3
+            assert per_window <= 4 / 3  # at most one a window (+1 for where the cut falls)
+            load.domain, load.concurrency = "tool_call", 40
+            changed = time.time()
+            sd = sd_until(
+                cluster,
+                ns,
+                "qwen",
+                "rollback",
+                lambda s: s["status"].get("targetMode") == "baseline",
+                timeout=120,
+            )
+            rolled = time.time()
+            settled(cluster, ns, "qwen", "baseline")
+            load.domain, load.concurrency = "math", 8
+            back = time.time()
+            settled_sd = sd_until(
+                cluster,
+                ns,
+                "qwen",
+                "re-promotion",
+                lambda s: s["status"].get("mode") == "speculative",
+                timeout=180,
+            )
+            repromoted = time.time()
+        rollback_event = [e for e in events(cluster, ns, "qwen") if e["reason"] == "RolledBack"]
+        assert rollback_event and rollback_event[0]["message"].startswith(
+            "Regressed: per-token latency +"
+        )
+        window = 10.0
+        print(
+            f"\ntraffic change → rollback decided: {(rolled - changed) / window:.1f} windows; "
+            f"traffic back → re-promoted: {(repromoted - back) / window:.1f} windows "
+            f"(cooldown 20s); status writes per window with traffic {per_window:.2f}; "
+            f"load completed {load.completed}, errors {load.errors}; "
+            f"rollback event: {rollback_event[0]['message']}; trace {sampler.trace()}"
+        )
+        assert (rolled - changed) / window <= 3.5
+        assert settled_sd["status"]["transitions"][-1]["reason"] == "Improved"
+        assert op.counter("specguard_rollbacks_total") == 1
+        assert max(s + b for s, b, _, _ in sampler.trace()) <= 2
+
+
+def test_two_operators_one_acts(
+    cluster: LocalCluster, cluster_namespace: str, tmp_path: Path
+) -> None:
+    """(j) both run with the same Lease: one holds it and acts, the other stands by and takes
+    over when the first dies."""
+    ns = cluster_namespace
+    lease = ("--peering", "specguard-test", "--lease-namespace", ns)
+    first = start_operator(cluster, ns, tmp_path, *lease)
+    second = start_operator(cluster, ns, tmp_path, *lease)
+    try:
+        create_sd(cluster, sd_body("qwen", ns, replicas=1))
+        settled(cluster, ns, "qwen")
+        holder = api(
+            cluster, "GET", f"/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/specguard-test"
+        )["spec"]["holderIdentity"]
+        applies = [
+            op.counter('specguard_api_requests_total{verb="apply"}') for op in (first, second)
+        ]
+        assert sorted(a > 0 for a in applies) == [False, True], applies
+        leader, standby = (first, second) if applies[0] > 0 else (second, first)
+        leader.kill()
+        plugin(cluster, "pin", "qwen", "baseline", "-n", ns)
+        settled(cluster, ns, "qwen", "baseline")
+        assert standby.counter('specguard_api_requests_total{verb="apply"}') > 0
+        new_holder = api(
+            cluster, "GET", f"/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/specguard-test"
+        )["spec"]["holderIdentity"]
+        assert new_holder != holder
+    finally:
+        try:
+            delete_all(cluster, ns)
+        finally:
+            first.stop()
+            second.stop()

@@ -1,0 +1,76 @@
+from __future__ import annotations
+
+import pytest
+
+from specguard.controller.command import UsageError, liveness_url
+from specguard.controller.command import main as run_main
+from specguard.controller.lease import lease_free, micro_time
+from specguard.controller.plugin import annotation_patch, explain, format_history
+from specguard.controller.plugin import main as plugin_main
+
+ROLLED_BACK = {
+    "metadata": {"name": "qwen"},
+    "spec": {"evaluation": {"tolerance": 0.03, "consecutiveWindows": 3}},
+    "status": {
+        "mode": "baseline",
+        "lastVerdict": {
+            "outcome": "regressed", "ratio": 1.27, "ciLower": 1.21, "ciUpper": 1.33,
+            "samples": {"speculative": 1210, "baseline": 1210},
+            "concurrency": {"speculative": 48.0}, "domains": {"tool_call": 1.41},
+            "windowEnd": "2026-12-01T05:00:00Z",
+        },
+        "transitions": [{"time": "2026-12-01T05:00:01Z", "from": "speculative",
+                         "to": "baseline", "reason": "Regressed", "message": "m"}],
+    },
+}  # fmt: skip
+
+
+def test_why_explains_the_last_verdict_in_sentences() -> None:
+    assert explain(ROLLED_BACK) == (
+        "The baseline arm serves clients. In the window ending 2026-12-01T05:00:00Z, "
+        "per-token latency with the drafter was +27.0% against no drafter (confidence "
+        "interval +21.0% to +33.0%) at 48 concurrent requests per pod, over 1210 drafter and "
+        "1210 baseline requests. The whole interval is above +3%: the drafter is slower. By "
+        "kind of request: tool_call +41.0%. The last mode change (speculative → baseline, "
+        "2026-12-01T05:00:01Z) was Regressed: m."
+    )
+
+
+def test_history_and_annotations() -> None:
+    assert format_history(ROLLED_BACK) == (
+        "2026-12-01T05:00:01Z  speculative → baseline  Regressed: m"
+    )
+    assert annotation_patch("pin", "baseline", 0) == {
+        "metadata": {"annotations": {"specguard.io/pin-mode": "baseline"}}
+    }
+    assert annotation_patch("unpin", None, 0) == {
+        "metadata": {"annotations": {"specguard.io/pin-mode": None}}
+    }
+    assert annotation_patch("retry", None, 0) == {
+        "metadata": {"annotations": {"specguard.io/retry": "1970-01-01T00:00:00.000000Z"}}
+    }
+
+
+def test_bad_input_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert plugin_main(["pin", "qwen", "fast"]) == 2
+    assert capsys.readouterr().err == (
+        "kubectl-specguard: pin: MODE must be speculative or baseline, got 'fast'\n"
+    )
+    assert run_main(["--metrics-port", "70000"]) == 2
+    assert capsys.readouterr().err == "specguard run: --metrics-port: must be 0..65535, got 70000\n"
+
+
+def test_liveness_flag() -> None:
+    assert liveness_url("8081") == "http://0.0.0.0:8081/healthz"
+    assert liveness_url("http://127.0.0.1:9/x") == "http://127.0.0.1:9/x"
+    with pytest.raises(UsageError, match="--liveness"):
+        liveness_url("localhost")
+
+
+def test_lease_is_free_only_when_expired_or_ours() -> None:
+    lease = {"spec": {"holderIdentity": "a", "renewTime": micro_time(100.0),
+                      "leaseDurationSeconds": 15}}  # fmt: skip
+    assert not lease_free(lease, "b", 110.0)
+    assert lease_free(lease, "b", 116.0)
+    assert lease_free(lease, "a", 101.0)
+    assert lease_free({"spec": {}}, "b", 0.0)
