@@ -185,26 +185,57 @@ def grants(rules: list[dict[str, Any]], group: str, resource: str, verb: str) ->
     )
 
 
+LEASE_ONLY = [
+    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+     "resourceNames": ["specguard"], "verbs": ["get", "update"]},
+]  # fmt: skip
+CRD_READ = [
+    {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
+     "verbs": ["get", "list", "watch"]},
+]  # fmt: skip
+
+
+def bound_rules(objects: list[dict[str, Any]], account: str) -> dict[tuple[str, str], list[Any]]:
+    """(kind, namespace or "") -> rules of every role bound to ``account``."""
+    roles = {(obj["kind"], obj["metadata"].get("namespace", ""), obj["metadata"]["name"]): obj
+             for obj in objects if obj["kind"] in ("Role", "ClusterRole")}  # fmt: skip
+    bound: dict[tuple[str, str], list[Any]] = {}
+    for binding in objects:
+        if binding["kind"] not in ("RoleBinding", "ClusterRoleBinding"):
+            continue
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": account, "namespace": "specguard"}
+        ]
+        namespace = binding["metadata"].get("namespace", "")
+        ref = binding["roleRef"]
+        role = roles[(ref["kind"], namespace if ref["kind"] == "Role" else "", ref["name"])]
+        bound.setdefault((binding["kind"], namespace), []).extend(role["rules"])
+    return bound
+
+
 def test_rbac_cluster_wide_by_default(tmp_path: Path) -> None:
     objects = helm_template(tmp_path)
-    assert by_kind(objects, "Role") == [] and by_kind(objects, "RoleBinding") == []
-    (binding,) = by_kind(objects, "ClusterRoleBinding")
     (account,) = by_kind(objects, "ServiceAccount")
-    assert binding["subjects"] == [
-        {"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": "specguard"}
-    ]
+    bound = bound_rules(objects, account["metadata"]["name"])
+    assert set(bound) == {("ClusterRoleBinding", ""), ("RoleBinding", "specguard")}
+    assert bound[("RoleBinding", "specguard")] == LEASE_ONLY
+    assert grants(bound[("ClusterRoleBinding", "")], "apps", "deployments", "patch")
     (deployment,) = by_kind(objects, "Deployment")
     pod = deployment["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == account["metadata"]["name"]
-    assert "--all-namespaces" in pod["containers"][0]["command"]
+    command = pod["containers"][0]["command"]
+    assert "--all-namespaces" in command and "--peering=specguard" in command
 
 
 def test_rbac_namespaced_with_watch_namespaces(tmp_path: Path) -> None:
     objects = helm_template(tmp_path, {"watchNamespaces": ["llm", "team-b"]})
-    assert by_kind(objects, "ClusterRole") == [] and by_kind(objects, "ClusterRoleBinding") == []
-    roles = {obj["metadata"]["namespace"] for obj in by_kind(objects, "Role")}
-    bindings = {obj["metadata"]["namespace"] for obj in by_kind(objects, "RoleBinding")}
-    assert roles == bindings == {"llm", "team-b"}
+    bound = bound_rules(objects, "specguard")
+    assert set(bound) == {("ClusterRoleBinding", ""), ("RoleBinding", "specguard"),
+                          ("RoleBinding", "llm"), ("RoleBinding", "team-b")}  # fmt: skip
+    # Cluster-wide only reading CRDs; everything else in the watched namespaces.
+    assert bound[("ClusterRoleBinding", "")] == CRD_READ
+    assert bound[("RoleBinding", "llm")] == bound[("RoleBinding", "team-b")]
+    assert grants(bound[("RoleBinding", "llm")], "apps", "deployments", "patch")
     (deployment,) = by_kind(objects, "Deployment")
     command = deployment["spec"]["template"]["spec"]["containers"][0]["command"]
     assert "--all-namespaces" not in command
@@ -215,20 +246,22 @@ def test_rbac_namespaced_with_watch_namespaces(tmp_path: Path) -> None:
 
 def test_rbac_least_privilege(tmp_path: Path) -> None:
     rules = rules_of(helm_template(tmp_path), "ClusterRole")
-    # No secrets, no wildcards, no bind/escalate/impersonate, no exec, no spec writes beyond patch.
+    # No secrets, no wildcards, no bind/escalate/impersonate, no exec; the resource's spec
+    # cannot be replaced (patch only, for kopf's metadata).
     for rule in rules:
         assert "*" not in rule["verbs"] and "*" not in rule["resources"], rule
-        assert not {"bind", "escalate", "impersonate"} & set(rule["verbs"]), rule
+        assert not {"bind", "escalate", "impersonate", "delete", "deletecollection"} & set(
+            rule["verbs"]
+        ), rule
         assert not {"secrets", "configmaps", "pods/exec", "nodes"} & set(rule["resources"]), rule
-    assert not grants(rules, "", "pods", "delete")
-    assert not grants(rules, c.GROUP, c.PLURAL, "update")
-    assert not grants(rules, c.GROUP, c.PLURAL, "create")
-    assert not grants(rules, c.GROUP, c.PLURAL, "delete")
+    for verb in ("create", "update", "delete"):
+        assert not grants(rules, c.GROUP, c.PLURAL, verb)
 
 
 def test_rbac_covers_everything_the_renderer_produces(tmp_path: Path) -> None:
-    """Each object kind of `specguard render` can be created, patched and deleted, and the
-    router's Role grants nothing the operator lacks (so no bind/escalate is needed)."""
+    """Each object kind of `specguard render` can be applied server-side (get, create,
+    patch), and the router's Role grants nothing the operator lacks (so it may create and
+    bind it without bind/escalate)."""
     from specguard.commands.render import load_resources
     from specguard.render import render_all
 
@@ -240,7 +273,7 @@ def test_rbac_covers_everything_the_renderer_produces(tmp_path: Path) -> None:
         for sd in load_resources(str(example)):
             for obj in render_all(sd):
                 group = obj["apiVersion"].rpartition("/")[0]
-                for verb in ("get", "create", "patch", "delete"):
+                for verb in ("get", "create", "patch"):
                     assert grants(rules, group, plural[obj["kind"]], verb), (obj["kind"], verb)
                 if obj["kind"] == "Role":
                     for rule in obj["rules"]:

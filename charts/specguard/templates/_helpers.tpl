@@ -55,43 +55,44 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- if not .Values.watchNamespaces }}true{{ end }}
 {{- end }}
 
-{{- /* The operator's permissions (one list, used by the ClusterRole and by each Role). */ -}}
+{{- /* The operator's permissions in a watched namespace (the ClusterRole, or each Role).
+Verbs are what `specguard run` does: server-side apply (patch; create when the object is
+new) of what the renderer produces, status patches, Events, and watches. */ -}}
 {{- define "specguard.operatorRules" -}}
-# The resource: watch it, write its status, and read what it says. Never spec: the
-# operator's manual controls are annotations (pin-mode, retry) that people set.
+# The resource: watch it, patch its metadata (kopf's finalizer and progress annotations)
+# and its status. Never spec: manual controls are annotations that people set.
 - apiGroups: [specguard.io]
   resources: [speculativedeployments]
   verbs: [get, list, watch, patch]
 - apiGroups: [specguard.io]
   resources: [speculativedeployments/status]
-  verbs: [get, patch, update]
+  verbs: [get, patch]
 # Owner references with blockOwnerDeletion need this where the
 # OwnerReferencesPermissionEnforcement admission plugin is on.
 - apiGroups: [specguard.io]
   resources: [speculativedeployments/finalizers]
   verbs: [update]
-# What it renders: the two vLLM Deployments, the router Deployment, the Services.
+# What it renders (`specguard render`): the two vLLM Deployments and the router, their
+# Services, the router's ServiceAccount, Role and RoleBinding. Applied server-side; the
+# garbage collector deletes them with the resource (owner references), so no delete.
+# No bind or escalate: the router's Role grants reading pods and speculativedeployments,
+# which the operator holds itself, and the API server lets a subject create and bind a
+# Role only within its own permissions.
 - apiGroups: [apps]
   resources: [deployments]
-  verbs: [get, list, watch, create, patch, update, delete]
+  verbs: [get, list, watch, create, patch]
 - apiGroups: [""]
   resources: [services, serviceaccounts]
-  verbs: [get, list, watch, create, patch, update, delete]
-# The router's Role and RoleBinding. No bind or escalate: the router's Role grants
-# reading pods and speculativedeployments, which the operator holds itself, so the API
-# server lets it create and bind that Role and nothing broader.
+  verbs: [get, list, watch, create, patch]
 - apiGroups: [rbac.authorization.k8s.io]
   resources: [roles, rolebindings]
-  verbs: [get, list, watch, create, patch, update, delete]
-# Pods of the arms: readiness during the swap, startup failures (read only).
+  verbs: [get, list, watch, create, patch]
+# The arms' pods: readiness during a swap, startup failures (read only).
 - apiGroups: [""]
   resources: [pods]
   verbs: [get, list, watch]
-# Events that carry the verdicts' numbers.
+# Events that carry the verdicts' numbers (kopf's too).
 - apiGroups: [""]
-  resources: [events]
-  verbs: [create, patch]
-- apiGroups: [events.k8s.io]
   resources: [events]
   verbs: [create, patch]
 {{- end }}
@@ -105,4 +106,11 @@ namespaceSelector:
 {{- else }}
   any: true
 {{- end }}
+{{- end }}
+
+{{- /* Reading CRDs: kopf watches them to notice its resource's CRD (re)appear. */ -}}
+{{- define "specguard.crdRules" -}}
+- apiGroups: [apiextensions.k8s.io]
+  resources: [customresourcedefinitions]
+  verbs: [get, list, watch]
 {{- end }}
