@@ -28,6 +28,7 @@ EVERYTHING_ON: dict[str, Any] = {
         "prometheusRule": {"enabled": True},
     },
     "grafanaDashboard": {"enabled": True},
+    "networkPolicy": {"enabled": True, "metricsFrom": [{"namespaceSelector": {}}]},
 }
 
 
