@@ -171,7 +171,7 @@ def test_operator_rbac_denies_what_it_must_not_do(tools: Tools) -> None:
 
     assert can("patch", "deployments.apps", "-n", WORKLOAD)
     assert can("create", "roles.rbac.authorization.k8s.io", "-n", WORKLOAD)
-    assert can("patch", f"{c.PLURAL}.{c.GROUP}/status", "-n", WORKLOAD)
+    assert can("patch", f"{c.PLURAL}.{c.GROUP}", "--subresource=status", "-n", WORKLOAD)
     for forbidden in (("get", "secrets", "-n", WORKLOAD), ("list", "secrets", "-A"),
                       ("create", "pods/exec", "-n", WORKLOAD),
                       ("update", f"{c.PLURAL}.{c.GROUP}", "-n", WORKLOAD),

@@ -9,7 +9,7 @@ import pytest
 from lupa import LuaRuntime
 
 from specguard.api import constants as c
-from specguard.api.status import Arms, ArmStatus, Condition, Status, Verdict
+from specguard.api.status import Arms, ArmStatus, Condition, Status
 
 from .conftest import CHART
 
@@ -57,7 +57,8 @@ def resource(status: Status | dict[str, Any] | None, generation: int = 3) -> dic
 
 READY = condition(c.CONDITION_READY, "True", "Serving", "4/4 speculative pods ready")
 SPEC_VALID = condition(c.CONDITION_SPEC_VALID, "True", "Valid")
-IMPROVED = Verdict(outcome="improved", ratio=0.62, ci_lower=0.58, ci_upper=0.66)
+# The status verdict's wire form (its class is being renamed; Status validates the dict).
+IMPROVED = {"outcome": "improved", "ratio": 0.62, "ciLower": 0.58, "ciUpper": 0.66}
 
 
 def healthy_status(**changes: Any) -> Status:

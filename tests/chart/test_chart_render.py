@@ -189,10 +189,6 @@ LEASE_ONLY = [
     {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
      "resourceNames": ["specguard"], "verbs": ["get", "update"]},
 ]  # fmt: skip
-CRD_READ = [
-    {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
-     "verbs": ["get", "list", "watch"]},
-]  # fmt: skip
 
 
 def bound_rules(objects: list[dict[str, Any]], account: str) -> dict[tuple[str, str], list[Any]]:
@@ -230,10 +226,10 @@ def test_rbac_cluster_wide_by_default(tmp_path: Path) -> None:
 def test_rbac_namespaced_with_watch_namespaces(tmp_path: Path) -> None:
     objects = helm_template(tmp_path, {"watchNamespaces": ["llm", "team-b"]})
     bound = bound_rules(objects, "specguard")
-    assert set(bound) == {("ClusterRoleBinding", ""), ("RoleBinding", "specguard"),
-                          ("RoleBinding", "llm"), ("RoleBinding", "team-b")}  # fmt: skip
-    # Cluster-wide only reading CRDs; everything else in the watched namespaces.
-    assert bound[("ClusterRoleBinding", "")] == CRD_READ
+    # Nothing cluster-wide: the watched namespaces, and the Lease in the release's.
+    assert set(bound) == {("RoleBinding", "specguard"), ("RoleBinding", "llm"),
+                          ("RoleBinding", "team-b")}  # fmt: skip
+    assert bound[("RoleBinding", "specguard")] == LEASE_ONLY
     assert bound[("RoleBinding", "llm")] == bound[("RoleBinding", "team-b")]
     assert grants(bound[("RoleBinding", "llm")], "apps", "deployments", "patch")
     (deployment,) = by_kind(objects, "Deployment")
@@ -253,7 +249,8 @@ def test_rbac_least_privilege(tmp_path: Path) -> None:
         assert not {"bind", "escalate", "impersonate", "delete", "deletecollection"} & set(
             rule["verbs"]
         ), rule
-        assert not {"secrets", "configmaps", "pods/exec", "nodes"} & set(rule["resources"]), rule
+        forbidden = {"secrets", "configmaps", "pods/exec", "nodes", "customresourcedefinitions"}
+        assert not forbidden & set(rule["resources"]), rule
     for verb in ("create", "update", "delete"):
         assert not grants(rules, c.GROUP, c.PLURAL, verb)
 

@@ -82,11 +82,14 @@ new) of what the renderer produces, status patches, Events, and watches. */ -}}
   resources: [deployments]
   verbs: [get, list, watch, create, patch]
 - apiGroups: [""]
-  resources: [services, serviceaccounts]
+  resources: [services]
   verbs: [get, list, watch, create, patch]
+- apiGroups: [""]
+  resources: [serviceaccounts]
+  verbs: [get, create, patch]
 - apiGroups: [rbac.authorization.k8s.io]
   resources: [roles, rolebindings]
-  verbs: [get, list, watch, create, patch]
+  verbs: [get, create, patch]
 # The arms' pods: readiness during a swap, startup failures (read only).
 - apiGroups: [""]
   resources: [pods]
@@ -94,7 +97,7 @@ new) of what the renderer produces, status patches, Events, and watches. */ -}}
 # Events that carry the verdicts' numbers (kopf's too).
 - apiGroups: [""]
   resources: [events]
-  verbs: [create, patch]
+  verbs: [create]
 {{- end }}
 
 {{- /* Where PodMonitors look for pods: the watched namespaces, or all. */ -}}
@@ -108,9 +111,3 @@ namespaceSelector:
 {{- end }}
 {{- end }}
 
-{{- /* Reading CRDs: kopf watches them to notice its resource's CRD (re)appear. */ -}}
-{{- define "specguard.crdRules" -}}
-- apiGroups: [apiextensions.k8s.io]
-  resources: [customresourcedefinitions]
-  verbs: [get, list, watch]
-{{- end }}
