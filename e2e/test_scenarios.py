@@ -73,7 +73,9 @@ def wait_for(what: str, probe: Callable[[], Any], timeout: float, every: float =
 
 
 def sd(tools: Tools) -> dict[str, Any]:
-    obj: dict[str, Any] = tools.json("-n", WORKLOAD, "get", f"{c.PLURAL}.{c.GROUP}", NAME)
+    obj: dict[str, Any] = tools.json(
+        "-n", WORKLOAD, "get", f"{c.PLURAL}.{c.GROUP}", NAME, "--show-managed-fields"
+    )
     return obj
 
 
