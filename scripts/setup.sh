@@ -21,7 +21,8 @@ if [ "$want_cluster" = 1 ]; then
     apt-get update -qq
     apt-get install -y -qq "${missing[@]}" >/dev/null
   fi
-  command -v kubectl >/dev/null || bash scripts/install-kube-tools.sh
+  # helm too: machine images may carry a kubectl but no helm (the chart tests need both).
+  { command -v kubectl && command -v helm; } >/dev/null || bash scripts/install-kube-tools.sh
   # envtest's KUBEBUILDER_ASSETS holds kube-apiserver and etcd but no controller-manager or
   # scheduler: those still come from the cached build.
   if [ ! -x "${KUBEBUILDER_ASSETS:-/nonexistent}/kube-scheduler" ]; then
@@ -34,6 +35,14 @@ if [ "$want_cluster" = 1 ]; then
     say "installing aiperf into $aiperf_venv (once; about 1.2 GB)"
     python3 -m venv "$aiperf_venv"
     "$aiperf_venv/bin/pip" install -q "aiperf==0.13.0" >/dev/null
+  fi
+  # checkov scans the rendered Helm chart (tests/chart); a venv of its own for the same
+  # reason (hundreds of pinned dependencies).
+  checkov_venv="${SPECGUARD_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/specguard}/checkov-venv"
+  if [ ! -x "$checkov_venv/bin/checkov" ]; then
+    say "installing checkov into $checkov_venv (once)"
+    python3 -m venv "$checkov_venv"
+    "$checkov_venv/bin/pip" install -q "checkov==3.3.30" >/dev/null
   fi
 fi
 

@@ -1,0 +1,90 @@
+-- Argo CD health check for specguard.io/SpeculativeDeployment.
+--
+-- Install it in argocd-cm under the key
+--   resource.customizations.health.specguard.io_SpeculativeDeployment
+-- (see charts/specguard/README.md). Argo CD passes the live object as `obj`.
+--
+--   Healthy      the operator acted on the current spec and the serving arm is ready
+--   Progressing  no status yet, a new generation not acted on, a swap between the arms,
+--                or pods still starting
+--   Degraded     rolled back (the drafter is off because it made latency worse, or never
+--                became ready), the judge cannot judge (JudgeDegraded), or an invalid spec
+local hs = {}
+
+local function condition(kind)
+  if obj.status == nil or obj.status.conditions == nil then
+    return nil
+  end
+  for _, c in ipairs(obj.status.conditions) do
+    if c.type == kind then
+      return c
+    end
+  end
+  return nil
+end
+
+local function say(c, fallback)
+  if c ~= nil and c.message ~= nil and c.message ~= "" then
+    return c.message
+  end
+  if c ~= nil and c.reason ~= nil then
+    return c.reason
+  end
+  return fallback
+end
+
+if obj.status == nil then
+  hs.status = "Progressing"
+  hs.message = "Waiting for the specguard operator"
+  return hs
+end
+
+local generation = obj.metadata and obj.metadata.generation
+local observed = obj.status.observedGeneration
+if generation ~= nil and (observed == nil or observed < generation) then
+  hs.status = "Progressing"
+  hs.message = "Waiting for the operator to act on generation " .. tostring(generation)
+  return hs
+end
+
+local specValid = condition("SpecValid")
+if specValid ~= nil and specValid.status == "False" then
+  hs.status = "Degraded"
+  hs.message = "Invalid spec: " .. say(specValid, "SpecValid is False")
+  return hs
+end
+
+local arms = obj.status.arms
+local target = obj.status.targetMode
+local swapping = (arms ~= nil and arms.swapping == true)
+  or (target ~= nil and obj.status.mode ~= nil and target ~= obj.status.mode)
+if swapping then
+  hs.status = "Progressing"
+  hs.message = "Swapping the arms: " .. tostring(obj.status.mode) .. " -> " .. tostring(target)
+  return hs
+end
+
+local rolledBack = condition("RolledBack")
+if rolledBack ~= nil and rolledBack.status == "True" then
+  hs.status = "Degraded"
+  hs.message = "Rolled back to no drafter: " .. say(rolledBack, "RolledBack")
+  return hs
+end
+
+local judge = condition("JudgeDegraded")
+if judge ~= nil and judge.status == "True" then
+  hs.status = "Degraded"
+  hs.message = "Judge degraded: " .. say(judge, "JudgeDegraded")
+  return hs
+end
+
+local ready = condition("Ready")
+if ready ~= nil and ready.status == "True" then
+  hs.status = "Healthy"
+  hs.message = say(ready, "Ready")
+  return hs
+end
+
+hs.status = "Progressing"
+hs.message = say(ready, "Waiting for the serving pods to be ready")
+return hs

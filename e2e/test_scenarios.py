@@ -1,0 +1,317 @@
+"""The user's path, end to end: helm install, a SpeculativeDeployment served through the
+router, a rollback seen with kubectl, a GitOps re-apply, RBAC and Pod Security, helm
+upgrade and uninstall. The steps run in order and share one cluster (backend fixture).
+
+Needs the operator (`specguard run`). The kind backend runs the same steps on a kind
+cluster with the image built from the Dockerfile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from lupa import LuaRuntime
+
+from specguard.api import constants as c
+
+from .backends import CHART, Backend, Tools
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
+RELEASE = "specguard"
+SYSTEM = "specguard-system"  # the operator's namespace: enforces Pod Security restricted
+WORKLOAD = "llm-e2e"  # the SpeculativeDeployment's namespace
+RESTRICTED = "restricted-e2e"  # only for the router pod's admission check
+NAME = "qwen"
+SERVICE_ACCOUNT = f"system:serviceaccount:{SYSTEM}:{RELEASE}"
+GITOPS_MANAGER = "argocd-controller"
+HEALTH_LUA = (CHART / "argocd" / "health.lua").read_text()
+STATE: dict[str, Any] = {}  # what later steps need from earlier ones
+
+
+def manifest(image: str) -> dict[str, Any]:
+    return {
+        "apiVersion": c.API_VERSION, "kind": c.KIND,
+        "metadata": {"name": NAME, "namespace": WORKLOAD},
+        "spec": {
+            "model": {"name": "Qwen/Qwen3-8B", "servedModelName": "qwen"},
+            "runtime": {"image": image, "tensorParallelSize": 1,
+                        "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}}},
+            "replicas": 2,
+            "drafter": {"method": "ngram", "numSpeculativeTokens": 4},
+            "shadow": {"replicas": 1},
+            "evaluation": {"window": "10s", "minRequestsPerArm": 20, "consecutiveWindows": 2},
+            "rollback": {"cooldown": "10m", "startupDeadline": "2m"},
+        },
+    }  # fmt: skip
+
+
+def argocd_health(obj: dict[str, Any]) -> tuple[str, str]:
+    lua = LuaRuntime(unpack_returned_tuples=True)
+    lua.globals().obj = lua.table_from(obj, recursive=True)
+    result = lua.execute(HEALTH_LUA)
+    return str(result["status"]), str(result["message"])
+
+
+def wait_for(what: str, probe: Callable[[], Any], timeout: float, every: float = 1.0) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = probe()
+        if last:
+            return last
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+
+
+def sd(tools: Tools) -> dict[str, Any]:
+    obj: dict[str, Any] = tools.json(
+        "-n", WORKLOAD, "get", f"{c.PLURAL}.{c.GROUP}", NAME, "--show-managed-fields"
+    )
+    return obj
+
+
+def condition(obj: dict[str, Any], kind: str) -> dict[str, Any]:
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if cond["type"] == kind:
+            return dict(cond)
+    return {}
+
+
+def server_minor(tools: Tools) -> int:
+    version = json.loads(tools.kubectl("version", "-o", "json").stdout)["serverVersion"]
+    return int(str(version["minor"]).rstrip("+"))
+
+
+def ready_router_pod(tools: Tools) -> str:
+    def find() -> str | None:
+        pods = tools.json("-n", WORKLOAD, "get", "pods", "-l", f"{c.LABEL_ROUTER}={NAME}")
+        for pod in pods["items"]:
+            conditions = pod["status"].get("conditions") or []
+            if any(x["type"] == "Ready" and x["status"] == "True" for x in conditions):
+                return str(pod["metadata"]["name"])
+        return None
+
+    name: str = wait_for("a ready router pod", find, 180)
+    return name
+
+
+async def _load(base: str, seconds: float, concurrency: int, tools_call: bool) -> dict[str, int]:
+    outcomes: dict[str, int] = {}
+    body: dict[str, Any] = {
+        "model": "qwen", "stream": True, "max_tokens": 48,
+        "messages": [{"role": "user", "content": "Solve 37 * 41 step by step."}],
+    }  # fmt: skip
+    if tools_call:
+        body["tools"] = [{"type": "function", "function": {
+            "name": "lookup", "parameters": {"type": "object", "properties": {}}}}]  # fmt: skip
+        body["messages"] = [{"role": "user", "content": "Look up the weather in Oslo."}]
+    end = time.monotonic() + seconds
+
+    async def worker(client: httpx.AsyncClient) -> None:
+        while time.monotonic() < end:
+            try:
+                async with client.stream("POST", "/v1/chat/completions", json=body) as reply:
+                    async for _ in reply.aiter_bytes():
+                        pass
+                    key = str(reply.status_code)
+            except httpx.HTTPError as error:
+                key = type(error).__name__
+            outcomes[key] = outcomes.get(key, 0) + 1
+
+    async with httpx.AsyncClient(base_url=base, timeout=60) as client:
+        await asyncio.gather(*(worker(client) for _ in range(concurrency)))
+    return outcomes
+
+
+def drive_load(backend: Backend, tools: Tools, seconds: float, concurrency: int = 8,
+               tools_call: bool = False) -> dict[str, int]:  # fmt: skip
+    host, port = backend.router_address(WORKLOAD, ready_router_pod(tools))
+    return asyncio.run(_load(f"http://{host}:{port}", seconds, concurrency, tools_call))
+
+
+def apply_as_gitops(tools: Tools, obj: dict[str, Any]) -> None:
+    """What Argo CD and Flux do: server-side apply under their own field manager, without
+    forcing conflicts (a conflict with the operator's fields would fail here)."""
+    tools.kubectl("apply", "--server-side", f"--field-manager={GITOPS_MANAGER}", "-f", "-",
+                  stdin=yaml.safe_dump(obj))  # fmt: skip
+
+
+# ------------------------------------------------------------------------- the steps
+
+
+def test_helm_install(backend: Backend, tools: Tools, tmp_path: Path) -> None:
+    for namespace in (SYSTEM, WORKLOAD, RESTRICTED):
+        tools.kubectl("create", "namespace", namespace)
+    for namespace in (SYSTEM, RESTRICTED):
+        tools.kubectl("label", "namespace", namespace,
+                      "pod-security.kubernetes.io/enforce=restricted")  # fmt: skip
+    tools.helm("install", RELEASE, str(CHART), "-n", SYSTEM, "--wait", "--timeout", "240s",
+               "--set", f"image.repository={backend.image_repository}",
+               "--set", f"image.tag={backend.image_tag}")  # fmt: skip
+    tools.kubectl("wait", "--for=condition=Established", f"crd/{c.CRD_NAME}", "--timeout=60s")
+    tools.kubectl("-n", SYSTEM, "wait", "--for=condition=Available", f"deployment/{RELEASE}",
+                  "--timeout=180s")  # fmt: skip
+    (pod,) = tools.json("-n", SYSTEM, "get", "pods", "-l",
+                        "app.kubernetes.io/component=operator")["items"]  # fmt: skip
+    assert pod["spec"]["serviceAccountName"] == RELEASE
+    STATE["operator_pod"] = pod["metadata"]["name"]
+
+
+def test_operator_rbac_denies_what_it_must_not_do(tools: Tools) -> None:
+    def can(*args: str) -> bool:
+        done = tools.kubectl("auth", "can-i", *args, f"--as={SERVICE_ACCOUNT}", check=False)
+        return done.stdout.strip() == "yes"
+
+    assert can("patch", "deployments.apps", "-n", WORKLOAD)
+    assert can("create", "roles.rbac.authorization.k8s.io", "-n", WORKLOAD)
+    assert can("patch", f"{c.PLURAL}.{c.GROUP}", "--subresource=status", "-n", WORKLOAD)
+    for forbidden in (("get", "secrets", "-n", WORKLOAD), ("list", "secrets", "-A"),
+                      ("create", "pods/exec", "-n", WORKLOAD),
+                      ("update", f"{c.PLURAL}.{c.GROUP}", "-n", WORKLOAD),
+                      ("bind", "clusterroles.rbac.authorization.k8s.io"),
+                      ("delete", "deployments.apps", "-n", WORKLOAD)):  # fmt: skip
+        assert not can(*forbidden), forbidden
+    # A real request as the operator: 403.
+    denied = tools.kubectl("-n", WORKLOAD, "get", "secrets", f"--as={SERVICE_ACCOUNT}",
+                           check=False)  # fmt: skip
+    assert denied.returncode != 0 and "Forbidden" in denied.stderr, denied.stderr
+
+
+def test_speculative_deployment_serves_and_is_healthy(backend: Backend, tools: Tools) -> None:
+    apply_as_gitops(tools, manifest(backend.vllm_image))
+
+    def speculating() -> bool:
+        obj = sd(tools)
+        return (obj.get("status") or {}).get("mode") == c.ARM_SPECULATIVE and condition(
+            obj, c.CONDITION_READY
+        ).get("status") == "True"
+
+    wait_for("mode speculative and Ready", speculating, 300)
+    outcomes = drive_load(backend, tools, seconds=20)
+    assert outcomes.get("200", 0) > 0 and set(outcomes) == {"200"}, outcomes
+    obj = sd(tools)
+    STATE["generation"] = obj["metadata"]["generation"]
+    assert argocd_health(obj)[0] == "Healthy", (argocd_health(obj), obj["status"])
+
+
+def test_gitops_reapply_never_conflicts_and_operator_never_writes_spec(
+    backend: Backend, tools: Tools
+) -> None:
+    obj = sd(tools)
+    apply_as_gitops(tools, manifest(backend.vllm_image))  # the same manifest, again
+    again = sd(tools)
+    assert again["metadata"]["generation"] == obj["metadata"]["generation"]
+    for entry in again["metadata"]["managedFields"]:
+        if entry["manager"] in (GITOPS_MANAGER, "kubectl", "kubectl-client-side-apply"):
+            continue
+        fields = json.dumps(entry.get("fieldsV1", {}))
+        assert '"f:spec"' not in fields, f"{entry['manager']} owns spec fields: {fields}"
+
+
+def test_rollback_seen_with_kubectl(backend: Backend, tools: Tools) -> None:
+    """A new drafter build that fails requests under traffic: the error-rate guardrail."""
+    apply_as_gitops(tools, manifest(backend.faulty_vllm_image))
+    generation = sd(tools)["metadata"]["generation"]
+    wait_for("the new generation observed",
+             lambda: (sd(tools).get("status") or {}).get("observedGeneration") == generation,
+             120)  # fmt: skip
+    seen: set[str] = set()
+
+    def rolled_back() -> bool:
+        drive_load(backend, tools, seconds=10)
+        obj = sd(tools)
+        seen.add(argocd_health(obj)[0])
+        return condition(obj, c.CONDITION_ROLLED_BACK).get("status") == "True"
+
+    wait_for("RolledBack=True", rolled_back, 420, every=0)
+    tools.kubectl("-n", WORKLOAD, "wait", f"{c.PLURAL}.{c.GROUP}/{NAME}",
+                  "--for=condition=RolledBack", "--timeout=60s")  # fmt: skip
+    events = tools.kubectl("-n", WORKLOAD, "get", "events", "--field-selector",
+                           f"involvedObject.name={NAME}", "-o", "json").stdout  # fmt: skip
+    reasons = [event["reason"] for event in json.loads(events)["items"]]
+    assert "RolledBack" in reasons, reasons
+
+    def swapped() -> dict[str, Any] | None:
+        obj = sd(tools)
+        return None if (obj["status"].get("arms") or {}).get("swapping") else obj
+
+    obj = wait_for("the swap to finish", swapped, 300)
+    assert obj["status"]["mode"] == c.ARM_BASELINE
+    status, message = argocd_health(obj)
+    assert status == "Degraded" and "Rolled back" in message, (status, message)
+    STATE["health_seen"] = seen | {status}
+    # Still no spec writes by the operator, and a re-apply still does not conflict.
+    apply_as_gitops(tools, manifest(backend.faulty_vllm_image))
+    assert sd(tools)["metadata"]["generation"] == generation
+
+
+def test_router_and_operator_pods_meet_pod_security_restricted(tools: Tools) -> None:
+    if server_minor(tools) < 25:
+        pytest.fail("Pod Security admission needs a Kubernetes >= 1.25 server; this one is "
+                    "older (build the current control plane: docs/local-cluster.md)")  # fmt: skip
+    # The operator pod runs in a namespace that enforces restricted: it was admitted.
+    assert tools.json("-n", SYSTEM, "get", "pod", STATE["operator_pod"])["status"]["phase"]
+    router = tools.json("-n", WORKLOAD, "get", "deployment", c.router_name(NAME))
+    template = router["spec"]["template"]
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "router-admission", "namespace": RESTRICTED},
+           "spec": {**template["spec"], "serviceAccountName": "default"}}  # fmt: skip
+    done = tools.kubectl("create", "--dry-run=server", "-f", "-", stdin=json.dumps(pod),
+                         check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+
+
+def test_helm_upgrade_to_namespaced(tools: Tools) -> None:
+    tools.helm("upgrade", RELEASE, str(CHART), "-n", SYSTEM, "--reuse-values", "--wait",
+               "--timeout", "240s", "--set", f"watchNamespaces={{{WORKLOAD}}}")  # fmt: skip
+    (pod,) = wait_for(
+        "one new operator pod",
+        lambda: [p for p in tools.json("-n", SYSTEM, "get", "pods", "-l",
+                                       "app.kubernetes.io/component=operator")["items"]
+                 if p["metadata"]["name"] != STATE["operator_pod"]
+                 and "deletionTimestamp" not in p["metadata"]] or None,
+        180,
+    )  # fmt: skip
+    STATE["operator_pod"] = pod["metadata"]["name"]
+    can_default = tools.kubectl("auth", "can-i", "patch", "deployments.apps", "-n", "default",
+                                f"--as={SERVICE_ACCOUNT}", check=False)  # fmt: skip
+    assert can_default.stdout.strip() == "no"
+    # Still does its job in the watched namespace: drift on an owned Deployment is repaired.
+    serving = c.arm_deployment_name(NAME, sd(tools)["status"]["mode"])
+    wanted = tools.json("-n", WORKLOAD, "get", "deployment", serving)["spec"]["replicas"]
+    tools.kubectl("-n", WORKLOAD, "scale", "deployment", serving, "--replicas=0")
+    wait_for("the operator to repair the scaled Deployment",
+             lambda: tools.json("-n", WORKLOAD, "get", "deployment", serving)["spec"]["replicas"]
+             == wanted, 120)  # fmt: skip
+
+
+def test_helm_uninstall_leaves_no_orphans_and_keeps_the_crd(tools: Tools) -> None:
+    tools.helm("uninstall", RELEASE, "-n", SYSTEM, "--wait", "--timeout", "180s")
+    selector = f"app.kubernetes.io/instance={RELEASE}"
+    for kinds, scope in (
+        ("deployments,serviceaccounts,roles,rolebindings,leases,services,pods", ["-A"]),
+        ("clusterroles,clusterrolebindings", []),
+    ):
+        listed = ["get", kinds, "-l", selector, *scope]
+
+        def gone(args: list[str] = listed) -> bool:
+            return not tools.json(*args)["items"]
+
+        assert wait_for("the release's objects to go", gone, 120)
+    crd = tools.json("get", "crd", c.CRD_NAME)
+    assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    assert sd(tools)["metadata"]["name"] == NAME  # the resources stay with the CRD
+    # Deleting the resource deletes what the operator made (owner references).
+    tools.kubectl("-n", WORKLOAD, "delete", f"{c.PLURAL}.{c.GROUP}", NAME, "--wait=true")
+    owned = ["-n", WORKLOAD, "get", "deployments,services,roles", "-l",
+             f"{c.LABEL_APP_INSTANCE}={NAME}"]  # fmt: skip
+    wait_for("owned objects garbage-collected", lambda: not tools.json(*owned)["items"], 120)

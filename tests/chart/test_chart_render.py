@@ -1,0 +1,352 @@
+"""The chart rendered by the real helm: lint, schema, every object valid on every supported
+Kubernetes version, the CRD identical to `specguard crd` on both sides of the CEL switch,
+least-privilege RBAC and restricted pod security."""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+
+from specguard.api import constants as c
+from specguard.api.crd import crd, parse_kube_version
+
+from .conftest import (
+    CHART,
+    EVERYTHING_ON,
+    ROOT,
+    SUPPORTED_KUBE_VERSIONS,
+    by_kind,
+    helm_template,
+    run_helm,
+)
+
+VALUE_SETS: dict[str, dict[str, Any]] = {
+    "defaults": {},
+    "everything-on": EVERYTHING_ON,
+    "namespaced": {"watchNamespaces": ["llm", "team-b"], **EVERYTHING_ON},
+    "no-crds-existing-sa": {
+        "crds": {"install": False},
+        "serviceAccount": {"create": False, "name": "existing"},
+        "image": {"digest": "sha256:" + "a" * 64},
+        "operator": {
+            "replicas": 0,
+            "extraArgs": ["--verbose"],
+            "extraEnv": [{"name": "X", "value": "1"}],
+            "nodeSelector": {"kubernetes.io/os": "linux"},
+            "tolerations": [{"key": "k", "operator": "Exists", "effect": "NoSchedule"}],
+        },
+    },
+}
+
+
+def load_generator() -> Any:
+    path = ROOT / "charts" / "tools" / "crd_template.py"
+    spec = importlib.util.spec_from_file_location("crd_template", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_helm_lint() -> None:
+    result = run_helm("lint", "--strict", str(CHART))
+    assert "0 chart(s) failed" in result.stdout, result.stdout
+
+
+def test_crd_template_is_up_to_date() -> None:
+    committed = (CHART / "templates" / "crd.yaml").read_text()
+    assert committed == load_generator().render_template(), (
+        "charts/specguard/templates/crd.yaml is stale: run `python charts/tools/crd_template.py`"
+    )
+
+
+def validation_rules(node: Any) -> list[dict[str, Any]]:
+    """Every x-kubernetes-validations entry anywhere in ``node``."""
+    if isinstance(node, list):
+        return [rule for item in node for rule in validation_rules(item)]
+    if not isinstance(node, dict):
+        return []
+    found = list(node.get("x-kubernetes-validations", []))
+    return found + [rule for value in node.values() for rule in validation_rules(value)]
+
+
+def without_helm_metadata(obj: dict[str, Any]) -> dict[str, Any]:
+    obj = copy.deepcopy(obj)
+    obj["metadata"] = {"name": obj["metadata"]["name"]}
+    return obj
+
+
+@pytest.mark.parametrize("kube_version", ["1.20", "1.24", "1.25", "1.27", "1.28", "1.33", "1.37"])
+def test_crd_matches_specguard_crd_for_each_version(tmp_path: Path, kube_version: str) -> None:
+    """Both sides of the CEL switch (1.25) and of the fieldPath switch (1.28)."""
+    (rendered,) = by_kind(helm_template(tmp_path, kube_version=kube_version),
+                          "CustomResourceDefinition")  # fmt: skip
+    expected = crd(kube_version)
+    assert without_helm_metadata(rendered) == without_helm_metadata(expected)
+    rules = validation_rules(rendered)
+    assert bool(rules) == (parse_kube_version(kube_version) >= (1, 25))
+    assert any("fieldPath" in rule for rule in rules) == (
+        parse_kube_version(kube_version) >= (1, 28)
+    )
+    for key, value in expected["metadata"]["labels"].items():
+        assert rendered["metadata"]["labels"][key] == value
+
+
+def test_crds_keep_and_install(tmp_path: Path) -> None:
+    (kept,) = by_kind(helm_template(tmp_path), "CustomResourceDefinition")
+    assert kept["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
+    (dropped,) = by_kind(
+        helm_template(tmp_path, {"crds": {"keep": False}}), "CustomResourceDefinition"
+    )
+    assert "annotations" not in dropped["metadata"]
+    assert by_kind(helm_template(tmp_path, {"crds": {"install": False}}),
+                   "CustomResourceDefinition") == []  # fmt: skip
+
+
+def validate_all(objects: list[dict[str, Any]], kube_version: str) -> list[str]:
+    """kubernetes-validate's errors for every object (strict: unknown fields are errors).
+    Custom resources of other operators (monitoring.coreos.com) have no schema there."""
+    errors = []
+    for obj in objects:
+        if obj["apiVersion"].startswith("monitoring.coreos.com/"):
+            continue
+        try:
+            kubernetes_validate.validate(obj, kube_version, strict=True)
+        except kubernetes_validate.ValidationError as error:
+            errors.append(f"{obj['kind']}/{obj['metadata']['name']} on {kube_version}: {error}")
+    return errors
+
+
+def test_kubernetes_validate_knows_every_supported_version() -> None:
+    known = {
+        kubernetes_validate.utils.major_minor(v) for v in kubernetes_validate.utils.all_versions()
+    }
+    missing = [version for version in SUPPORTED_KUBE_VERSIONS if version not in known]
+    assert not missing, f"kubernetes-validate lacks schemas for {missing}: upgrade it"
+
+
+@pytest.mark.parametrize("name", sorted(VALUE_SETS))
+def test_every_object_valid_on_every_supported_version(tmp_path: Path, name: str) -> None:
+    errors = []
+    for version in SUPPORTED_KUBE_VERSIONS:
+        objects = helm_template(tmp_path, VALUE_SETS[name], kube_version=version)
+        assert objects, name
+        errors += validate_all(objects, version)
+    assert not errors, "\n".join(errors)
+
+
+def test_validation_catches_a_broken_object(tmp_path: Path) -> None:
+    """The validation above can fail: a misspelt field in the Deployment is reported."""
+    objects = helm_template(tmp_path)
+    (deployment,) = by_kind(objects, "Deployment")
+    deployment["spec"]["template"]["spec"]["containers"][0]["securityContex"] = {}
+    assert validate_all([deployment], "1.33")
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"watchNamespace": ["llm"]}, "additional properties 'watchNamespace' not allowed"),
+        ({"operator": {"replica": 1}}, "additional properties 'replica' not allowed"),
+        ({"crds": {"keep": "yes"}}, "got string, want boolean"),
+        ({"operator": {"replicas": 2}}, "maximum"),
+        ({"watchNamespaces": ["Not_A_Namespace"]}, "does not match pattern"),
+        ({"monitoring": {"prometheusRule": {"judgeDegradedFor": "15 minutes"}}},
+         "does not match pattern"),
+        ({"image": {"pullPolicy": "Sometimes"}}, "value must be one of"),
+    ],
+)  # fmt: skip
+def test_bad_values_fail_with_the_schema_message(
+    tmp_path: Path, values: dict[str, Any], message: str
+) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(json.dumps(values))
+    result = run_helm("template", "x", str(CHART), "-f", str(path), check=False)
+    assert result.returncode != 0
+    assert "values don't meet the specifications of the schema" in result.stderr, result.stderr
+    assert message in result.stderr, result.stderr
+
+
+def rules_of(objects: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [rule for obj in by_kind(objects, kind) for rule in obj["rules"]]
+
+
+def grants(rules: list[dict[str, Any]], group: str, resource: str, verb: str) -> bool:
+    return any(
+        group in rule["apiGroups"] and resource in rule["resources"] and verb in rule["verbs"]
+        for rule in rules
+    )
+
+
+LEASE_ONLY = [
+    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+     "resourceNames": ["specguard"], "verbs": ["get", "update"]},
+]  # fmt: skip
+
+
+def bound_rules(objects: list[dict[str, Any]], account: str) -> dict[tuple[str, str], list[Any]]:
+    """(kind, namespace or "") -> rules of every role bound to ``account``."""
+    roles = {(obj["kind"], obj["metadata"].get("namespace", ""), obj["metadata"]["name"]): obj
+             for obj in objects if obj["kind"] in ("Role", "ClusterRole")}  # fmt: skip
+    bound: dict[tuple[str, str], list[Any]] = {}
+    for binding in objects:
+        if binding["kind"] not in ("RoleBinding", "ClusterRoleBinding"):
+            continue
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": account, "namespace": "specguard"}
+        ]
+        namespace = binding["metadata"].get("namespace", "")
+        ref = binding["roleRef"]
+        role = roles[(ref["kind"], namespace if ref["kind"] == "Role" else "", ref["name"])]
+        bound.setdefault((binding["kind"], namespace), []).extend(role["rules"])
+    return bound
+
+
+def test_rbac_cluster_wide_by_default(tmp_path: Path) -> None:
+    objects = helm_template(tmp_path)
+    (account,) = by_kind(objects, "ServiceAccount")
+    bound = bound_rules(objects, account["metadata"]["name"])
+    assert set(bound) == {("ClusterRoleBinding", ""), ("RoleBinding", "specguard")}
+    assert bound[("RoleBinding", "specguard")] == LEASE_ONLY
+    assert grants(bound[("ClusterRoleBinding", "")], "apps", "deployments", "patch")
+    (deployment,) = by_kind(objects, "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == account["metadata"]["name"]
+    command = pod["containers"][0]["command"]
+    assert "--all-namespaces" in command and "--peering=specguard" in command
+
+
+def test_rbac_namespaced_with_watch_namespaces(tmp_path: Path) -> None:
+    objects = helm_template(tmp_path, {"watchNamespaces": ["llm", "team-b"]})
+    bound = bound_rules(objects, "specguard")
+    # Nothing cluster-wide: the watched namespaces, and the Lease in the release's.
+    assert set(bound) == {("RoleBinding", "specguard"), ("RoleBinding", "llm"),
+                          ("RoleBinding", "team-b")}  # fmt: skip
+    assert bound[("RoleBinding", "specguard")] == LEASE_ONLY
+    assert bound[("RoleBinding", "llm")] == bound[("RoleBinding", "team-b")]
+    assert grants(bound[("RoleBinding", "llm")], "apps", "deployments", "patch")
+    (deployment,) = by_kind(objects, "Deployment")
+    command = deployment["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert "--all-namespaces" not in command
+    assert [arg for arg in command if arg.startswith("--namespace")] == [
+        "--namespace=llm", "--namespace=team-b",
+    ]  # fmt: skip
+
+
+def test_rbac_least_privilege(tmp_path: Path) -> None:
+    rules = rules_of(helm_template(tmp_path), "ClusterRole")
+    # No secrets, no wildcards, no bind/escalate/impersonate, no exec; the resource's spec
+    # cannot be replaced (patch only, for kopf's metadata).
+    for rule in rules:
+        assert "*" not in rule["verbs"] and "*" not in rule["resources"], rule
+        assert not {"bind", "escalate", "impersonate", "delete", "deletecollection"} & set(
+            rule["verbs"]
+        ), rule
+        forbidden = {"secrets", "configmaps", "pods/exec", "nodes", "customresourcedefinitions"}
+        assert not forbidden & set(rule["resources"]), rule
+    for verb in ("create", "update", "delete"):
+        assert not grants(rules, c.GROUP, c.PLURAL, verb)
+
+
+def test_rbac_covers_everything_the_renderer_produces(tmp_path: Path) -> None:
+    """Each object kind of `specguard render` can be applied server-side (get, create,
+    patch), and the router's Role grants nothing the operator lacks (so it may create and
+    bind it without bind/escalate)."""
+    from specguard.commands.render import load_resources
+    from specguard.render import render_all
+
+    rules = rules_of(helm_template(tmp_path), "ClusterRole")
+    plural = {"Deployment": "deployments", "Service": "services",
+              "ServiceAccount": "serviceaccounts", "Role": "roles",
+              "RoleBinding": "rolebindings"}  # fmt: skip
+    for example in sorted((ROOT / "examples").glob("*.yaml")):
+        for sd in load_resources(str(example)):
+            for obj in render_all(sd):
+                group = obj["apiVersion"].rpartition("/")[0]
+                for verb in ("get", "create", "patch"):
+                    assert grants(rules, group, plural[obj["kind"]], verb), (obj["kind"], verb)
+                if obj["kind"] == "Role":
+                    for rule in obj["rules"]:
+                        for group in rule["apiGroups"]:
+                            for resource in rule["resources"]:
+                                for verb in rule["verbs"]:
+                                    assert grants(rules, group, resource, verb), rule
+
+
+RESTRICTED_CONTAINER = {
+    "allowPrivilegeEscalation": False,
+    "readOnlyRootFilesystem": True,
+    "runAsNonRoot": True,
+    "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+
+
+def test_operator_pod_is_restricted(tmp_path: Path) -> None:
+    (deployment,) = by_kind(helm_template(tmp_path), "Deployment")
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    (container,) = pod["containers"]
+    for key, value in RESTRICTED_CONTAINER.items():
+        assert container["securityContext"][key] == value, key
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert "emptyDir" in volumes[mounts["/tmp"]]
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["resources"]["requests"] and container["resources"]["limits"]["memory"]
+
+
+def metric_names(text: str) -> set[str]:
+    """Metric names in PromQL expressions (specguard_* and vllm:*, before a selector or a
+    range; label names such as specguard_io_arm are not followed by either)."""
+    selected = re.findall(r"\b(specguard_[a-z_]+|vllm:[a-z_]+)\s*[{\[]", text)
+    templated = re.findall(r"label_values\((specguard_[a-z_]+|vllm:[a-z_]+)\b", text)
+    return set(selected) | set(templated)
+
+
+def exported_metrics() -> set[str]:
+    """Every series name the router, the simulator (vLLM's names) and the operator expose."""
+    from prometheus_client import CollectorRegistry
+
+    from specguard.router.metrics import RouterMetrics
+    from specguard.sim.metrics import SimMetrics
+
+    registries: list[CollectorRegistry] = [RouterMetrics().registry]
+    registries.append(SimMetrics("m", num_spec_tokens=4, max_model_len=4096).registry)
+    names: set[str] = set()
+    for registry in registries:
+        for family in registry.collect():
+            names |= {sample.name for sample in family.samples}
+            names.add(family.name)
+            for suffix in ("_bucket", "_count", "_sum", "_total"):
+                names.add(family.name + suffix)
+    # The operator's (issue 11): namespace and name labels.
+    names |= {"specguard_mode", "specguard_tpot_ratio", "specguard_rollbacks_total",
+              "specguard_promotions_total", "specguard_verdicts_total"}  # fmt: skip
+    return names
+
+
+def test_dashboard_and_alerts_use_exported_metric_names(tmp_path: Path) -> None:
+    objects = helm_template(tmp_path, EVERYTHING_ON)
+    (dashboard,) = by_kind(objects, "ConfigMap")
+    panels = json.loads(dashboard["data"]["specguard.json"])["panels"]
+    exprs = [target["expr"] for panel in panels for target in panel["targets"]]
+    exprs += [var["definition"] for var in json.loads(dashboard["data"]["specguard.json"])
+              ["templating"]["list"] if "definition" in var]  # fmt: skip
+    (rule,) = by_kind(objects, "PrometheusRule")
+    exprs += [r["expr"] for group in rule["spec"]["groups"] for r in group["rules"]]
+    used = set().union(*(metric_names(expr) for expr in exprs))
+    assert {"specguard_router_tpot_seconds_bucket", "specguard_mode",
+            "vllm:spec_decode_num_accepted_tokens_total"} <= used  # fmt: skip
+    unknown = used - exported_metrics()
+    assert not unknown, f"dashboard or alerts use metrics nobody exports: {sorted(unknown)}"
