@@ -25,8 +25,9 @@ SUBCOMMANDS = {
     "crd": "specguard.commands.crd:build_parser",
     "sim": "specguard.sim.options:build_parser",
     "router": "specguard.router.command:build_parser",
-    "judge": "specguard.commands.judge:_parser",  # build_parser once the judge branch is in
+    "judge": "specguard.commands.judge:build_parser",
     "evaluate": "specguard.evaluate.command:build_parser",
+    "run": "specguard.controller.command:build_parser",
 }
 
 # name -> (a bad command line, the flag its one-line error must name)
@@ -37,6 +38,7 @@ BAD_FLAGS = {
     "router": (["--port", "http"], "--port"),
     "judge": (["x.jsonl", "--tolerance", "wide"], "--tolerance"),
     "evaluate": (["--requests", "lots"], "--requests"),
+    "run": (["--metrics-port", "nine"], "--metrics-port"),
 }
 
 # The simulator passes unknown flags on as vLLM's (ignored with a warning), so an unknown flag

@@ -5,10 +5,11 @@
 
 The template is the CRD at the newest schema (CEL rules with ``fieldPath``) with every
 ``x-kubernetes-validations`` block wrapped in a ``semverCompare`` on
-``.Capabilities.KubeVersion`` (servers below 1.25 refuse CEL rules) and every ``fieldPath``
-in one for 1.28; ``crds.install`` and ``crds.keep`` (``helm.sh/resource-policy: keep``) around
-and in the metadata. Rendered for any version, it is exactly ``specguard crd --kube-version``
-of that version plus Helm's labels (tests/chart checks that).
+``.Capabilities.KubeVersion`` (servers below 1.25 refuse CEL rules), every ``fieldPath``
+in one for 1.28, and the rules on quantities in one for 1.30; ``crds.install`` and
+``crds.keep`` (``helm.sh/resource-policy: keep``) around and in the metadata. Rendered for
+any version, it is exactly ``specguard crd --kube-version`` of that version plus Helm's
+labels (tests/chart checks that).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Final
 
 from specguard.api.crd import CEL_SINCE, FIELD_PATH_SINCE, crd
+from specguard.api.rules import QUANTITY_SINCE
 from specguard.commands.render import dump_yaml
 
 TEMPLATE: Final = Path(__file__).resolve().parents[1] / "specguard" / "templates" / "crd.yaml"
@@ -92,6 +94,17 @@ def _gate_field_paths(lines: list[str]) -> list[str]:
     return out
 
 
+def _items(lines: list[str], indent: int) -> list[list[str]]:
+    """The ``- `` items of a sequence whose items sit at ``indent``."""
+    items: list[list[str]] = []
+    for line in lines:
+        if _indent(line) == indent and line.lstrip().startswith("- "):
+            items.append([line])
+        else:
+            items[-1].append(line)
+    return items
+
+
 def _gate_validations(lines: list[str]) -> list[str]:
     out: list[str] = []
     index = 0
@@ -99,8 +112,21 @@ def _gate_validations(lines: list[str]) -> list[str]:
         line = lines[index]
         if line.lstrip() == VALIDATIONS_KEY:
             end = _block_end(lines, index, same_indent_items=True)
-            block = [lines[index], *_gate_field_paths(lines[index + 1 : end])]
-            out += _wrap(block, 0, len(block), _since(CEL_SINCE), _indent(line))
+            items = _items(lines[index + 1 : end], _indent(line))
+            # Rules on quantities need Kubernetes' quantity library (QUANTITY_SINCE): each is
+            # gated on its own, or the whole key when every rule of it is one.
+            quantity = [any("quantity(" in part for part in item) for item in items]
+            since = QUANTITY_SINCE if all(quantity) else CEL_SINCE
+            body: list[str] = []
+            for item, gated in zip(items, quantity, strict=True):
+                gated_item = _gate_field_paths(item)
+                if gated and since != QUANTITY_SINCE:
+                    gated_item = _wrap(
+                        gated_item, 0, len(gated_item), _since(QUANTITY_SINCE), _indent(line)
+                    )
+                body += gated_item
+            block = [lines[index], *body]
+            out += _wrap(block, 0, len(block), _since(since), _indent(line))
             index = end
         else:
             out.append(line)

@@ -83,9 +83,12 @@ def without_helm_metadata(obj: dict[str, Any]) -> dict[str, Any]:
     return obj
 
 
-@pytest.mark.parametrize("kube_version", ["1.20", "1.24", "1.25", "1.27", "1.28", "1.33", "1.37"])
+# Both sides of every switch: CEL (1.25), fieldPath (1.28), quantity rules (1.30).
+@pytest.mark.parametrize(
+    "kube_version", ["1.20", "1.24", "1.25", "1.27", "1.28", "1.29", "1.30", "1.33", "1.37"]
+)
 def test_crd_matches_specguard_crd_for_each_version(tmp_path: Path, kube_version: str) -> None:
-    """Both sides of the CEL switch (1.25) and of the fieldPath switch (1.28)."""
+    """The chart renders exactly what `specguard crd --kube-version` prints."""
     (rendered,) = by_kind(helm_template(tmp_path, kube_version=kube_version),
                           "CustomResourceDefinition")  # fmt: skip
     expected = crd(kube_version)
@@ -319,7 +322,7 @@ def exported_metrics() -> set[str]:
     from prometheus_client import CollectorRegistry
 
     from specguard.router.metrics import RouterMetrics
-    from specguard.sim.metrics import SimMetrics
+    from specguard.sim.exporter import SimMetrics
 
     registries: list[CollectorRegistry] = [RouterMetrics().registry]
     registries.append(SimMetrics("m", num_spec_tokens=4, max_model_len=4096).registry)

@@ -423,3 +423,48 @@ def test_two_operators_one_acts(
         finally:
             first.stop()
             second.stop()
+
+
+@pytest.mark.parametrize(
+    ("fault", "reason"),
+    [
+        ("--fault-drop-drafter", "SpeculationOff"),
+        ("--fault-accept-nothing", "AcceptanceCollapsed"),
+    ],
+)
+def test_a_drafter_that_does_not_speculate_is_rolled_back(  # noqa: PLR0917
+    cluster: LocalCluster,
+    kubelet: ProcessKubelet,
+    cluster_namespace: str,
+    tmp_path: Path,
+    fault: str,
+    reason: str,
+) -> None:
+    """Issue 17: the drafter pods serve, but speculation is silently off (the speculative
+    config never applied: no spec-decode counters) or useless (nothing accepted). Latency
+    alone may not show it; the drafter arm's own counters do."""
+    ns = cluster_namespace
+    kubelet.config.sim_args_by_label = {"specguard.io/arm=speculative": (fault,)}
+    try:
+        with operator(cluster, ns, tmp_path):
+            create_sd(cluster, sd_body("qwen", ns, replicas=1))
+            settled(cluster, ns, "qwen")
+            urls = wait_for("routers", lambda: router_urls(cluster, ns, "qwen") or None, 60)
+            with Load(urls, concurrency=4, domain="math"):
+                sd = sd_until(
+                    cluster,
+                    ns,
+                    "qwen",
+                    f"rollback for {reason}",
+                    lambda s: s["status"].get("targetMode") == "baseline",
+                    timeout=120,
+                )
+        transition = sd["status"]["transitions"][-1]
+        assert transition["reason"] == reason, transition
+        assert condition(sd, "Speculating")["status"] == "False"
+        rolled = [e for e in events(cluster, ns, "qwen") if e["reason"] == "RolledBack"]
+        assert rolled and rolled[0]["type"] == "Warning"
+        assert rolled[0]["message"].startswith(f"{reason}: ")
+        print(f"\n{fault}: {rolled[0]['message']}")
+    finally:
+        kubelet.config.sim_args_by_label = {}

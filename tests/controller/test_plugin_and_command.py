@@ -2,7 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from specguard.controller.command import UsageError, liveness_url
+from specguard._args import UsageError
+from specguard.controller.command import liveness_url
 from specguard.controller.command import main as run_main
 from specguard.controller.lease import lease_free, micro_time
 from specguard.controller.plugin import annotation_patch, explain, format_history

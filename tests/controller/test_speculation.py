@@ -36,4 +36,11 @@ def test_healthy_idle_or_thin_evidence_is_not_tripped() -> None:
     assert speculation_guardrail(DraftCounters(2, 2, 1000, 2500), 300, 30) is None
     assert speculation_guardrail(DraftCounters(2, 0, 0, 0), 10, 30) is None  # too few requests
     assert speculation_guardrail(DraftCounters(2, 2, 50, 0), 300, 30) is None  # too few drafts
+    # A drafter that accepts nothing is slow: its arm may serve fewer requests than the
+    # judge needs, and the drafts alone are the evidence.
+    assert speculation_guardrail(DraftCounters(1, 1, 800, 0), 12, 30) == (
+        "AcceptanceCollapsed",
+        "mean acceptance length 1.000 over 800 drafts (1.000 = no draft token accepted; "
+        "threshold 1.05)",
+    )
     assert speculation_guardrail(None, 300, 30) is None

@@ -37,7 +37,7 @@ MAX_WINDOW_S = 31_536_000.0
 EXIT_VERDICT, EXIT_USAGE, EXIT_INCONCLUSIVE = 0, 2, 3
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     d = JudgeSettings()
     p = ArgumentParser(
         prog="specguard judge",
@@ -183,7 +183,7 @@ def main(argv: list[str]) -> int:
 
 def _main(argv: list[str]) -> int:
     try:
-        args = _parser().parse_args(argv)
+        args = build_parser().parse_args(argv)
     except UsageError as exc:
         print(f"specguard judge: {exc}", file=sys.stderr)
         return EXIT_USAGE

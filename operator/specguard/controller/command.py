@@ -16,24 +16,16 @@ import socket
 import sys
 import uuid
 from collections.abc import Sequence
-from typing import NoReturn
+
+from specguard._args import ArgumentParser, UsageError
 
 log = logging.getLogger("specguard.controller")
 
 DEFAULT_LEASE = "specguard-operator"
 
 
-class UsageError(Exception):
-    """Bad command-line input: one line naming the flag."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(message)
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="specguard run", description="Run the specguard operator.")
+    p = ArgumentParser(prog="specguard run", description="Run the specguard operator.")
     scope = p.add_mutually_exclusive_group()
     scope.add_argument(
         "--namespace", "-n", action="append", default=[], metavar="NS",

@@ -17,18 +17,10 @@ import argparse
 import datetime as dt
 import sys
 from collections.abc import Mapping, Sequence
-from typing import Any, NoReturn
+from typing import Any
 
+from specguard._args import ArgumentParser, UsageError
 from specguard.api import constants as c
-
-
-class UsageError(Exception):
-    pass
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(message)
 
 
 def _get(obj: Any, *path: str) -> Any:
@@ -160,7 +152,9 @@ def annotation_patch(verb: str, mode: str | None, now: float) -> dict[str, Any]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="kubectl specguard", description="Look at and steer SpeculativeDeployments.")
+    p = ArgumentParser(
+        prog="kubectl specguard", description="Look at and steer SpeculativeDeployments."
+    )
     p.add_argument("verb", choices=("status", "why", "history", "pin", "unpin", "retry"))
     p.add_argument("name", help="the SpeculativeDeployment")
     p.add_argument("mode", nargs="?", help="pin: speculative or baseline")

@@ -53,8 +53,23 @@ def speculation_guardrail(
     min_drafts: int = MIN_DRAFTS,
     margin: float = MARGIN,
 ) -> tuple[str, str] | None:
-    """(reason, message) when the drafter arm does not really speculate, else None."""
-    if counters is None or counters.pods == 0 or spec_requests < min_requests:
+    """(reason, message) when the drafter arm does not really speculate, else None.
+
+    "Off" needs ``min_requests`` served (no drafts over a few requests proves little);
+    "collapsed" needs only ``min_drafts``: a drafter that accepts nothing is also slow, so
+    its arm may serve fewer requests per window than the judge needs."""
+    if counters is None or counters.pods == 0:
+        return None
+    if counters.exporting > 0 and counters.drafts >= min_drafts:
+        length = 1.0 + counters.accepted / counters.drafts
+        if length < 1.0 + margin:
+            return (
+                "AcceptanceCollapsed",
+                f"mean acceptance length {length:.3f} over {counters.drafts:.0f} drafts "
+                f"(1.000 = no draft token accepted; threshold {1.0 + margin:.2f})",
+            )
+        return None
+    if spec_requests < min_requests:
         return None
     if counters.exporting == 0:
         return (
@@ -68,12 +83,4 @@ def speculation_guardrail(
             "SpeculationOff",
             f"the drafter arm served {spec_requests} requests with 0 drafts over the window",
         )
-    if counters.drafts >= min_drafts:
-        length = 1.0 + counters.accepted / counters.drafts
-        if length < 1.0 + margin:
-            return (
-                "AcceptanceCollapsed",
-                f"mean acceptance length {length:.3f} over {counters.drafts:.0f} drafts "
-                f"(1.000 = no draft token accepted; threshold {1.0 + margin:.2f})",
-            )
     return None

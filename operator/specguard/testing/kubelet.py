@@ -57,6 +57,9 @@ class KubeletConfig:
 
     # Appended to the simulator's command line for vLLM images (e.g. --profile, --time-scale).
     sim_args: tuple[str, ...] = ()
+    # More simulator args for the pods carrying a label, as {"key=value": (args...)}; e.g.
+    # {"specguard.io/arm=speculative": ("--fault-drop-drafter",)} for the drafter pods only.
+    sim_args_by_label: dict[str, tuple[str, ...]] = field(default_factory=dict)
     # image or repository -> argv builder, consulted before the built-in mappings.
     images: dict[str, ImageRunner] = field(default_factory=dict)
     # '127.0.X' for pod addresses; None picks a /24 where nothing listens.
@@ -196,9 +199,13 @@ class ContainerRunner:
             pod_ip=pod.ip,
         )
         config = pod.config
-        argv = resolve_argv(
-            launch, sim_args=config.sim_args, images=config.images, python=config.python
-        )
+        labels = pod.pod["metadata"].get("labels") or {}
+        sim_args = list(config.sim_args)
+        for selector, extra in config.sim_args_by_label.items():
+            key, _, value = selector.partition("=")
+            if labels.get(key) == value:
+                sim_args.extend(extra)
+        argv = resolve_argv(launch, sim_args=sim_args, images=config.images, python=config.python)
         self._env = process_env
         return argv, process_env
 
