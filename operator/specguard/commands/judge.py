@@ -250,10 +250,10 @@ def _main(argv: list[str]) -> int:
         return EXIT_INCONCLUSIVE if verdict.outcome == "inconclusive" else EXIT_VERDICT
 
     start0 = min((s.started_at for s in samples), default=0.0)
-    span = max((s.started_at for s in samples), default=0.0) - start0
-    if not span / args.window <= MAX_WINDOWS:
+    spanned = max((s.started_at for s in samples), default=0.0) - start0
+    if not spanned / args.window <= MAX_WINDOWS:
         print(
-            f"specguard judge: --window: the samples span {span:.3g} s, more than "
+            f"specguard judge: --window: the samples span {spanned:.3g} s, more than "
             f"{MAX_WINDOWS:.0e} windows of {args.window:g} s (is a started_at wrong?)",
             file=sys.stderr,
         )
