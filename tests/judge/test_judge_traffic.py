@@ -6,9 +6,12 @@ comparison, the fixed-count resampling and the measurement-kind rule gave a wron
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
+from specguard.judge.sample import Arm
 from specguard.judge.verdict import JudgeSettings, Verdict, judge
 from specguard.testing.traffic import Load, Traffic, window
 
@@ -64,6 +67,41 @@ def test_a_large_regression_that_moves_the_slower_arm_up_is_not_silenced() -> No
     assert v.outcome == "regressed", v.sentence()
     assert v.matched_strata == 1
     assert any("Little's law" in r for r in v.reasons)
+
+
+@pytest.mark.parametrize(("effect", "outcome"), [(1.0, "neutral"), (1.1, "regressed")])
+def test_arms_that_overlap_in_part_are_compared_where_they_overlap(
+    effect: float, outcome: str
+) -> None:
+    # The speculative arm at 12-24 in flight, the baseline at 8-16: they share 12-16. Bands
+    # merged across the edge of the overlap compare the speculative arm's 12-15 with the
+    # baseline's 8-15, and read about 1.12 where nothing changed per level.
+    verdicts = [_verdict(seed, effect, (12, 24), (8, 16), n=800) for seed in range(3)]
+    for v in verdicts:
+        assert v.outcome == outcome, v.sentence()
+        assert v.ratio == pytest.approx(effect, rel=0.03)
+        assert v.matched["speculative"] < v.n["speculative"]  # 17-24 left out, and said so
+        assert any("in-flight 12–16" in r for r in v.reasons), v.reasons
+
+
+@pytest.mark.parametrize("serving", ["speculative", "baseline"])
+def test_the_serving_arm_s_mix_weighs_the_levels(serving: Arm) -> None:
+    # The drafter is 20% faster at 4 in flight and 30% slower at 48; the speculative arm is
+    # mostly at 4, the baseline mostly at 48. Clients see the serving arm's mix, so the
+    # verdict weighs the two levels by it: ~0.87 when the drafter serves, ~1.17 when not.
+    rng = np.random.default_rng(8)
+    traffic = Traffic(sigma=0.1, serving=serving)
+    drawn = window(rng, 1500, traffic, spec_load=LOW, base_load=HIGH)
+    samples = [
+        replace(s, tpot_s=(s.tpot_s or 0.0) * (0.8 if s.concurrency == 4 else 1.3))
+        if s.arm == "speculative"
+        else s
+        for s in drawn
+    ]
+    v = judge(samples, SETTINGS)
+    mix = [s.concurrency for s in samples if s.arm == serving]
+    share = mix.count(4) / len(mix)
+    assert v.ratio == pytest.approx(0.8**share * 1.3 ** (1 - share), rel=0.03)
 
 
 @pytest.mark.parametrize("seed", [1, 2])
