@@ -159,6 +159,13 @@ def _table(verdict: Verdict, samples: Sequence[Sample]) -> str:
     if verdict.strata:
         cells = ", ".join(f"{s.label}: {s.speculative}/{s.baseline}" for s in verdict.strata)
         rows.append(f"concurrency strata (speculative/baseline): {cells}")
+    if verdict.method == "stratified" and verdict.ratio is not None:
+        counts = " and ".join(
+            f"{arm} {verdict.matched.get(arm, 0)} of {verdict.n.get(arm, 0)}" for arm in ARMS
+        )
+        rows.append(
+            f"compared in {verdict.matched_strata} group(s) of in-flight levels: {counts} requests"
+        )
     domains = [d for d in verdict.domains if d.ratio is not None]
     if domains:
         cells = ", ".join(
