@@ -336,11 +336,13 @@ def judge(
         usable[sample.arm].append(sample)
 
     kind, mismatch = _measurement(usable)
+    measured_otherwise: dict[Arm, Counter[str]] = {arm: Counter() for arm in ARMS}
     if kind is not None:
         for arm in ARMS:
             other = [s for s in usable[arm] if s.measurement != kind]
             if other:
                 excluded["other_measurement"] = excluded.get("other_measurement", 0) + len(other)
+                measured_otherwise[arm].update(s.measurement for s in other)
                 usable[arm] = [s for s in usable[arm] if s.measurement == kind]
 
     pairs = _pairs(usable["speculative"], usable["baseline"])
@@ -398,6 +400,8 @@ def judge(
             "errors: "
             + ", ".join(f"{arm} {errors[arm]} of {requests[arm]} requests" for arm in ARMS)
         )
+    if reasons and kind is not None and any(measured_otherwise.values()):
+        reasons.append(_left_out(kind, measured_otherwise))
     med_s, med_b = medians["speculative"], medians["baseline"]
     if reasons or med_s is None or med_b is None:
         return inconclusive(reasons, base)
@@ -510,6 +514,18 @@ def _measurement(usable: Mapping[Arm, Sequence[Sample]]) -> tuple[str | None, st
         f"baseline: {describe('baseline')}) and per-token latency is compared only like with "
         "like: " + "; ".join(f"{k}: {_FIX[k]}" for k in fixes)
     )
+
+
+def _left_out(kind: str, other: Mapping[Arm, Counter[str]]) -> str:
+    """Why samples of other measurement kinds are missing from the counts, and the fix."""
+    counts = "; ".join(
+        f"{arm} " + " + ".join(f"{c} {k}" for k, c in other[arm].most_common())
+        for arm in ARMS
+        if other[arm]
+    )
+    fixes = sorted({k for arm in ARMS for k in other[arm] if k in _FIX})
+    text = f"left out as measured otherwise ({counts}): only {kind} is compared with {kind}"
+    return text + "".join(f"; {k}: {_FIX[k]}" for k in fixes)
 
 
 def _insufficient(
