@@ -16,6 +16,8 @@ confidence 0.99, 2000 resamples), with min_requests_per_arm = 90% of the window 
 Columns, per size × pairing × shape (each a share of windows, with its standard error):
 - ``excl@0``: A/A windows whose 99% CI excludes 1 (nominal 1%; coverage is 1 minus it),
   i.e. tolerance 0; ``(k/N)`` the count;
+- ``CI``: the typical half-width of the 99% interval, sqrt(high / low) − 1, averaged over the
+  A/A windows (the effect a window can resolve scales with it; it shrinks as 1/sqrt(n));
 - ``reg``, ``imp``: A/A windows judged regressed / improved at tolerance 0.03;
 - ``+5%``, ``+10%``, ``+20%``: windows judged regressed when the drafter makes every
   request's per-token latency that much slower (power).
@@ -63,6 +65,7 @@ def _cell(
     # 90% of the window is the minimum, as a user would set it for this window size.
     settings = JudgeSettings(min_requests_per_arm=int(0.9 * n))
     excluded = regressed = improved = 0
+    half_widths = []
     for _ in range(aa):
         v = judge(window(rng, n, traffic, paired=paired), settings)
         if v.ci_low is None or v.ci_high is None:
@@ -70,8 +73,10 @@ def _cell(
         excluded += not (v.ci_low <= 1.0 <= v.ci_high)
         regressed += v.outcome == "regressed"
         improved += v.outcome == "improved"
+        half_widths.append(math.sqrt(v.ci_high / v.ci_low) - 1.0)
     row = [
         _share(excluded, aa, 2) + ("" if excluded in (0, aa) else f" ({excluded}/{aa})"),
+        f"±{np.mean(half_widths):.1%}" if aa else "-",
         _share(regressed, aa, 2),
         _share(improved, aa, 2),
     ]
@@ -104,8 +109,8 @@ def main() -> int:
     except (ValueError, KeyError) as exc:
         print(f"judge_calibration: --sizes/--shapes/--pairings: {exc}", file=sys.stderr)
         return 2
-    columns = ["excl@0 (k/N)", "reg", "imp", *(f"+{round((e - 1) * 100)}%" for e in EFFECTS)]
-    widths = [26, 14, 14, 13, 13, 13]
+    columns = ["excl@0 (k/N)", "CI", "reg", "imp", *(f"+{round((e - 1) * 100)}%" for e in EFFECTS)]
+    widths = [26, 6, 14, 14, 13, 13, 13]
     print(f"A/A {args.aa} windows, power {args.power} per effect, per cell, seed {args.seed}")
     heads = "".join(f" {c:>{w}}" for c, w in zip(columns, widths, strict=True))
     print(f"{'n/arm':>5} {'pairing':<9} {'shape':<10}{heads}")
