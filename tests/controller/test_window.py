@@ -91,7 +91,7 @@ def test_rollback_after_consecutive_regressed_windows(sd: SpeculativeDeployment)
     (event,) = second.events
     assert event.type == "Warning" and event.reason == "RolledBack"
     assert event.message == (
-        "Regressed: per-token latency +29% with the drafter (99% CI +28..+31%) at 8 concurrent "
+        "Regressed: per-token latency +29% with the drafter (99% CI +28..+30%) at 8 concurrent "
         "per pod, n=200 pairs; chat +28%"
     )
 

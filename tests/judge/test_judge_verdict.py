@@ -19,6 +19,7 @@ from specguard.judge._verdict import (
     classify,
     judge,
     matched_groups,
+    median_interval,
     stratum_of,
 )
 from specguard.testing._synthetic import samples, window
@@ -276,11 +277,11 @@ def test_same_input_and_seed_same_verdict() -> None:
 
 
 def test_each_window_resamples_with_its_own_random_numbers() -> None:
-    # The same pairs with every speculative value 10% higher: the same ranks. Drawn from one
-    # fixed stream, both bootstraps would pick the same ranks and give the same interval
+    # The same requests with every speculative value 10% higher: the same ranks. Drawn from
+    # one fixed stream, both bootstraps would pick the same ranks and give the same interval
     # around the ratio, and that stream's chance error would tilt every window's interval
-    # alike (at seed 0 and 200 pairs: 153 A/A windows above 1, 91 below, of 20 000).
-    w = window("lognormal", 200, np.random.default_rng(23), paired=True)
+    # alike (paired, at seed 0 and 200 pairs: 153 A/A windows above 1, 91 below, of 20 000).
+    w = window("lognormal", 200, np.random.default_rng(23))
     shifted = [
         replace(s, tpot_s=(s.tpot_s or 0.0) * 1.1) if s.arm == "speculative" else s for s in w
     ]
@@ -289,6 +290,23 @@ def test_each_window_resamples_with_its_own_random_numbers() -> None:
     assert b.ratio == pytest.approx(1.1 * a.ratio)
     assert b.ci_low / b.ratio != pytest.approx(a.ci_low / a.ratio, rel=1e-6)
     assert judge(list(reversed(shifted))) == b  # still: same samples, same verdict
+
+
+@pytest.mark.parametrize("n", [20, 201])
+def test_the_median_interval_holds_its_confidence_whatever_the_distribution(n: int) -> None:
+    # 20 000 samples from a heavy-tailed t(3) (and 20 000 from a skewed log-normal): a 99%
+    # interval misses the true median in 1% of them (SE 0.07%). Without the interpolation
+    # between order statistics it misses in 0.25% (n = 20): safe, and much wider.
+    rng = np.random.default_rng(n)
+    for samples_, median in (
+        (rng.standard_t(3, (20_000, n)), 0.0),
+        (rng.lognormal(0.0, 1.0, (20_000, n)), 1.0),
+    ):
+        missed = 0
+        for row in samples_:
+            low, high = median_interval(row, 0.99)
+            missed += not low <= median <= high
+        assert 0.007 < missed / 20_000 < 0.013, missed
 
 
 def test_settings_are_validated() -> None:

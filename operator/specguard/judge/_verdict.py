@@ -6,9 +6,8 @@ a request's per-token latency (TPOT). Which exact statistic depends on the data,
 estimate ``ratio`` and its CI are always of the same statistic (``quantity`` names it):
 
 - paired (enough mirrored pairs, each prompt measured on both arms): the median per-request
-  ratio exp(median_i(log s_i − log b_i)), CI from a bootstrap that resamples pairs (the
-  percentile interval: its ends are order statistics, as in a distribution-free interval
-  of a median). This
+  ratio exp(median_i(log s_i − log b_i)), CI the distribution-free interval of a median
+  (order statistics, ``median_interval``). This
   removes the prompt-to-prompt spread (long vs short outputs, domains), which is most of the
   variance, so it has far more power than comparing the two arms' medians. It equals the ratio
   of medians exactly when the drafter scales every request by one factor; when the effect
@@ -412,7 +411,8 @@ def judge(
     if paired:
         log_ratios = np.log(values["speculative"]) - np.log(values["baseline"])
         ratio = float(np.exp(np.median(log_ratios)))
-        ci_low, ci_high = _percentile_interval(log_ratios, ratio, settings, rng)
+        low, high = median_interval(log_ratios, settings.confidence)
+        ci_low, ci_high = min(math.exp(low), ratio), max(math.exp(high), ratio)
         method: Method = "paired"
         quantity = QUANTITY_PAIRED
         groups_compared = 0
@@ -684,20 +684,38 @@ def _median_se(logs: FloatArray, resamples: int, rng: np.random.Generator) -> fl
     return float(high - low) / (2.0 * _SE_Z)
 
 
-def _percentile_interval(
-    logs: FloatArray, ratio: float, settings: JudgeSettings, rng: np.random.Generator
-) -> tuple[float, float]:
-    """The interval of one median (of paired log ratios): the bootstrap medians' quantiles.
-    Their ends fall on order statistics of the sample, as in the distribution-free interval
-    of a median, so its coverage does not hang on how well a spread is estimated (a normal
-    interval from the same bootstrap's spread excluded 1 in 1.7% of A/A windows of 200
-    pairs instead of 1%)."""
-    boot = bootstrap_medians(logs, [np.arange(logs.size)], settings.resamples, rng)
-    alpha = 1.0 - settings.confidence
-    low, high = (math.exp(float(q)) for q in np.quantile(boot, [alpha / 2, 1.0 - alpha / 2]))
-    # On tiny, tied data the quantiles can miss the point estimate: widen them to hold it, so
-    # ratio and interval never contradict each other.
-    return min(low, ratio), max(high, ratio)
+def _binomial_cdf(n: int) -> FloatArray:
+    """P(B <= k) for k = 0..n, B ~ Binomial(n, 1/2): the chance that at most k of n values
+    fall below their median (log-space recurrence, so a large n neither overflows nor loses
+    the terms that matter)."""
+    k = np.arange(1, n + 1, dtype=np.float64)
+    log_pmf = np.concatenate(([0.0], np.cumsum(np.log(n - k + 1) - np.log(k)))) - n * math.log(2)
+    cdf: FloatArray = np.minimum(np.cumsum(np.exp(log_pmf)), 1.0)
+    return cdf
+
+
+def median_interval(values: FloatArray, confidence: float) -> tuple[float, float]:
+    """The distribution-free interval of the median of ``values`` (iid, continuous): order
+    statistics x(k) and x(n+1-k), which hold the median with probability
+    1 - 2·P(B <= k-1), B ~ Binomial(n, 1/2), for any distribution; interpolated between k and
+    k+1 to that confidence exactly (Hettmansperger and Sheather, 1986). No resampling, so no
+    chance error of its own: a percentile bootstrap of 1000 paired ratios excluded 1 in 1.4% of
+    A/A windows instead of 1% (its ends fall a rank or two inside these)."""
+    ordered = np.sort(values)
+    n = ordered.size
+    cdf = _binomial_cdf(n)
+    alpha = 1.0 - confidence
+    # The largest k whose interval still holds the confidence (k = 1: all n, the most n can).
+    k = max(1, int(np.searchsorted(cdf, alpha / 2.0, side="right")))
+    low, high = float(ordered[k - 1]), float(ordered[n - k])
+    if k + 1 <= n - k:
+        cover_k, cover_next = 1.0 - 2.0 * cdf[k - 1], 1.0 - 2.0 * cdf[k]
+        if cover_k > confidence > cover_next:
+            share = (cover_k - confidence) / (cover_k - cover_next)
+            weight = (n - k) * share / (k + (n - 2 * k) * share)
+            low += weight * (float(ordered[k]) - low)
+            high += weight * (float(ordered[n - k - 1]) - high)
+    return low, high
 
 
 def _interval(ratio: float, se: float, confidence: float) -> tuple[float, float]:
@@ -805,5 +823,6 @@ __all__ = [
     "judge",
     "level_of",
     "matched_groups",
+    "median_interval",
     "stratum_of",
 ]
