@@ -99,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=d.resamples,
         help=f"bootstrap resamples (default {d.resamples}, at most {MAX_RESAMPLES})",
     )
-    p.add_argument("--seed", type=int, default=d.seed, help="bootstrap seed (default 0)")
+    p.add_argument("--seed", type=int, default=d.seed, help="unpaired bootstrap seed (default 0)")
     p.add_argument(
         "--consecutive",
         type=int,
