@@ -1,7 +1,7 @@
 """One SpeculativeDeployment's loop: reconcile, swap, collect, judge, decide, report.
 
-``ResourceLoop.tick`` runs every ``TICK_S`` (and is all the kopf daemon does). It reads the
-cluster from the operator's watch caches (kopf indexes), so a tick makes no API request;
+``ResourceLoop.tick`` runs every ``TICK_S`` (all that the resource's task in handlers.py does). It
+reads the cluster from the operator's watch caches (kopf indexes), so a tick makes no API request;
 it writes only when something must change: an owned object differs from the desired one
 (missing, scaled, edited: drift), a swap step, or a status that differs from the one stored.
 """
