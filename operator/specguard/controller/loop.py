@@ -273,7 +273,7 @@ class ResourceLoop:
             assert verdict is not None
             last_verdict = _keep_idle(prev, cond.status_verdict(verdict, rfc3339(now)))
             degraded = _degraded(evidence, spec.evaluation.window)
-            self._count_verdict(verdict.outcome, verdict.ratio)
+            self._count_verdict(verdict.outcome, verdict.ratio, (verdict.ci_low, verdict.ci_high))
         evaluating = _evaluating(sd, plan, active, pinned_mode(annotations), swapping)
         new = build_status(
             prev,
@@ -392,10 +392,15 @@ class ResourceLoop:
             except KubeError as exc:
                 log.warning("%s/%s: event failed: %s", self.namespace, self.name, exc)
 
-    def _count_verdict(self, outcome: str, ratio: float | None) -> None:
+    def _count_verdict(
+        self, outcome: str, ratio: float | None, ci: tuple[float | None, float | None]
+    ) -> None:
         self.metrics.verdicts.labels(self.namespace, self.name, outcome).inc()
         if ratio is not None:
             self.metrics.tpot_ratio.labels(self.namespace, self.name).set(ratio)
+        for bound, value in zip(("lower", "upper"), ci, strict=True):
+            if ratio is not None and value is not None:
+                self.metrics.tpot_ratio_ci.labels(self.namespace, self.name, bound).set(value)
 
 
 async def read_drafters(pods: Mapping[str, list[str]]) -> dict[str, Reading]:

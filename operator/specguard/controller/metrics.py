@@ -27,6 +27,12 @@ class OperatorMetrics:
             LABELS,
             registry=r,
         )
+        self.tpot_ratio_ci = Gauge(
+            "specguard_tpot_ratio_ci",
+            "Confidence bounds (bound=lower|upper) of the last verdict's per-token latency ratio",
+            [*LABELS, "bound"],
+            registry=r,
+        )
         self.rollbacks = Counter(
             "specguard_rollbacks", "Rollbacks decided (drafter → no drafter)", LABELS, registry=r
         )
@@ -54,6 +60,9 @@ class OperatorMetrics:
     def forget(self, namespace: str, name: str) -> None:
         with contextlib.suppress(KeyError):
             self.tpot_ratio.remove(namespace, name)
+        for bound in ("lower", "upper"):
+            with contextlib.suppress(KeyError):
+                self.tpot_ratio_ci.remove(namespace, name, bound)
         for arm in c.ARMS:
             with contextlib.suppress(KeyError):
                 self.mode.remove(namespace, name, arm)
