@@ -185,6 +185,15 @@ async def stop_loops(**_: Any) -> None:
 def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     # Only warnings of kopf's own become Events; ours are posted by the loop with numbers.
     settings.posting.level = logging.WARNING
+    # No dynamic scanning of CRDs and namespaces: the operator serves the CRD it finds at
+    # start, in the namespaces it was given, and needs no cluster-wide read of either (the
+    # chart grants none). With scanning on and no grant, kopf retried the namespace list for
+    # about a minute before a namespaced operator acted at all.
+    settings.scanning.disabled = True
+    # kopf logs every handled watch event at INFO ("Handler ... succeeded"): a line per
+    # status write. Its warnings and errors stay.
+    if not logging.getLogger().isEnabledFor(logging.DEBUG):
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.networking.request_timeout = 60
