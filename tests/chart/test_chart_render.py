@@ -254,8 +254,11 @@ def test_rbac_least_privilege(tmp_path: Path) -> None:
         ), rule
         forbidden = {"secrets", "configmaps", "pods/exec", "nodes", "customresourcedefinitions"}
         assert not forbidden & set(rule["resources"]), rule
-    for verb in ("create", "update", "delete"):
-        assert not grants(rules, c.GROUP, c.PLURAL, verb)
+    # Nothing on the resource itself but reading it: it cannot write spec, and puts no
+    # finalizer on it (a `kubectl delete` with no operator left would hang).
+    for verb in ("create", "update", "patch", "delete"):
+        assert not grants(rules, c.GROUP, c.PLURAL, verb), verb
+    assert grants(rules, c.GROUP, f"{c.PLURAL}/status", "patch")
 
 
 def test_rbac_covers_everything_the_renderer_produces(tmp_path: Path) -> None:
@@ -317,26 +320,53 @@ def metric_names(text: str) -> set[str]:
     return set(selected) | set(templated)
 
 
-def exported_metrics() -> set[str]:
-    """Every series name the router, the simulator (vLLM's names) and the operator expose."""
+def exported_families() -> dict[str, set[str]]:
+    """Every series name the router, the simulator (vLLM's names) and the operator expose,
+    with its labels (from their own registries)."""
     from prometheus_client import CollectorRegistry
 
+    from specguard.controller.metrics import OperatorMetrics
     from specguard.router.metrics import RouterMetrics
     from specguard.sim.exporter import SimMetrics
 
-    registries: list[CollectorRegistry] = [RouterMetrics().registry]
-    registries.append(SimMetrics("m", num_spec_tokens=4, max_model_len=4096).registry)
-    names: set[str] = set()
+    exporters: list[OperatorMetrics | RouterMetrics | SimMetrics] = [
+        OperatorMetrics(), RouterMetrics(), SimMetrics("m", num_spec_tokens=4, max_model_len=4096)
+    ]  # fmt: skip
+    registries: list[CollectorRegistry] = []
+    for exporter in exporters:
+        registries.append(exporter.registry)
+        # A labelled child of every family, so that each shows its label names.
+        for metric in vars(exporter).values():
+            names = getattr(metric, "_labelnames", None)
+            if names and not getattr(metric, "_labelvalues", None):  # a parent, not a child
+                metric.labels(*["x"] * len(names))
+    families: dict[str, set[str]] = {}
     for registry in registries:
         for family in registry.collect():
-            names |= {sample.name for sample in family.samples}
-            names.add(family.name)
-            for suffix in ("_bucket", "_count", "_sum", "_total"):
-                names.add(family.name + suffix)
-    # The operator's (issue 11): namespace and name labels.
-    names |= {"specguard_mode", "specguard_tpot_ratio", "specguard_rollbacks_total",
-              "specguard_promotions_total", "specguard_verdicts_total"}  # fmt: skip
-    return names
+            labels = {label for sample in family.samples for label in sample.labels}
+            for suffix in ("", "_bucket", "_count", "_sum", "_total"):
+                families.setdefault(family.name + suffix, set()).update(labels)
+            for sample in family.samples:
+                families.setdefault(sample.name, set()).update(labels)
+    return families
+
+
+def exported_metrics() -> set[str]:
+    return set(exported_families())
+
+
+# Labels Prometheus adds to every series it scrapes through the chart's monitors: the
+# target's namespace and pod, and the pods' labels the PodMonitors copy (podTargetLabels).
+TARGET_LABELS = {"namespace", "pod", "container", "instance", "job", "endpoint", "service",
+                 "specguard_io_router", "specguard_io_deployment", "specguard_io_arm"}  # fmt: skip
+
+
+def selector_labels(expr: str) -> list[tuple[str, str]]:
+    """(metric, label) for each label matcher in ``metric{...}`` selectors."""
+    pairs = []
+    for metric, inner in re.findall(r"\b(specguard_[a-z_]+|vllm:[a-z_]+)\s*\{([^}]*)\}", expr):
+        pairs += [(metric, label) for label in re.findall(r"(\w+)\s*(?:=~|!~|!=|=)", inner)]
+    return pairs
 
 
 def test_dashboard_and_alerts_use_exported_metric_names(tmp_path: Path) -> None:
@@ -351,5 +381,11 @@ def test_dashboard_and_alerts_use_exported_metric_names(tmp_path: Path) -> None:
     used = set().union(*(metric_names(expr) for expr in exprs))
     assert {"specguard_router_tpot_seconds_bucket", "specguard_mode",
             "vllm:spec_decode_num_accepted_tokens_total"} <= used  # fmt: skip
+    assert "specguard_tpot_ratio_ci" in used, "the ratio panel shows the verdict's CI"
     unknown = used - exported_metrics()
     assert not unknown, f"dashboard or alerts use metrics nobody exports: {sorted(unknown)}"
+    families = exported_families()
+    wrong = sorted({f"{metric}{{{label}}}" for expr in exprs
+                    for metric, label in selector_labels(expr)
+                    if label not in families[metric] | TARGET_LABELS})  # fmt: skip
+    assert not wrong, f"dashboard or alerts select on labels those metrics lack: {wrong}"
