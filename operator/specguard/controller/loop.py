@@ -274,6 +274,8 @@ class ResourceLoop:
             last_verdict = _keep_idle(prev, cond.status_verdict(verdict, rfc3339(now)))
             degraded = _degraded(evidence, spec.evaluation.window)
             self._count_verdict(verdict.outcome, verdict.ratio, (verdict.ci_low, verdict.ci_high))
+            up = 0.0 if evidence.error is not None else 1.0  # JudgeDegraded SourceUnavailable
+            self.metrics.source_up.labels(self.namespace, self.name).set(up)
         evaluating = _evaluating(sd, plan, active, pinned_mode(annotations), swapping)
         new = build_status(
             prev,

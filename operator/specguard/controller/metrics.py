@@ -33,6 +33,13 @@ class OperatorMetrics:
             [*LABELS, "bound"],
             registry=r,
         )
+        self.source_up = Gauge(
+            "specguard_source_up",
+            "1 when the last window's sample source answered, 0 when it failed "
+            "(JudgeDegraded SourceUnavailable); a window without traffic is 1",
+            LABELS,
+            registry=r,
+        )
         self.rollbacks = Counter(
             "specguard_rollbacks", "Rollbacks decided (drafter → no drafter)", LABELS, registry=r
         )
@@ -58,8 +65,9 @@ class OperatorMetrics:
             self.mode.labels(namespace, name, arm).set(1.0 if arm == mode else 0.0)
 
     def forget(self, namespace: str, name: str) -> None:
-        with contextlib.suppress(KeyError):
-            self.tpot_ratio.remove(namespace, name)
+        for gauge in (self.tpot_ratio, self.source_up):
+            with contextlib.suppress(KeyError):
+                gauge.remove(namespace, name)
         for bound in ("lower", "upper"):
             with contextlib.suppress(KeyError):
                 self.tpot_ratio_ci.remove(namespace, name, bound)
