@@ -189,6 +189,14 @@ def operator_metrics(backend: Backend, tools: Tools) -> str:
     return httpx.get(f"http://{host}:{port}/metrics", timeout=10).text
 
 
+def source_up(backend: Backend, tools: Tools) -> float:
+    """The operator's specguard_source_up for the resource (the judge-degraded alert's input)."""
+    for line in operator_metrics(backend, tools).splitlines():
+        if line.startswith("specguard_source_up{") and f'name="{NAME}"' in line:
+            return float(line.rpartition(" ")[2])
+    raise AssertionError("no specguard_source_up series for the resource")
+
+
 def apply_as_gitops(tools: Tools, obj: dict[str, Any]) -> None:
     """What Argo CD and Flux do: server-side apply under their own field manager, without
     forcing conflicts (a conflict with the operator's fields would fail here)."""
@@ -258,8 +266,8 @@ def test_speculative_deployment_serves_and_is_healthy(backend: Backend, tools: T
     wait_for("a verdict with a ratio", lambda: (sd(tools)["status"].get("lastVerdict") or {})
              .get("ratio") is not None, 60)  # fmt: skip
     text = operator_metrics(backend, tools)
-    for series in ("specguard_mode{", "specguard_tpot_ratio{", 'bound="lower"',
-                   'bound="upper"', "specguard_verdicts_total{"):  # fmt: skip
+    for series in ("specguard_mode{", "specguard_tpot_ratio{", 'bound="lower"', 'bound="upper"',
+                   "specguard_verdicts_total{", "specguard_source_up{"):  # fmt: skip
         assert series in text, f"{series} not in the operator's /metrics"
 
 
@@ -294,6 +302,7 @@ def test_judge_degraded_when_the_sample_source_is_down(backend: Backend, tools: 
     status, message = argocd_health(obj)
     assert status == "Degraded" and message.startswith("Judge degraded: "), (status, message)
     assert obj["status"]["mode"] == c.ARM_SPECULATIVE
+    assert source_up(backend, tools) == 0  # what the SpecguardJudgeDegraded alert reads
     apply_as_gitops(tools, manifest(backend.vllm_image))
 
     def idle() -> dict[str, Any] | None:
@@ -305,6 +314,7 @@ def test_judge_degraded_when_the_sample_source_is_down(backend: Backend, tools: 
     obj = wait_for("an idle window judged (NoSamples)", idle, 90)
     status, message = argocd_health(obj)
     assert status == "Healthy" and "nothing judged" in message, (status, message)
+    assert source_up(backend, tools) == 1  # no traffic is no alert
 
 
 def test_rollback_seen_with_kubectl(backend: Backend, tools: Tools) -> None:

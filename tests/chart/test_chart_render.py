@@ -312,12 +312,17 @@ def test_operator_pod_is_restricted(tmp_path: Path) -> None:
     assert container["resources"]["requests"] and container["resources"]["limits"]["memory"]
 
 
+# Labels Prometheus adds to every series it scrapes through the chart's monitors: the
+# target's namespace and pod, and the pods' labels the PodMonitors copy (podTargetLabels).
+TARGET_LABELS = {"namespace", "pod", "container", "instance", "job", "endpoint", "service",
+                 "specguard_io_router", "specguard_io_deployment", "specguard_io_arm"}  # fmt: skip
+
+
 def metric_names(text: str) -> set[str]:
-    """Metric names in PromQL expressions (specguard_* and vllm:*, before a selector or a
-    range; label names such as specguard_io_arm are not followed by either)."""
-    selected = re.findall(r"\b(specguard_[a-z_]+|vllm:[a-z_]+)\s*[{\[]", text)
-    templated = re.findall(r"label_values\((specguard_[a-z_]+|vllm:[a-z_]+)\b", text)
-    return set(selected) | set(templated)
+    """Metric names in PromQL expressions: every specguard_* and vllm:* word that is not
+    one of the target labels the chart's monitors add (specguard_io_arm, ...)."""
+    words = re.findall(r"\b(specguard_[a-z_]+|vllm:[a-z_:]+)", text)
+    return set(words) - TARGET_LABELS
 
 
 def exported_families() -> dict[str, set[str]]:
@@ -355,12 +360,6 @@ def exported_metrics() -> set[str]:
     return set(exported_families())
 
 
-# Labels Prometheus adds to every series it scrapes through the chart's monitors: the
-# target's namespace and pod, and the pods' labels the PodMonitors copy (podTargetLabels).
-TARGET_LABELS = {"namespace", "pod", "container", "instance", "job", "endpoint", "service",
-                 "specguard_io_router", "specguard_io_deployment", "specguard_io_arm"}  # fmt: skip
-
-
 def selector_labels(expr: str) -> list[tuple[str, str]]:
     """(metric, label) for each label matcher in ``metric{...}`` selectors."""
     pairs = []
@@ -379,7 +378,7 @@ def test_dashboard_and_alerts_use_exported_metric_names(tmp_path: Path) -> None:
     (rule,) = by_kind(objects, "PrometheusRule")
     exprs += [r["expr"] for group in rule["spec"]["groups"] for r in group["rules"]]
     used = set().union(*(metric_names(expr) for expr in exprs))
-    assert {"specguard_router_tpot_seconds_bucket", "specguard_mode",
+    assert {"specguard_router_tpot_seconds_bucket", "specguard_mode", "specguard_source_up",
             "vllm:spec_decode_num_accepted_tokens_total"} <= used  # fmt: skip
     assert "specguard_tpot_ratio_ci" in used, "the ratio panel shows the verdict's CI"
     unknown = used - exported_metrics()
