@@ -177,6 +177,62 @@ def test_bad_values_fail_with_the_schema_message(
     assert message in result.stderr, result.stderr
 
 
+# Objects of values.schema.json left open on purpose: Helm's `global`, and Kubernetes
+# types passed through to the pod (the API server validates them).
+OPEN_IN_SCHEMA = {
+    "global",
+    "operator.extraEnv[].valueFrom",
+    "operator.affinity.nodeAffinity", "operator.affinity.podAffinity",
+    "operator.affinity.podAntiAffinity",
+    "networkPolicy.metricsFrom[].podSelector", "networkPolicy.metricsFrom[].namespaceSelector",
+    "networkPolicy.metricsFrom[].ipBlock",
+}  # fmt: skip
+
+
+def test_schema_closes_every_object_of_the_chart() -> None:
+    """additionalProperties is false on every object (or types every key of a map such as
+    podAnnotations), so a typo anywhere fails at install."""
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    open_objects = []
+
+    def walk(node: dict[str, Any], path: str) -> None:
+        if node.get("type") == "object":
+            extra = node.get("additionalProperties")
+            if extra is not False and not isinstance(extra, dict) and path not in OPEN_IN_SCHEMA:
+                open_objects.append(path)
+        for key, child in (node.get("properties") or {}).items():
+            walk(child, f"{path}.{key}" if path else key)
+        if isinstance(node.get("items"), dict):
+            walk(node["items"], f"{path}[]")
+
+    walk(schema, "")
+    assert schema["additionalProperties"] is False
+    assert not open_objects, f"open objects in values.schema.json: {open_objects}"
+
+
+def notes(tmp_path: Path, values: dict[str, Any]) -> str:
+    """NOTES.txt as `helm install` prints it (a client-side dry run: no cluster)."""
+    out = run_helm("install", "sg", str(CHART), "--namespace", "specguard", "--dry-run=client",
+                   values=values, tmp=tmp_path).stdout  # fmt: skip
+    return out.partition("\nNOTES:\n")[2]
+
+
+def test_notes_tell_what_to_do_next(tmp_path: Path) -> None:
+    default = notes(tmp_path, {})
+    assert "It watches every namespace." in default
+    assert "kubectl -n specguard rollout status deployment/sg-specguard" in default
+    assert "helm uninstall keeps the CRD" in default and "crds.install is false" not in default
+    assert "with or without an operator running" in default
+    namespaced = notes(tmp_path, {"watchNamespaces": ["llm", "team-b"], "crds": {"install": False}})
+    assert "It watches the namespaces: llm, team-b" in namespaced
+    assert "crds.install is false" in namespaced
+    assert "kubectl -n specguard rollout restart deployment/sg-specguard" in namespaced
+    assert "helm uninstall keeps the CRD" not in namespaced  # it did not install one
+    monitored = notes(tmp_path, EVERYTHING_ON)
+    assert "Prometheus Operator objects are installed" in monitored
+    assert "ConfigMap sg-specguard-dashboard" in monitored
+
+
 def rules_of(objects: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
     return [rule for obj in by_kind(objects, kind) for rule in obj["rules"]]
 
