@@ -15,7 +15,7 @@ import kubernetes_validate
 import pytest
 
 from specguard.api import constants as c
-from specguard.api.crd import crd, parse_kube_version
+from specguard.api._crd import crd, parse_kube_version
 
 from .conftest import (
     CHART,
@@ -386,9 +386,9 @@ def exported_families() -> dict[str, set[str]]:
     with its labels (from their own registries)."""
     from prometheus_client import CollectorRegistry
 
-    from specguard.controller.metrics import OperatorMetrics
-    from specguard.router.metrics import RouterMetrics
-    from specguard.sim.exporter import SimMetrics
+    from specguard.controller._metrics import OperatorMetrics
+    from specguard.router._metrics import RouterMetrics
+    from specguard.sim._exporter import SimMetrics
 
     exporters: list[OperatorMetrics | RouterMetrics | SimMetrics] = [
         OperatorMetrics(), RouterMetrics(), SimMetrics("m", num_spec_tokens=4, max_model_len=4096)

@@ -5,20 +5,20 @@ from __future__ import annotations
 import numpy as np
 
 from specguard.api import constants as c
+from specguard.api._resource import SpeculativeDeployment, parse_resource
+from specguard.api._status import Arms, ArmStatus, PolicyMemory, Status
 from specguard.api.constants import Arm
-from specguard.api.resource import SpeculativeDeployment, parse_resource
-from specguard.api.status import Arms, ArmStatus, PolicyMemory, Status
-from specguard.controller.conditions import get_condition
-from specguard.controller.observe import DrafterStartup
-from specguard.controller.swap import ArmObserved, SwapPlan
-from specguard.controller.window import (
+from specguard.controller._conditions import get_condition
+from specguard.controller._observe import DrafterStartup
+from specguard.controller._swap import ArmObserved, SwapPlan
+from specguard.controller._window import (
     Evaluating,
     EventSpec,
     build_status,
     decide,
 )
-from specguard.judge.sample import Role, Sample
-from specguard.judge.verdict import JudgeSettings, Verdict, judge
+from specguard.judge._sample import Role, Sample
+from specguard.judge._verdict import JudgeSettings, Verdict, judge
 
 from .conftest import resource
 

@@ -13,6 +13,6 @@ the configured metrics source), ``loop`` (one resource's reconcile and window lo
 See docs/operator.md.
 """
 
-from specguard.controller.command import build_parser, main
+from specguard.controller._command import build_parser, main
 
 __all__ = ["build_parser", "main"]
