@@ -1,9 +1,8 @@
 """Calibration of specguard's judge on traffic that looks like production.
 
-    .venv/bin/python bench/judge_calibration.py [--aa 40] [--power 15] [--sizes 200,1000]
+    .venv/bin/python bench/judge_calibration.py [--aa 200] [--power 40] [--sizes 200,1000]
                                                 [--shapes sigma0.2,sigma0.35,sigma0.5,heavy]
-                                                [--pairings unpaired,paired]
-                                                [--seed 1]
+                                                [--pairings unpaired,paired] [--seed 1]
 
 Windows come from specguard.testing._traffic, a generator written apart from the judge:
 per-token latency 12 ms × (1 + c/16) with the in-flight count c uniform on 1..64 per request
@@ -14,20 +13,24 @@ each prompt on both arms (each at its own concurrency and pod); unpaired ones dr
 arm's requests independently. The judge runs at the resource's defaults (tolerance 0.03,
 confidence 0.99, 2000 resamples), with min_requests_per_arm = 90% of the window size.
 
-Columns, per size × pairing × shape:
-- ``excl@0``: share of A/A windows whose 99% CI excludes 1 (nominal 1%; coverage is 1 minus
-  it), i.e. tolerance 0;
-- ``reg``, ``imp``: share of A/A windows judged regressed / improved at tolerance 0.03;
-- ``+5%``, ``+10%``, ``+20%``: share of windows judged regressed when the drafter makes
-  every request's per-token latency that much slower (power).
+Columns, per size × pairing × shape (each a share of windows, with its standard error):
+- ``excl@0``: A/A windows whose 99% CI excludes 1 (nominal 1%; coverage is 1 minus it),
+  i.e. tolerance 0; ``(k/N)`` the count;
+- ``CI``: the typical half-width of the 99% interval, sqrt(high / low) − 1, averaged over the
+  A/A windows (the effect a window can resolve scales with it; it shrinks as 1/sqrt(n));
+- ``reg``, ``imp``: A/A windows judged regressed / improved at tolerance 0.03;
+- ``+5%``, ``+10%``, ``+20%``: windows judged regressed when the drafter makes every
+  request's per-token latency that much slower (power).
 
-The default run takes a few minutes on one core; more windows narrow the figures (the
-docs' table: --aa 1000 --power 100).
+Every cell has its own random stream (from --seed, the size, the pairing and the shape), so
+a cell's figures do not depend on which other cells run: ``--sizes 1000 --pairings paired
+--shapes sigma0.35`` reproduces that row of a full run.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 
@@ -45,13 +48,24 @@ SHAPES: dict[str, Traffic] = {
 EFFECTS = (1.05, 1.10, 1.20)
 
 
+def _share(hits: int, total: int, digits: int = 1) -> str:
+    """hits/total as a percentage with its standard error (binomial); none or all: the count."""
+    if not total:
+        return "-"
+    p = hits / total
+    if hits in (0, total):
+        return f"{p:.0%} ({hits}/{total})"
+    return f"{p:.{digits}%} ±{math.sqrt(p * (1 - p) / total):.{digits}%}"
+
+
 def _cell(
     traffic: Traffic, n: int, paired: bool, *, aa: int, power: int, rng: np.random.Generator
-) -> list[float]:
+) -> list[str]:
     # A few requests of a window may be unusable (a straggler past the plausible range):
     # 90% of the window is the minimum, as a user would set it for this window size.
     settings = JudgeSettings(min_requests_per_arm=int(0.9 * n))
     excluded = regressed = improved = 0
+    half_widths = []
     for _ in range(aa):
         v = judge(window(rng, n, traffic, paired=paired), settings)
         if v.ci_low is None or v.ci_high is None:
@@ -59,21 +73,27 @@ def _cell(
         excluded += not (v.ci_low <= 1.0 <= v.ci_high)
         regressed += v.outcome == "regressed"
         improved += v.outcome == "improved"
-    row = [excluded / aa, regressed / aa, improved / aa]
+        half_widths.append(math.sqrt(v.ci_high / v.ci_low) - 1.0)
+    row = [
+        _share(excluded, aa, 2) + ("" if excluded in (0, aa) else f" ({excluded}/{aa})"),
+        f"±{np.mean(half_widths):.1%}" if aa else "-",
+        _share(regressed, aa, 2),
+        _share(improved, aa, 2),
+    ]
     for effect in EFFECTS:
         hits = sum(
             judge(window(rng, n, traffic, paired=paired, effect=effect), settings).outcome
             == "regressed"
             for _ in range(power)
         )
-        row.append(hits / power if power else float("nan"))
+        row.append(_share(hits, power))
     return row
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--aa", type=int, default=40, help="A/A windows per cell")
-    parser.add_argument("--power", type=int, default=15, help="windows per cell and effect")
+    parser.add_argument("--aa", type=int, default=200, help="A/A windows per cell")
+    parser.add_argument("--power", type=int, default=40, help="windows per cell and effect")
     parser.add_argument("--sizes", default="200,1000", help="requests (pairs) per arm")
     parser.add_argument("--shapes", default=",".join(SHAPES), help="of " + ", ".join(SHAPES))
     parser.add_argument("--pairings", default="unpaired,paired", help="unpaired, paired or both")
@@ -81,24 +101,28 @@ def main() -> int:
     args = parser.parse_args()
     try:
         sizes = [int(s) for s in args.sizes.split(",")]
-        shapes = [SHAPES[s] for s in args.shapes.split(",")]
+        names = args.shapes.split(",")
+        shapes = [SHAPES[s] for s in names]
+        pairings = args.pairings.split(",")
+        if not set(pairings) <= {"unpaired", "paired"} or min(args.aa, args.power) < 0:
+            raise ValueError(f"{args.pairings!r}, --aa {args.aa}, --power {args.power}")
     except (ValueError, KeyError) as exc:
-        print(f"judge_calibration: --sizes/--shapes: {exc}", file=sys.stderr)
+        print(f"judge_calibration: --sizes/--shapes/--pairings: {exc}", file=sys.stderr)
         return 2
-    names = args.shapes.split(",")
-    rng = np.random.default_rng(args.seed)
-    header = f"{'n/arm':>5} {'pairing':<9} {'shape':<10} {'excl@0':>7} {'reg':>6} {'imp':>6}"
-    header += "".join(f" {f'+{round((e - 1) * 100)}%':>6}" for e in EFFECTS)
-    print(f"A/A {args.aa} windows, power {args.power} windows per effect, per cell")
-    print(header)
+    columns = ["excl@0 (k/N)", "CI", "reg", "imp", *(f"+{round((e - 1) * 100)}%" for e in EFFECTS)]
+    widths = [26, 6, 14, 14, 13, 13, 13]
+    print(f"A/A {args.aa} windows, power {args.power} per effect, per cell, seed {args.seed}")
+    heads = "".join(f" {c:>{w}}" for c, w in zip(columns, widths, strict=True))
+    print(f"{'n/arm':>5} {'pairing':<9} {'shape':<10}{heads}")
     started = time.perf_counter()
     for n in sizes:
-        for paired in [p == "paired" for p in args.pairings.split(",")]:
+        for pairing in pairings:
             for name, traffic in zip(names, shapes, strict=True):
+                paired = pairing == "paired"
+                rng = np.random.default_rng([args.seed, n, int(paired), list(SHAPES).index(name)])
                 row = _cell(traffic, n, paired, aa=args.aa, power=args.power, rng=rng)
-                cells = "".join(f" {x:>6.1%}" for x in row[1:])
-                pairing = "paired" if paired else "unpaired"
-                print(f"{n:>5} {pairing:<9} {name:<10} {row[0]:>7.1%}{cells}", flush=True)
+                cells = "".join(f" {x:>{w}}" for x, w in zip(row, widths, strict=True))
+                print(f"{n:>5} {pairing:<9} {name:<10}{cells}", flush=True)
     print(f"({time.perf_counter() - started:.0f} s)")
     return 0
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -187,3 +188,54 @@ def test_a_closed_pipe_is_one_line_exit_2(recording: Path) -> None:
     assert proc.wait(timeout=120) == 2
     assert "output closed" in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_a_time_span_past_counting_is_one_line_exit_2(tmp_path: Path) -> None:
+    # Two records 1.7e308 s apart cut in 1 ms windows: 1.7e311 windows, past what a float
+    # counts (the window number overflowed). A clear error, not a traceback.
+    path = tmp_path / "span.jsonl"
+    path.write_text(RECORD % (0, 1, "") + RECORD % ("1.7e308", 1, ""))
+    proc = specguard(str(path), "--window", "0.001")
+    assert proc.returncode == 2, proc.stdout
+    assert "--window: the samples span 1.7e+308 s, more than 1e+18 windows" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+
+
+def _named(domain: str) -> str:
+    lines = []
+    for s in window("lognormal", 30, np.random.default_rng(4)):
+        lines.append(json.dumps({**s.to_dict(), "domain": domain}))
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize(
+    ("domain", "encoding", "shown"),
+    [
+        ("\ud800", "utf-8", "\\ud800"),  # a lone surrogate from a JSON escape
+        ("réponse–longue", "latin-1", "réponse\\u2013longue"),  # a terminal without "–"
+    ],
+)
+def test_names_the_terminal_cannot_show_are_escaped(
+    tmp_path: Path, domain: str, encoding: str, shown: str
+) -> None:
+    path = tmp_path / "names.jsonl"
+    path.write_text(_named(domain))
+    proc = subprocess.run(
+        [sys.executable, "-m", "specguard", "judge", str(path), "--min-requests", "20"],
+        check=False, capture_output=True, timeout=60,
+        env={**os.environ, "PYTHONIOENCODING": encoding},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")
+    assert shown in proc.stdout.decode(encoding)
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (Linux)")
+def test_an_unwritable_output_is_one_line_exit_2(recording: Path) -> None:
+    with open("/dev/full", "w") as full:  # every write fails: no space left on device
+        proc = subprocess.run(
+            [sys.executable, "-m", "specguard", "judge", str(recording)],
+            check=False, stdout=full, stderr=subprocess.PIPE, text=True, timeout=60,
+        )  # fmt: skip
+    assert proc.returncode == 2
+    assert "cannot write the report: No space left on device" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr

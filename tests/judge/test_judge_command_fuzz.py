@@ -94,6 +94,10 @@ FLAGS = st.lists(
 )
 
 
+def _no_constant(name: str) -> None:
+    raise AssertionError(f"--json wrote {name}, which is not JSON")
+
+
 def _run(lines: list[str], flags: list[tuple[str, str]], extra: list[str]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "samples.jsonl"
@@ -101,22 +105,72 @@ def _run(lines: list[str], flags: list[tuple[str, str]], extra: list[str]) -> No
         argv = [str(path), *extra]
         for flag, value in flags:
             argv += [f"{flag}={value}"]
-        out, err = io.StringIO(), io.StringIO()
+        # A strict UTF-8 stream, as a terminal or file is: a name it cannot encode must not
+        # raise (a StringIO would accept anything).
+        raw = io.BytesIO()
+        out, err = io.TextIOWrapper(raw, encoding="utf-8", errors="strict"), io.StringIO()
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
                 code = main(argv)
             except SystemExit as exc:  # argparse's own errors (our parser exits 2)
                 code = exc.code if isinstance(exc.code, int) else 1
+            out.flush()
     assert code in (0, 2, 3), (code, err.getvalue())
     if code == 2:
         assert len(err.getvalue().strip().splitlines()) == 1, err.getvalue()
     assert "Traceback" not in err.getvalue()
+    if "--json" in extra and code != 2:
+        json.loads(raw.getvalue().decode("utf-8"), parse_constant=_no_constant)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(lines=LINES, extra=st.sampled_from([[], ["--json"], ["--window", "1"]]))
 def test_arbitrary_lines_never_raise(lines: list[str], extra: list[str]) -> None:
     _run(lines, [], [*extra, "--resamples", "100"])
+
+
+# Names with lone surrogates (from JSON escapes) and characters outside Latin-1.
+NAMES = st.one_of(
+    st.text(max_size=6), st.sampled_from(["\ud800", "a\udfff", "–÷±", "\u0000"])
+)
+TIMES = st.one_of(
+    st.floats(min_value=0.0, allow_infinity=False),
+    st.sampled_from([0.0, 1e15, 1.7e308, 5e-324, 2.0**53]),
+)
+CHANGES = st.fixed_dictionaries(
+    {},
+    optional={
+        "domain": NAMES, "pod": NAMES, "pair_id": NAMES, "started_at": TIMES,
+        "concurrency": st.integers(min_value=0, max_value=2**53),
+        "tpot_s": st.one_of(st.none(), st.floats(min_value=0.0, max_value=1e4)),
+        "measurement": st.sampled_from(["stream_usage", "stream_chunks", "non_stream"]),
+        "status": st.sampled_from([200, 500]), "role": st.sampled_from(["serving", "shadow"]),
+    },
+)  # fmt: skip
+# Valid records with some fields changed: enough of them reach a verdict and the table.
+WINDOW_RECORDS = st.lists(
+    st.tuples(st.sampled_from(["speculative", "baseline"]), st.integers(0, 9), CHANGES).map(
+        lambda t: {
+            **VALID, "arm": t[0], "pair_id": str(t[1]), "started_at": float(t[1]),
+            "tpot_s": 0.03 + 0.001 * t[1], **t[2],
+        }
+    ),
+    max_size=40,
+)  # fmt: skip
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    records=WINDOW_RECORDS,
+    extra=st.sampled_from([[], ["--json"]]),
+    window=st.sampled_from([None, "0.001", "1", "31536000"]),
+)
+def test_records_that_reach_a_verdict_never_raise(
+    records: list[dict[str, Any]], extra: list[str], window: str | None
+) -> None:
+    lines = [json.dumps(r) for r in records]
+    flags = [] if window is None else [("--window", window)]
+    _run(lines, flags, [*extra, "--resamples", "100", "--min-requests", "3"])
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -9,7 +9,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from specguard.judge._sample import Sample
+from specguard.judge._sample import Arm, Sample
 from specguard.judge._verdict import JudgeSettings, judge
 from specguard.testing._synthetic import SHAPES, samples, window
 
@@ -130,6 +130,51 @@ def test_property_never_raises_and_ratio_sits_in_its_interval(
     else:
         assert v.ratio is not None and v.ci_low is not None and v.ci_high is not None
         assert math.isfinite(v.ratio) and v.ci_low <= v.ratio <= v.ci_high
+    v.sentence()
+
+
+REQUEST = st.tuples(
+    st.one_of(positive, st.sampled_from([1e-6, 3600.0, 0.0, math.nan])),
+    st.integers(min_value=0, max_value=600),  # in flight
+    st.booleans(),  # serving
+)
+
+
+@given(
+    spec=st.lists(REQUEST, max_size=60),
+    base=st.lists(REQUEST, max_size=60),
+    per_group=st.integers(min_value=1, max_value=30),
+    paired=st.booleans(),
+    confidence=st.floats(min_value=0.5, max_value=0.9999),
+)
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_property_any_mix_of_levels_and_roles_gives_a_finite_ratio_inside_its_interval(
+    spec: list[tuple[float, int, bool]],
+    base: list[tuple[float, int, bool]],
+    per_group: int,
+    paired: bool,
+    confidence: float,
+) -> None:
+    def arm(name: Arm, requests: list[tuple[float, int, bool]]) -> list[Sample]:
+        tpots = np.asarray([t for t, _, _ in requests], dtype=float)
+        drawn = samples(name, tpots, pair_prefix="p" if paired else None)
+        return [
+            replace(s, concurrency=c, role="serving" if serving else "shadow")
+            for s, (_, c, serving) in zip(drawn, requests, strict=True)
+        ]
+
+    settings_ = JudgeSettings(
+        min_requests_per_arm=2,
+        resamples=100,
+        min_requests_per_stratum=per_group,
+        confidence=confidence,
+    )
+    v = judge(arm("speculative", spec) + arm("baseline", base), settings_)
+    if v.outcome != "inconclusive":
+        assert v.ratio is not None and v.ci_low is not None and v.ci_high is not None
+        assert all(math.isfinite(x) for x in (v.ratio, v.ci_low, v.ci_high))
+        assert v.ci_low <= v.ratio <= v.ci_high
+        assert sum(v.matched.values()) <= sum(v.n.values())
     v.sentence()
 
 

@@ -52,10 +52,9 @@ def test_aa_interval_alone_rarely_excludes_one(
     aa_verdicts: dict[tuple[Shape, bool], list[Verdict]],
 ) -> None:
     # A diagnostic of the interval itself, without the tolerance band (δ = 0): a 99% two-sided
-    # interval should leave 1 below its lower end in 0.5% of A/A windows. The percentile
-    # bootstrap of a median undercovers at n=200 (its distribution is lumpy, on order
-    # statistics); measured 5 of these 480 windows (1.0%). 2% catches a broken interval; the
-    # tolerance band is what keeps the real false alarm rate (test above) near zero.
+    # interval should leave 1 below its lower end in 0.5% of A/A windows; measured 3 of these
+    # 480 windows (0.6%). 2% catches a broken interval; the tolerance band is what keeps the
+    # real false alarm rate (test above) near zero.
     pooled = [v for vs in aa_verdicts.values() for v in vs]
     above = sum(v.ci_low is not None and v.ci_low > 1.0 for v in pooled)
     assert above / len(pooled) <= 0.02, above

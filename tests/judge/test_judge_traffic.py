@@ -6,10 +6,19 @@ comparison, the fixed-count resampling and the measurement-kind rule gave a wron
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
-from specguard.judge._verdict import JudgeSettings, Verdict, judge
+from specguard.judge._sample import Arm
+from specguard.judge._verdict import (
+    QUANTITY_MATCHED,
+    QUANTITY_MEDIANS,
+    JudgeSettings,
+    Verdict,
+    judge,
+)
 from specguard.testing._traffic import Load, Traffic, window
 
 SETTINGS = JudgeSettings()  # the resource's defaults: tolerance 0.03, confidence 0.99
@@ -57,13 +66,59 @@ def test_a_mild_shift_of_the_mix_at_equal_median_in_flight_does_not_flip_the_ver
 
 def test_a_large_regression_that_moves_the_slower_arm_up_is_not_silenced() -> None:
     # 60% slower per token: at one arrival rate the drafter arm holds ~60% more requests in
-    # flight (Little's law), so the arms share few concurrency strata.
+    # flight (Little's law), so the arms share no in-flight level: compared pooled.
     rng = np.random.default_rng(7)
     samples = window(rng, 400, effect=1.6, spec_load=(13, 20), base_load=(8, 12))
     v = judge(samples, SETTINGS)
     assert v.outcome == "regressed", v.sentence()
-    assert v.matched_strata == 1
+    assert v.matched_strata == 1 and v.quantity == QUANTITY_MEDIANS
     assert any("Little's law" in r for r in v.reasons)
+
+
+def test_a_large_regression_that_shares_one_level_is_judged_there() -> None:
+    # As above, the drafter arm at 12-20: the arms share in-flight 12 only, and the ~45
+    # speculative and ~80 baseline requests there show the regression per level.
+    rng = np.random.default_rng(7)
+    samples = window(rng, 400, effect=1.6, spec_load=(12, 20), base_load=(8, 12))
+    v = judge(samples, SETTINGS)
+    assert v.outcome == "regressed", v.sentence()
+    assert v.quantity == QUANTITY_MATCHED and v.ratio == pytest.approx(1.6, rel=0.1)
+    assert v.matched["speculative"] < 80 and any("in-flight 12–12" in r for r in v.reasons)
+
+
+@pytest.mark.parametrize(("effect", "outcome"), [(1.0, "neutral"), (1.1, "regressed")])
+def test_arms_that_overlap_in_part_are_compared_where_they_overlap(
+    effect: float, outcome: str
+) -> None:
+    # The speculative arm at 12-24 in flight, the baseline at 8-16: they share 12-16. Bands
+    # merged across the edge of the overlap compare the speculative arm's 12-15 with the
+    # baseline's 8-15, and read about 1.12 where nothing changed per level.
+    verdicts = [_verdict(seed, effect, (12, 24), (8, 16), n=800) for seed in range(3)]
+    for v in verdicts:
+        assert v.outcome == outcome, v.sentence()
+        assert v.ratio == pytest.approx(effect, rel=0.03)
+        assert v.matched["speculative"] < v.n["speculative"]  # 17-24 left out, and said so
+        assert any("in-flight 12–16" in r for r in v.reasons), v.reasons
+
+
+@pytest.mark.parametrize("serving", ["speculative", "baseline"])
+def test_the_serving_arm_s_mix_weighs_the_levels(serving: Arm) -> None:
+    # The drafter is 20% faster at 4 in flight and 30% slower at 48; the speculative arm is
+    # mostly at 4, the baseline mostly at 48. Clients see the serving arm's mix, so the
+    # verdict weighs the two levels by it: ~0.87 when the drafter serves, ~1.17 when not.
+    rng = np.random.default_rng(8)
+    traffic = Traffic(sigma=0.1, serving=serving)
+    drawn = window(rng, 1500, traffic, spec_load=LOW, base_load=HIGH)
+    samples = [
+        replace(s, tpot_s=(s.tpot_s or 0.0) * (0.8 if s.concurrency == 4 else 1.3))
+        if s.arm == "speculative"
+        else s
+        for s in drawn
+    ]
+    v = judge(samples, SETTINGS)
+    mix = [s.concurrency for s in samples if s.arm == serving]
+    share = mix.count(4) / len(mix)
+    assert v.ratio == pytest.approx(0.8**share * 1.3 ** (1 - share), rel=0.03)
 
 
 @pytest.mark.parametrize("seed", [1, 2])
@@ -128,6 +183,22 @@ def test_a_non_streamed_drafter_arm_is_not_compared_with_streamed_baseline() -> 
     v = judge(window(rng, 400, traffic), SETTINGS)
     assert v.outcome == "inconclusive", v.sentence()
     assert "measured differently" in v.sentence()
+
+
+def test_too_few_of_the_compared_kind_says_what_was_left_out() -> None:
+    # The baseline's clients mostly stream without usage stats: 290 of its 300 requests are
+    # chunk-counted, so only 10 can be compared with the drafter arm's exact figures.
+    rng = np.random.default_rng(10)
+    samples = [
+        replace(s, measurement="stream_chunks") if s.arm == "baseline" and i % 30 else s
+        for i, s in enumerate(window(rng, 300))
+    ]
+    v = judge(samples, SETTINGS)
+    assert v.outcome == "inconclusive"
+    text = v.sentence()
+    assert "too few usable requests (baseline 10" in text
+    assert "left out as measured otherwise (baseline 290 stream_chunks)" in text
+    assert "continuous_usage_stats" in text
 
 
 def test_samples_of_the_other_kind_are_left_out_not_mixed_in() -> None:

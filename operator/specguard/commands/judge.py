@@ -45,6 +45,9 @@ from specguard.judge import (
 # --window bounds: below a millisecond no window holds two requests; above a year is no window.
 MIN_WINDOW_S = 0.001
 MAX_WINDOW_S = 31_536_000.0
+# Samples spanning more windows than this have a wrong clock (window numbers past 10^18 are
+# also where a float stops counting windows exactly).
+MAX_WINDOWS = 1e18
 EXIT_VERDICT, EXIT_USAGE, EXIT_INCONCLUSIVE = 0, 2, 3
 
 
@@ -96,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=d.resamples,
         help=f"bootstrap resamples (default {d.resamples}, at most {MAX_RESAMPLES})",
     )
-    p.add_argument("--seed", type=int, default=d.seed, help="bootstrap seed (default 0)")
+    p.add_argument("--seed", type=int, default=d.seed, help="unpaired bootstrap seed (default 0)")
     p.add_argument(
         "--consecutive",
         type=int,
@@ -167,6 +170,13 @@ def _table(verdict: Verdict, samples: Sequence[Sample]) -> str:
     if verdict.strata:
         cells = ", ".join(f"{s.label}: {s.speculative}/{s.baseline}" for s in verdict.strata)
         rows.append(f"concurrency strata (speculative/baseline): {cells}")
+    if verdict.method == "stratified" and verdict.ratio is not None:
+        counts = " and ".join(
+            f"{arm} {verdict.matched.get(arm, 0)} of {verdict.n.get(arm, 0)}" for arm in ARMS
+        )
+        rows.append(
+            f"compared in {verdict.matched_strata} group(s) of in-flight levels: {counts} requests"
+        )
     domains = [d for d in verdict.domains if d.ratio is not None]
     if domains:
         cells = ", ".join(
@@ -181,15 +191,33 @@ def _table(verdict: Verdict, samples: Sequence[Sample]) -> str:
 
 
 def main(argv: list[str]) -> int:
+    # A domain or pod name the terminal cannot show (a lone surrogate from a JSON escape, a
+    # non-UTF-8 locale) is written escaped, not raised.
+    reconfigure = getattr(sys.stdout, "reconfigure", None)
+    if reconfigure is not None:
+        with contextlib.suppress(ValueError, OSError):
+            reconfigure(errors="backslashreplace")
     try:
-        return _main(argv)
+        code = _main(argv)
+        sys.stdout.flush()
+        return code
     except BrokenPipeError:
-        # The reader went away (`| head`): say so once, and keep Python from complaining
-        # again when it flushes stdout at exit.
-        with contextlib.suppress(OSError):
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        # The reader went away (`| head`): say so once.
+        _drop_stdout()
         print("specguard judge: output closed before the report was written", file=sys.stderr)
         return EXIT_USAGE
+    except OSError as exc:
+        # The output cannot be written (a full disk, /dev/full).
+        _drop_stdout()
+        print(f"specguard judge: cannot write the report: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null, so that Python does not complain again when it flushes what
+    is left of the report at exit."""
+    with contextlib.suppress(OSError, ValueError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def _main(argv: list[str]) -> int:
@@ -239,9 +267,17 @@ def _main(argv: list[str]) -> int:
             print(_table(verdict, samples))
         return EXIT_INCONCLUSIVE if verdict.outcome == "inconclusive" else EXIT_VERDICT
 
+    start0 = min((s.started_at for s in samples), default=0.0)
+    spanned = max((s.started_at for s in samples), default=0.0) - start0
+    if not spanned / args.window <= MAX_WINDOWS:
+        print(
+            f"specguard judge: --window: the samples span {spanned:.3g} s, more than "
+            f"{MAX_WINDOWS:.0e} windows of {args.window:g} s (is a started_at wrong?)",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     state = PolicyState()
     report = []
-    start0 = min((s.started_at for s in samples), default=0.0)
     for first, last, chunk in _windows(samples, args.window):
         verdict = judge(chunk, settings)
         end = start0 + (last + 1) * args.window

@@ -6,37 +6,44 @@ a request's per-token latency (TPOT). Which exact statistic depends on the data,
 estimate ``ratio`` and its CI are always of the same statistic (``quantity`` names it):
 
 - paired (enough mirrored pairs, each prompt measured on both arms): the median per-request
-  ratio exp(median_i(log s_i − log b_i)), CI from a bootstrap that resamples pairs. This
+  ratio exp(median_i(log s_i − log b_i)), CI the distribution-free interval of a median
+  (order statistics, ``median_interval``). This
   removes the prompt-to-prompt spread (long vs short outputs, domains), which is most of the
   variance, so it has far more power than comparing the two arms' medians. It equals the ratio
   of medians exactly when the drafter scales every request by one factor; when the effect
   differs by request, it is the typical request's ratio, which is what a user feels. The ratio
   of the two arms' medians over the same pairs is reported beside it (``ratio_of_medians``)
   but is not what the CI is about.
-- stratified (otherwise): the ratio of medians at matched concurrency. Requests fall in
-  half-octave bands of in-flight count (``stratum_of``); adjacent bands are merged until each
-  group holds ``min_requests_per_stratum`` requests of both arms (``matched_groups``). Per
-  group, the ratio of the arms' medians; combined as a geometric mean weighted by the serving
-  arm's share of requests per group (the mix clients see). The CI resamples each arm within
-  each group, so the mix stays fixed, as in the estimate. One group (the arms share too few
-  bands, e.g. a large regression that lifts the slower arm's in-flight count, Little's law)
-  is the pooled ratio of medians, said in ``reasons``; the pooled ratio is always reported
-  beside it (``ratio_of_medians``).
+- stratified (otherwise): the ratio of medians at matched concurrency. The comparison covers
+  the in-flight levels (``Sample.concurrency``) from the lowest to the highest that both arms
+  populate; requests outside have no counterpart and are left out (``matched`` counts what
+  is compared). Adjacent levels are merged until each group holds
+  ``min_requests_per_stratum`` requests of both arms (``matched_groups``). Per group, the
+  ratio of the arms' medians; combined as a geometric mean weighted by the serving arm's
+  share of requests per group (the mix clients see). The interval is normal in log space,
+  its standard error summed over each group's and arm's median (each from a bootstrap of
+  that arm within that group, read off its quantiles: the mix stays fixed, as in the
+  estimate).
+  When the arms share too little load to match (e.g. a large regression that lifts the slower
+  arm's in-flight count, Little's law), they are compared pooled, said in ``reasons``; the
+  pooled ratio is always reported beside it (``ratio_of_medians``).
 
 Only one measurement kind is compared (``Sample.measurement``: the kind both arms share
 most of), and a chunk-counted or non-streamed comparison is never ``regressed``
 (``INEXACT_MEASUREMENTS``): such figures overstate a drafter's per-token latency.
 
-CIs are percentile bootstrap intervals, seeded, vectorised (resamples × samples index matrix).
-Pure: no I/O, no clocks; the same input and seed give the same verdict.
+Bootstraps are seeded (from ``seed`` and the window's values) and vectorised (resamples ×
+samples rank matrix). Pure: no I/O, no clocks; the same input and seed give the same verdict.
 """
 
 from __future__ import annotations
 
 import math
+import zlib
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from statistics import NormalDist
 from typing import Any, Literal
 
 import numpy as np
@@ -61,6 +68,9 @@ FloatArray = npt.NDArray[np.float64]
 # one chunk); keeping them out also keeps every ratio finite.
 MIN_TPOT_S = 1e-6
 MAX_TPOT_S = 3600.0
+# Requests left out of a matched comparison (outside the in-flight levels both arms cover)
+# are named in the verdict's reasons from this share of an arm on.
+_NOTE_LEFT_OUT = 0.10
 # More resamples than this do not change a 99.9% interval visibly, and cost memory and time.
 MAX_RESAMPLES = 100_000
 
@@ -87,12 +97,12 @@ class JudgeSettings:
 
     Either way the verdict reports both (``concurrency`` and ``requests_per_pod``).
 
-    ``min_requests_per_stratum`` is the minimum evidence per group of concurrency bands, of
-    *both* arms, for the matched comparison: thinner bands are merged with their neighbours.
+    ``min_requests_per_stratum`` is the minimum evidence per group of in-flight levels, of
+    *both* arms, for the matched comparison: thinner levels are merged with their neighbours.
     It is deliberately not an inconclusive rule: at one arrival rate a slower arm holds more
-    requests in flight, so a large regression moves the speculative arm into higher bands
-    than the baseline's, and a rule wanting both arms in one band would silence exactly the
-    regressions that matter; the arms are then compared pooled (one group).
+    requests in flight, so a large regression moves the speculative arm to higher levels
+    than the baseline's, and a rule wanting both arms at one level would silence exactly the
+    regressions that matter; where the arms share too little load the comparison is pooled.
 
     Defaults are the resource's ``spec.evaluation`` defaults (``settings_from_spec``).
     """
@@ -143,7 +153,8 @@ class JudgeSettings:
 
 @dataclass(frozen=True, slots=True)
 class StratumCount:
-    """Samples per arm in one concurrency stratum [low, high] (powers of two)."""
+    """Samples per arm in one half-octave band of in-flight counts [low, high]: the table of
+    the arms' mixes (the comparison itself matches in-flight levels, ``matched_groups``)."""
 
     low: int
     high: int
@@ -192,6 +203,7 @@ class Verdict:
     reasons: tuple[str, ...] = ()
     measurement: str | None = None
     matched_strata: int = 0
+    matched: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def actionable(self) -> bool:
@@ -324,11 +336,13 @@ def judge(
         usable[sample.arm].append(sample)
 
     kind, mismatch = _measurement(usable)
+    measured_otherwise: dict[Arm, Counter[str]] = {arm: Counter() for arm in ARMS}
     if kind is not None:
         for arm in ARMS:
             other = [s for s in usable[arm] if s.measurement != kind]
             if other:
                 excluded["other_measurement"] = excluded.get("other_measurement", 0) + len(other)
+                measured_otherwise[arm].update(s.measurement for s in other)
                 usable[arm] = [s for s in usable[arm] if s.measurement == kind]
 
     pairs = _pairs(usable["speculative"], usable["baseline"])
@@ -386,37 +400,59 @@ def judge(
             "errors: "
             + ", ".join(f"{arm} {errors[arm]} of {requests[arm]} requests" for arm in ARMS)
         )
+    if reasons and kind is not None and any(measured_otherwise.values()):
+        reasons.append(_left_out(kind, measured_otherwise))
     med_s, med_b = medians["speculative"], medians["baseline"]
     if reasons or med_s is None or med_b is None:
         return inconclusive(reasons, base)
-    rng = np.random.default_rng(settings.seed)
+    rng = _rng(settings.seed, values)
     notes: list[str] = []
+    matched: dict[str, int] = dict(n)
     if paired:
         log_ratios = np.log(values["speculative"]) - np.log(values["baseline"])
         ratio = float(np.exp(np.median(log_ratios)))
-        boot = _paired_bootstrap(log_ratios, settings.resamples, rng)
+        low, high = median_interval(log_ratios, settings.confidence)
+        ci_low, ci_high = min(math.exp(low), ratio), max(math.exp(high), ratio)
         method: Method = "paired"
         quantity = QUANTITY_PAIRED
-        matched = 0
+        groups_compared = 0
     else:
         serving: Arm = max(ARMS, key=lambda arm: serving_votes[arm])
+        levels = {
+            arm: np.fromiter((level_of(s.concurrency) for s in chosen[arm]), np.int64)
+            for arm in ARMS
+        }
         groups = matched_groups(chosen, settings.min_requests_per_stratum)
-        ratio, boot = _matched_bootstrap(
-            chosen, values, groups, serving, settings=settings, rng=rng
+        if groups:
+            low, high = groups[0][0], groups[-1][1]
+            for arm in ARMS:
+                matched[arm] = int(((levels[arm] >= low) & (levels[arm] <= high)).sum())
+            every = all(matched[arm] == n[arm] for arm in ARMS)
+            quantity = QUANTITY_MEDIANS if every and len(groups) == 1 else QUANTITY_MATCHED
+            left_out = {arm: 1.0 - matched[arm] / n[arm] for arm in ARMS}
+            if max(left_out.values()) >= _NOTE_LEFT_OUT:
+                notes.append(
+                    f"compared at in-flight {low}–{high}, the levels both arms cover: "
+                    + " and ".join(f"{left_out[arm]:.0%} of {arm}" for arm in ARMS)
+                    + " requests lie outside it (at one arrival rate a slower arm holds more"
+                    " requests in flight, Little's law)"
+                )
+        else:
+            # Too little shared load: all of both arms, one group (the ratio of medians).
+            everything = min(int(levels[arm].min()) for arm in ARMS)
+            groups = [(everything, max(int(levels[arm].max()) for arm in ARMS))]
+            quantity = QUANTITY_MEDIANS
+            if _apart(chosen):
+                notes.append(
+                    "the arms share too few in-flight levels to be compared at matched "
+                    "concurrency, so this compares them pooled: at one arrival rate a slower "
+                    "arm holds more requests in flight (Little's law)"
+                )
+        ratio, ci_low, ci_high = _matched_interval(
+            values, levels, groups, serving, settings=settings, rng=rng
         )
         method = "stratified"
-        matched = len(groups)
-        quantity = QUANTITY_MATCHED if matched > 1 else QUANTITY_MEDIANS
-        if matched == 1 and _apart(chosen):
-            notes.append(
-                "the arms share few concurrency strata, so this compares them pooled: at one "
-                "arrival rate a slower arm holds more requests in flight (Little's law)"
-            )
-    alpha = 1.0 - settings.confidence
-    ci_low, ci_high = (float(q) for q in np.quantile(boot, [alpha / 2, 1 - alpha / 2]))
-    # The percentile interval of a median can exclude the point estimate on tiny, tied data;
-    # widen it to contain the estimate so ratio and CI never contradict each other.
-    ci_low, ci_high = min(ci_low, ratio), max(ci_high, ratio)
+        groups_compared = len(groups)
     outcome = classify(ci_low, ci_high, settings.tolerance)
     if outcome == "regressed" and kind in INEXACT_MEASUREMENTS:
         outcome = "inconclusive"
@@ -428,7 +464,8 @@ def judge(
         ci_high=ci_high,
         method=method,
         quantity=quantity,
-        matched_strata=matched,
+        matched_strata=groups_compared,
+        matched=matched,
         reasons=tuple(notes),
         **base,  # type: ignore[arg-type]
     )
@@ -477,6 +514,18 @@ def _measurement(usable: Mapping[Arm, Sequence[Sample]]) -> tuple[str | None, st
         f"baseline: {describe('baseline')}) and per-token latency is compared only like with "
         "like: " + "; ".join(f"{k}: {_FIX[k]}" for k in fixes)
     )
+
+
+def _left_out(kind: str, other: Mapping[Arm, Counter[str]]) -> str:
+    """Why samples of other measurement kinds are missing from the counts, and the fix."""
+    counts = "; ".join(
+        f"{arm} " + " + ".join(f"{c} {k}" for k, c in other[arm].most_common())
+        for arm in ARMS
+        if other[arm]
+    )
+    fixes = sorted({k for arm in ARMS for k in other[arm] if k in _FIX})
+    text = f"left out as measured otherwise ({counts}): only {kind} is compared with {kind}"
+    return text + "".join(f"; {k}: {_FIX[k]}" for k in fixes)
 
 
 def _insufficient(
@@ -580,79 +629,143 @@ def bootstrap_medians(
     return out
 
 
-def _paired_bootstrap(
-    log_ratios: FloatArray, resamples: int, rng: np.random.Generator
-) -> FloatArray:
-    everything = [np.arange(log_ratios.size)]
-    ratio: FloatArray = np.exp(bootstrap_medians(log_ratios, everything, resamples, rng))
-    return ratio
+def level_of(concurrency: int) -> int:
+    """The in-flight level a sample is matched on (0 counts as 1: the request itself)."""
+    return max(int(concurrency), 1)
 
 
-def matched_groups(
-    chosen: Mapping[Arm, Sequence[Sample]], minimum: int
-) -> list[list[tuple[int, int]]]:
-    """Concurrency strata (in order) merged with their neighbours until each group holds at
-    least ``minimum`` requests of *both* arms; a thin tail joins the last group. One group
-    means the arms share too few strata to compare them apart: they are compared pooled."""
-    counts: dict[tuple[int, int], list[int]] = {}
+def matched_groups(chosen: Mapping[Arm, Sequence[Sample]], minimum: int) -> list[tuple[int, int]]:
+    """The in-flight ranges [low, high] compared at matched concurrency, in order.
+
+    The comparison covers the levels from the lowest to the highest in-flight level that both
+    arms populate; requests outside that range have no counterpart on the other arm and are
+    left out. Inside it, adjacent levels are merged until each group holds at least
+    ``minimum`` requests of *both* arms; a thin tail joins the last group. Empty when the
+    range holds fewer than ``minimum`` requests of either arm: the arms are then compared
+    pooled (they share too little load to be compared at matched concurrency)."""
+    counts: dict[int, list[int]] = {}
     for index, arm in enumerate(ARMS):
         for s in chosen[arm]:
-            counts.setdefault(stratum_of(s.concurrency), [0, 0])[index] += 1
-    groups: list[list[tuple[int, int]]] = []
-    current: list[tuple[int, int]] = []
+            counts.setdefault(level_of(s.concurrency), [0, 0])[index] += 1
+    shared = [level for level, (spec, base) in counts.items() if spec and base]
+    if not shared:
+        return []
+    inside = sorted(level for level in counts if min(shared) <= level <= max(shared))
+    if min(sum(counts[level][i] for level in inside) for i in (0, 1)) < minimum:
+        return []
+    groups: list[tuple[int, int]] = []
+    first: int | None = None
     have = [0, 0]
-    for band in sorted(counts):
-        current.append(band)
-        have = [have[0] + counts[band][0], have[1] + counts[band][1]]
+    for level in inside:
+        first = level if first is None else first
+        have = [have[0] + counts[level][0], have[1] + counts[level][1]]
         if min(have) >= minimum:
-            groups.append(current)
-            current, have = [], [0, 0]
-    if current:
-        if groups:
-            groups[-1] = groups[-1] + current
-        else:
-            groups.append(current)
+            groups.append((first, level))
+            first, have = None, [0, 0]
+    if first is not None:
+        groups[-1] = (groups[-1][0], inside[-1])
     return groups
 
 
-def _matched_bootstrap(
-    chosen: Mapping[Arm, Sequence[Sample]],
+# The standard error of a median is read off the central 95% of its bootstrap distribution.
+_SE_TAIL = 0.025
+_SE_Z = NormalDist().inv_cdf(1.0 - _SE_TAIL)
+
+
+def _median_se(logs: FloatArray, resamples: int, rng: np.random.Generator) -> float:
+    """The standard error of the median of ``logs`` (log latencies or log ratios), from a
+    bootstrap: the half-width of the central 95% of the resampled medians ÷ 1.96. Not their
+    standard deviation: the bootstrap distribution of a median lives on a few order
+    statistics, and its variance overstates the median's (by 6–10% at tens of values, 3% at
+    hundreds) though its quantiles do not; summed over groups and arms, the variance would
+    make the interval too wide."""
+    boot = bootstrap_medians(logs, [np.arange(logs.size)], resamples, rng)
+    low, high = np.quantile(boot, [_SE_TAIL, 1.0 - _SE_TAIL])
+    return float(high - low) / (2.0 * _SE_Z)
+
+
+def _binomial_cdf(n: int) -> FloatArray:
+    """P(B <= k) for k = 0..n, B ~ Binomial(n, 1/2): the chance that at most k of n values
+    fall below their median (log-space recurrence, so a large n neither overflows nor loses
+    the terms that matter)."""
+    k = np.arange(1, n + 1, dtype=np.float64)
+    log_pmf = np.concatenate(([0.0], np.cumsum(np.log(n - k + 1) - np.log(k)))) - n * math.log(2)
+    cdf: FloatArray = np.minimum(np.cumsum(np.exp(log_pmf)), 1.0)
+    return cdf
+
+
+def median_interval(values: FloatArray, confidence: float) -> tuple[float, float]:
+    """The distribution-free interval of the median of ``values`` (iid, continuous): order
+    statistics x(k) and x(n+1-k), which hold the median with probability
+    1 - 2·P(B <= k-1), B ~ Binomial(n, 1/2), for any distribution; interpolated between k and
+    k+1 to that confidence exactly (Hettmansperger and Sheather, 1986). No resampling, so no
+    chance error of its own: a percentile bootstrap of 1000 paired ratios excluded 1 in 1.4% of
+    A/A windows instead of 1% (its ends fall a rank or two inside these)."""
+    ordered = np.sort(values)
+    n = ordered.size
+    cdf = _binomial_cdf(n)
+    alpha = 1.0 - confidence
+    # The largest k whose interval still holds the confidence (k = 1: all n, the most n can).
+    k = max(1, int(np.searchsorted(cdf, alpha / 2.0, side="right")))
+    low, high = float(ordered[k - 1]), float(ordered[n - k])
+    if k + 1 <= n - k:
+        cover_k, cover_next = 1.0 - 2.0 * cdf[k - 1], 1.0 - 2.0 * cdf[k]
+        if cover_k > confidence > cover_next:
+            share = (cover_k - confidence) / (cover_k - cover_next)
+            weight = (n - k) * share / (k + (n - 2 * k) * share)
+            low += weight * (float(ordered[k]) - low)
+            high += weight * (float(ordered[n - k - 1]) - high)
+    return low, high
+
+
+def _interval(ratio: float, se: float, confidence: float) -> tuple[float, float]:
+    """The interval ratio × exp(±z·se): normal in log space, z for the confidence."""
+    spread = NormalDist().inv_cdf(0.5 + confidence / 2.0) * se
+    return ratio * math.exp(-spread), ratio * math.exp(spread)
+
+
+def _rng(seed: int, values: Mapping[Arm, FloatArray]) -> np.random.Generator:
+    """The bootstrap's random numbers: from the seed and the window's values (sorted, so the
+    same samples in any order give the same verdict). One fixed stream for every window
+    would resample the same ranks in each, and its chance error would shift every window's
+    interval the same way instead of averaging out."""
+    data = b"".join(np.sort(values[arm]).tobytes() for arm in ARMS)
+    return np.random.default_rng([seed, zlib.crc32(data)])
+
+
+def _matched_interval(
     values: Mapping[Arm, FloatArray],
-    groups: Sequence[Sequence[tuple[int, int]]],
+    levels: Mapping[Arm, npt.NDArray[np.int64]],
+    groups: Sequence[tuple[int, int]],
     serving: Arm,
     *,
     settings: JudgeSettings,
     rng: np.random.Generator,
-) -> tuple[float, FloatArray]:
-    """The ratio at matched concurrency and its bootstrap distribution.
+) -> tuple[float, float, float]:
+    """The ratio at matched concurrency and its interval (ratio, low, high).
 
-    Per group, the ratio of the arms' medians; combined in log space with fixed weights, the
-    serving arm's share of requests in each group (the mix clients see). Each arm is
-    resampled within each group, so a resample keeps every group's count: the mix is held
-    fixed, as in the estimate, and only the latencies vary."""
-    group_of = {band: g for g, bands in enumerate(groups) for band in bands}
-    members: dict[Arm, list[list[int]]] = {arm: [[] for _ in groups] for arm in ARMS}
-    for arm in ARMS:
-        for i, s in enumerate(chosen[arm]):
-            members[arm][group_of[stratum_of(s.concurrency)]].append(i)
-    total = sum(len(m) for m in members[serving])
-    # A product of per-group ratios to the power of their weights (a weighted geometric
-    # mean): one group gives exactly the ratio of medians.
-    ratio = 1.0
-    boot: FloatArray = np.ones(settings.resamples, dtype=np.float64)
+    Per group, the log of the ratio of the arms' medians; combined with fixed weights, the
+    serving arm's share of the compared requests in each group (the mix clients see): a
+    weighted geometric mean of the groups' ratios (one group: the ratio of medians). Its
+    standard error adds the groups' and arms' squared standard errors (each median's from its
+    own bootstrap, each arm resampled within each group: the mix is held fixed, as in the
+    estimate), and the interval is normal in log space."""
+    inside = {
+        arm: [(levels[arm] >= low) & (levels[arm] <= high) for low, high in groups] for arm in ARMS
+    }
+    total = sum(int(mask.sum()) for mask in inside[serving])
+    ratio, variance = 1.0, 0.0
     for g in range(len(groups)):
-        weight = len(members[serving][g]) / total
-        if weight == 0.0:
-            continue
-        medians, resampled = [], []
+        weight = int(inside[serving][g].sum()) / total
+        medians = []
         for arm in ARMS:
-            picked = values[arm][np.asarray(members[arm][g], dtype=np.intp)]
+            picked = values[arm][inside[arm][g]]
             medians.append(float(np.median(picked)))
-            everything = [np.arange(picked.size)]
-            resampled.append(bootstrap_medians(picked, everything, settings.resamples, rng))
+            variance += (weight * _median_se(np.log(picked), settings.resamples, rng)) ** 2
+        # A product of per-group ratios to the power of their weights: one group gives
+        # exactly the ratio of medians.
         ratio *= (medians[0] / medians[1]) ** weight
-        boot *= (resampled[0] / resampled[1]) ** weight
-    return ratio, boot
+    return (ratio, *_interval(ratio, math.sqrt(variance), settings.confidence))
 
 
 def _apart(chosen: Mapping[Arm, Sequence[Sample]]) -> bool:
@@ -708,6 +821,8 @@ __all__ = [
     "bootstrap_medians",
     "classify",
     "judge",
+    "level_of",
     "matched_groups",
+    "median_interval",
     "stratum_of",
 ]

@@ -19,10 +19,11 @@ Per-token latency (TPOT) of one request on one arm::
 - ``effect``: the speculative arm's true per-token factor at every concurrency (1 = A/A).
 
 Paired windows send each prompt to both arms (the same ``pair_id``), each arm measuring it
-on its own pod, with its own noise, at its own concurrency: the shadow's in-flight count is
-the serving pod's × exp(N(0, pair_load_noise)), since a mirror sends the shadow the same
-arrivals at the same moment (unless the two arms' loads are given apart). Unpaired windows
-draw every request independently.
+on its own pod, with its own noise, at its own concurrency: the two arms' in-flight counts
+differ by a factor exp(N(0, pair_load_noise)), since a mirror sends the shadow the same
+arrivals at the same moment (unless the two arms' loads are given apart); which arm holds the
+larger count is random, so on A/A traffic the true ratio is exactly 1. Unpaired windows draw
+every request independently.
 
 Measurement kinds: ``stream_usage`` reports the true TPOT; ``stream_chunks`` counts a chunk
 as a token, so an arm that packs ``tokens_per_chunk`` tokens into a chunk (a drafter)
@@ -165,8 +166,13 @@ def window(
     base_load = traffic.load if base_load is None else base_load
     spec_conc = concurrencies(spec_load, n, rng)
     if paired and not apart:
+        # One arm sees the drawn in-flight count, the other that × a jitter; which arm is
+        # which is random, so neither arm is the more loaded one (A/A is exactly A/A).
         jitter = np.exp(rng.normal(0.0, traffic.pair_load_noise, n))
-        base_conc = np.maximum(1, np.rint(spec_conc * jitter)).astype(np.int64)
+        other = np.maximum(1, np.rint(spec_conc * jitter)).astype(np.int64)
+        swap = rng.random(n) < 0.5
+        base_conc = np.where(swap, spec_conc, other)
+        spec_conc = np.where(swap, other, spec_conc)
     else:
         base_conc = concurrencies(base_load, n, rng)
     if paired:
