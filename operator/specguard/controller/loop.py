@@ -88,8 +88,19 @@ def desired_objects(sd: SpeculativeDeployment, replicas: Mapping[str, int]) -> l
 
 
 def status_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
-    """A merge patch from ``old`` to ``new`` status: changed keys, and null for removed ones."""
-    patch: dict[str, Any] = {k: v for k, v in new.items() if old.get(k) != v}
+    """The JSON merge patch (RFC 7386) from ``old`` to ``new``: changed keys, null for
+    removed ones, at every depth. A merge patch merges objects key by key, so a key that
+    ``new`` lacks inside an object it changes (an inconclusive verdict has no ``ratio``)
+    must be sent as null, or the stored object keeps the old value. Lists are replaced."""
+    patch: dict[str, Any] = {}
+    for key, value in new.items():
+        before = old.get(key)
+        if isinstance(value, Mapping) and isinstance(before, Mapping):
+            inner = status_patch(before, value)
+            if inner:
+                patch[key] = inner
+        elif key not in old or before != value:
+            patch[key] = value
     patch.update({k: None for k in old if k not in new})
     return patch
 
