@@ -31,8 +31,8 @@ from typing import Any
 
 import httpx
 
-from specguard.testing.cluster import LocalCluster
-from specguard.testing.ports import free_port
+from specguard.testing._cluster import LocalCluster
+from specguard.testing._ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 CRD = ROOT / "crds" / "specguard.io_speculativedeployments.yaml"

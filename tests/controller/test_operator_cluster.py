@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from specguard.testing.cluster import LocalCluster
-from specguard.testing.kubelet import ProcessKubelet
+from specguard.testing._cluster import LocalCluster
+from specguard.testing._kubelet import ProcessKubelet
 
 from .kit import (
     DRAFTER,
@@ -75,7 +75,7 @@ def plugin(cluster: LocalCluster, *args: str) -> str:
         [
             sys.executable,
             "-m",
-            "specguard.controller.plugin",
+            "specguard.controller._plugin",
             *args,
             "--kubeconfig",
             str(cluster.kubeconfig),

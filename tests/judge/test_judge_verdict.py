@@ -9,8 +9,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from specguard.judge.sample import Arm, Sample
-from specguard.judge.verdict import (
+from specguard.judge._sample import Arm, Sample
+from specguard.judge._verdict import (
     QUANTITY_MEDIANS,
     QUANTITY_PAIRED,
     JudgeSettings,
@@ -20,7 +20,7 @@ from specguard.judge.verdict import (
     matched_groups,
     stratum_of,
 )
-from specguard.testing.synthetic import samples, window
+from specguard.testing._synthetic import samples, window
 
 SMALL = JudgeSettings(min_requests_per_arm=20, resamples=500)
 

@@ -5,12 +5,12 @@ processes), fake GPU nodes, a process kubelet that runs pods as local processes 
 image as the simulator), and a real Prometheus scraping them. See docs/local-cluster.md.
 """
 
-from specguard.testing.binaries import MissingBinariesError, find_binaries
-from specguard.testing.cluster import LocalCluster
-from specguard.testing.images import HOST_IMAGE, Launch
-from specguard.testing.kubelet import KubeletConfig, ProcessKubelet
-from specguard.testing.nodes import NodeSpec
-from specguard.testing.prometheus import PrometheusServer
+from specguard.testing._binaries import MissingBinariesError, find_binaries
+from specguard.testing._cluster import LocalCluster
+from specguard.testing._images import HOST_IMAGE, Launch
+from specguard.testing._kubelet import KubeletConfig, ProcessKubelet
+from specguard.testing._nodes import NodeSpec
+from specguard.testing._prometheus import PrometheusServer
 
 __all__ = [
     "HOST_IMAGE",
