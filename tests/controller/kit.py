@@ -360,6 +360,7 @@ class Load:
     max_tokens: int = 48
     completed: int = 0
     errors: int = 0
+    error_times: list[float] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
@@ -414,11 +415,15 @@ class Load:
                     if resp.status == 200:
                         self.completed += 1
                     else:
-                        self.errors += 1
+                        self._error()
                         await asyncio.sleep(0.2)
             except (aiohttp.ClientError, TimeoutError):
-                self.errors += 1
+                self._error()
                 await asyncio.sleep(0.2)
+
+    def _error(self) -> None:
+        self.errors += 1
+        self.error_times.append(time.time())
 
 
 def router_urls(cluster: LocalCluster, ns: str, name: str) -> list[str]:

@@ -224,17 +224,21 @@ class ResourceLoop:
                 self._draft_start = await read_drafters(pods)
             self._window_start = now
         elif now - self._window_start >= spec.evaluation.window:
-            evidence = await self.collector.close_window(
-                spec,
-                judge_settings(spec),
-                routers,
-                pods,
-                start=self._window_start,
-                end=now,
-                mirror_since=self._share_since,
+            # The samples and the drafters' counters at once: the decision waits for both.
+            closed, draft_end = await asyncio.gather(
+                self.collector.close_window(
+                    spec,
+                    judge_settings(spec),
+                    routers,
+                    pods,
+                    start=self._window_start,
+                    end=now,
+                    mirror_since=self._share_since,
+                ),
+                read_drafters(pods),
             )
+            evidence = closed
             self._window_start = now
-            draft_end = await read_drafters(pods)
             counters = (
                 None if self._draft_start is None else draft_counters(self._draft_start, draft_end)
             )
