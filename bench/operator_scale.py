@@ -98,11 +98,15 @@ def main() -> int:
     p.add_argument("--resources", type=int, default=200)
     p.add_argument("--idle", type=float, default=60.0, help="idle seconds measured")
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
+    p.add_argument("--log", type=Path, help="keep the operator's log here")
     args = p.parse_args()
     n = args.resources
     without = ("deployment-controller", "replicaset-controller")
     with (
-        LocalCluster(without_controllers=without) as cluster,
+        # 3 Services per resource: a /16 service range (the default /24 holds 84 resources).
+        LocalCluster(
+            without_controllers=without, service_cluster_ip_range="10.0.0.0/16"
+        ) as cluster,
         tempfile.TemporaryDirectory() as tmp,
     ):
         cluster.kubectl("apply", "--server-side", "-f", str(CRD))
@@ -111,7 +115,7 @@ def main() -> int:
         client = cluster.access.client(timeout=60)
         client.post("/api/v1/namespaces", json={"metadata": {"name": NS}}).raise_for_status()
         port = free_port()
-        log = Path(tmp) / "operator.log"
+        log = args.log or Path(tmp) / "operator.log"
         env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
         with log.open("wb") as out:
             proc = subprocess.Popen(
@@ -134,6 +138,8 @@ def main() -> int:
             applied: dict[str, float] = {}
             stop = threading.Event()
 
+            last = [time.time()]
+
             def watch() -> None:
                 path = f"/apis/apps/v1/namespaces/{NS}/deployments"
                 with cluster.access.client(timeout=60) as c:
@@ -143,6 +149,10 @@ def main() -> int:
                             if name.endswith("-router"):
                                 applied.setdefault(name.removesuffix("-router"), time.time())
                         stop.wait(0.25)
+                        if time.time() - last[0] >= 10:
+                            last[0] = time.time()
+                            print(f"  {len(applied)}/{n} applied, {by_verb(metrics(port))}",
+                                  file=sys.stderr, flush=True)  # fmt: skip
 
             watcher = threading.Thread(target=watch, daemon=True)
             watcher.start()

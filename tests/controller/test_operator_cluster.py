@@ -4,7 +4,10 @@ running the simulators and routers as pods.
 
 Scenarios of issue 11: reconcile + status + drift + idle writes; (d) invalid spec; pin swap
 with its pod bounds, plugin, retry (i); (g) restart mid-swap; (h) spec edit; (f) source down;
-(e) crash-looping drafter; (a)(b)(c) traffic; (j) two operators.
+(e) crash-looping drafter; (a)(b)(c) traffic with 2 serving pods and 1 shadow pod (the mirror
+share holds at 0.5, rollback within 3 windows, the swap's pod bounds, no stale ratio after an
+inconclusive window); (j) two operators; drafters that do not speculate or fail (the
+speculation and error-rate guardrails); rollback.policy notify and off; the periodic shadow.
 """
 
 from __future__ import annotations
@@ -238,6 +241,47 @@ def test_pin_swap_bounds_restart_mid_swap_plugin_and_retry(
             delete_all(cluster, ns)
         finally:
             op.stop()
+
+
+def test_a_refused_apply_waits_and_is_reported(
+    cluster: LocalCluster, cluster_namespace: str, tmp_path: Path
+) -> None:
+    """The API server refuses an owned object (a namespace quota allows one Service; the
+    resource needs three): Ready=False ApplyFailed naming it, one Warning Event, and the
+    operator retries after doubling waits, not at every tick (no hot retry loop)."""
+    ns = cluster_namespace
+    quota = {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "few"},
+             "spec": {"hard": {"services": "1"}}}  # fmt: skip
+    api(cluster, "POST", f"/api/v1/namespaces/{ns}/resourcequotas", quota,
+        content_type="application/json")  # fmt: skip
+    wait_for(
+        "the quota in force",
+        lambda: (api(cluster, "GET", f"/api/v1/namespaces/{ns}/resourcequotas/few")
+                 .get("status", {}).get("hard")),
+        30,
+    )  # fmt: skip
+    with operator(cluster, ns, tmp_path) as op:
+        create_sd(cluster, sd_body("qwen", ns, replicas=1))
+        sd = sd_until(
+            cluster,
+            ns,
+            "qwen",
+            "Ready=False ApplyFailed",
+            lambda s: condition(s, "Ready").get("reason") == "ApplyFailed",
+            timeout=60,
+        )
+        assert "exceeded quota" in condition(sd, "Ready")["message"]
+        applies = op.counter('specguard_api_requests_total{verb="apply"}')
+        time.sleep(20)  # 40 ticks
+        retried = op.counter('specguard_api_requests_total{verb="apply"}') - applies
+        warnings = [e for e in events(cluster, ns, "qwen") if e["reason"] == "ApplyFailed"]
+        print(f"\nrefused apply: {retried:.0f} apply requests in 20 s; {condition(sd, 'Ready')}")
+        # Doubling waits: at most 5 retries of the 2 refused Services in 20 s (1+2+4+8 s);
+        # every tick would have been 80.
+        assert retried <= 10, retried
+        assert len(warnings) == 1 and warnings[0]["type"] == "Warning"
+        api(cluster, "DELETE", f"/api/v1/namespaces/{ns}/resourcequotas/few")
+        settled(cluster, ns, "qwen")  # the next retry succeeds
 
 
 def test_spec_edit_rerenders_and_resets_streaks(

@@ -60,6 +60,7 @@ log = logging.getLogger("specguard.controller")
 
 TICK_S = 1.0
 POLL_S = 3.0  # router feed polls between window ends
+APPLY_BACKOFF_S = (1.0, 300.0)  # after a failed apply: first retry, longest wait (doubling)
 
 
 @dataclass
@@ -118,6 +119,11 @@ class ResourceLoop:
         self._invalid_reported: int | None = None
         self._applied: dict[str, int] = {}  # Deployment name → generation after our apply
         self._static_applied = False
+        self._static_done: set[tuple[str, str]] = set()  # RBAC objects and Services applied
+        self._apply_error: str | None = None  # the last failed apply, until one succeeds
+        self._apply_failures = 0
+        self._apply_retry_at = 0.0
+        self._apply_reported: str | None = None  # the failure the last Warning Event named
         self._window_start: float | None = None
         self._last_poll = 0.0
         self._status_cache: dict[str, Any] | None = None
@@ -152,6 +158,8 @@ class ResourceLoop:
             try:
                 self._sd = parse_resource(_without_status(body))
                 self._static_applied = False
+                self._static_done.clear()
+                self._apply_failures, self._apply_retry_at = 0, 0.0
                 self._window_start = None
                 self._speculation = None
                 self.collector.reset()
@@ -263,6 +271,14 @@ class ResourceLoop:
             now_iso=rfc3339(now),
             speculation=self._speculation if evidence is not None else None,
         )
+        if verdict is not None:
+            log.info(
+                "%s/%s: window judged %.2fs after its end: %s, ratio %s, n %s, target %s",
+                self.namespace, self.name, time.time() - now, verdict.outcome,
+                "-" if verdict.ratio is None else f"{verdict.ratio:.3f}",
+                verdict.n_pairs if verdict.method == "paired" else dict(verdict.n),
+                decided.target,
+            )  # fmt: skip
         memory = decided.memory
         plan = plan_swap(
             target=decided.target,
@@ -280,7 +296,8 @@ class ResourceLoop:
         if not plan.swapping:
             memory = memory.model_copy(update={"swap_since": None})
 
-        await self._reconcile(sd, plan, observed)
+        if now >= self._apply_retry_at:
+            await self._reconcile(sd, plan, observed, now)
 
         # -- status --------------------------------------------------------------------
         if evidence is not None and evidence.mirror is not None:
@@ -316,14 +333,20 @@ class ResourceLoop:
             degraded=degraded,
             now_iso=rfc3339(now),
             speculation=self._speculation if mode == c.ARM_SPECULATIVE else None,
+            apply_error=self._apply_error,
         )
         await self._write_status(raw_status, new)
         await self._post_events(body, decided, plan, mode)
+        if self._apply_error is not None and self._apply_error != self._apply_reported:
+            self._apply_reported = self._apply_error
+            await self._event(body, EventSpec("Warning", "ApplyFailed", self._apply_error))
         self.metrics.set_mode(self.namespace, self.name, plan.mode)
 
     # -- writes ------------------------------------------------------------------------
 
-    async def _reconcile(self, sd: SpeculativeDeployment, plan: SwapPlan, obs: Observed) -> None:
+    async def _reconcile(
+        self, sd: SpeculativeDeployment, plan: SwapPlan, obs: Observed, now: float
+    ) -> None:
         deployments = {_name_of(d): d for d in obs.deployments}
         services = {_name_of(s) for s in obs.services}
         todo: list[dict[str, Any]] = []
@@ -333,14 +356,12 @@ class ResourceLoop:
                 live = deployments.get(name)
                 if live is not None and not self._drifted(obj, live):
                     continue
-            elif kind == "Service":
-                if name in services and self._static_applied:
-                    continue
-            elif self._static_applied:
-                continue
+            elif (kind, name) in self._static_done and (kind != "Service" or name in services):
+                continue  # applied (a Service the watch no longer shows is re-created)
             todo.append(obj)
         # RBAC and Services first (a pod's ServiceAccount must exist), then the Deployments;
-        # each group at once.
+        # each group at once. What was applied is kept; a failure waits, doubling, before
+        # the rest is tried again (never a hot retry loop), and is shown in Ready.
         for group in (
             [o for o in todo if o["kind"] != "Deployment"],
             [o for o in todo if o["kind"] == "Deployment"],
@@ -348,16 +369,27 @@ class ResourceLoop:
             results = await asyncio.gather(
                 *(self.kube.apply(o) for o in group), return_exceptions=True
             )
+            failed: list[str] = []
             for obj, result in zip(group, results, strict=True):
-                name = obj["metadata"]["name"]
+                kind, name = obj["kind"], obj["metadata"]["name"]
                 if isinstance(result, BaseException):
-                    log.warning("%s/%s: apply %s %s failed: %s", self.namespace, self.name,
-                                obj["kind"], name, result)  # fmt: skip
-                    return
-                if obj["kind"] == "Deployment":
+                    failed.append(f"apply {kind} {name}: {result}")
+                elif kind == "Deployment":
                     self._applied[name] = int(result.get("metadata", {}).get("generation") or 0)
                     self.trace.append((time.time(), dict(plan.replicas)))
+                else:
+                    self._static_done.add((kind, name))
+            if failed:
+                self._apply_failures += 1
+                first, longest = APPLY_BACKOFF_S
+                wait = min(longest, first * 2 ** (self._apply_failures - 1))
+                self._apply_retry_at = now + wait
+                self._apply_error = "; ".join(failed)[:1000]
+                log.warning("%s/%s: %s (retry in %.0fs)", self.namespace, self.name,
+                            self._apply_error, wait)  # fmt: skip
+                return
         self._static_applied = True
+        self._apply_failures, self._apply_error = 0, None
 
     def _drifted(self, desired: Mapping[str, Any], live: Mapping[str, Any]) -> bool:
         """Does the live Deployment differ from what the operator wants now?
@@ -412,10 +444,13 @@ class ResourceLoop:
                 )
             )
         for event in events:
-            try:
-                await self.kube.event(body, event.type, event.reason, event.message)
-            except KubeError as exc:
-                log.warning("%s/%s: event failed: %s", self.namespace, self.name, exc)
+            await self._event(body, event)
+
+    async def _event(self, body: Mapping[str, Any], event: EventSpec) -> None:
+        try:
+            await self.kube.event(body, event.type, event.reason, event.message)
+        except KubeError as exc:
+            log.warning("%s/%s: event failed: %s", self.namespace, self.name, exc)
 
     def _count_verdict(self, outcome: str, ratio: float | None) -> None:
         self.metrics.verdicts.labels(self.namespace, self.name, outcome).inc()

@@ -259,8 +259,10 @@ def build_status(
     degraded: Degraded | None,
     now_iso: str,
     speculation: tuple[str, str] | None = None,
+    apply_error: str | None = None,
 ) -> Status:
-    """The whole status after this tick (``degraded`` None keeps the previous condition)."""
+    """The whole status after this tick (``degraded`` None keeps the previous condition;
+    ``apply_error``: an owned object the API server refused, shown in Ready)."""
     mode = plan.mode
     conditions: list[Condition] = list(prev.conditions)
 
@@ -275,7 +277,9 @@ def build_status(
         transitions = append_transition(transitions, transition)
     put(c.CONDITION_SPEC_VALID, True, "Valid", "the spec passes every rule")
     ready = observed[mode].ready
-    if plan.swapping:
+    if apply_error is not None:
+        put(c.CONDITION_READY, False, "ApplyFailed", apply_error)
+    elif plan.swapping:
         put(c.CONDITION_READY, False, "Swapping", f"{mode} → {target}: {plan.reason}")
     elif ready >= spec.replicas:
         put(c.CONDITION_READY, True, "Serving", f"{ready}/{spec.replicas} {mode} pods ready")
