@@ -446,9 +446,11 @@ def test_traffic_rollback_and_repromotion(
                 lambda s: s["status"].get("mode") == "speculative",
                 timeout=240,
             )
+            seen_back = time.time()
         rolled = sampler.first(lambda m: m.target == "baseline", changed) or 0.0
         swapped = sampler.first(lambda m: m.mode == "baseline" and not m.swapping, changed)
-        repromoted = sampler.first(lambda m: m.mode == "speculative", back) or 0.0
+        repromoted = sampler.first(lambda m: m.mode == "speculative", back) or seen_back
+        decided_back = sampler.first(lambda m: m.target == "speculative", back) or repromoted
         timeline = _timeline(sampler, changed)
         swapping = [(m.t, m.swapping) for m in sampler.moments]
         during = sum(
@@ -458,7 +460,8 @@ def test_traffic_rollback_and_repromotion(
         print(
             f"\ntraffic change → rollback decided: {(rolled - changed) / WINDOW_S:.2f} windows, "
             f"→ swap complete: {((swapped or 0) - changed) / WINDOW_S:.2f} windows; "
-            f"traffic back → re-promoted: {(repromoted - back) / WINDOW_S:.2f} windows "
+            f"traffic back → re-promotion decided: {(decided_back - back) / WINDOW_S:.2f} windows, "
+            f"→ swap complete: {(repromoted - back) / WINDOW_S:.2f} windows "
             f"(cooldown 20s); status writes per window with traffic {per_window:.2f}; "
             f"load completed {load.completed}, errors {load.errors} ({during} within 2 s of a "
             "swap); "
