@@ -10,7 +10,9 @@ KUBECONFIG credentials of every kind); every request is counted in the operator'
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
+import json
 import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -94,6 +96,8 @@ class Kube:
             )
         except ApiException as exc:
             detail = exc.body if isinstance(exc.body, str) else exc.reason
+            with contextlib.suppress(ValueError, AttributeError):
+                detail = json.loads(detail).get("message") or detail  # the Status' message
             raise KubeError(f"{method} {path}: {exc.status} {detail}"[:500], exc.status) from exc
         except Exception as exc:  # connection errors and the like
             raise KubeError(f"{method} {path}: {type(exc).__name__}: {exc}"[:500]) from exc

@@ -19,6 +19,7 @@ from typing import Any
 from specguard.api import PolicyMemory, SpecError, SpeculativeDeployment, Status, parse_resource
 from specguard.api import constants as c
 from specguard.controller import _conditions as cond
+from specguard.controller import _mirror as mirror
 from specguard.controller._kube import Kube, KubeError
 from specguard.controller._metrics import OperatorMetrics
 from specguard.controller._observe import (
@@ -33,7 +34,7 @@ from specguard.controller._schedule import shadow_active, shadow_replicas
 from specguard.controller._settings import judge_settings
 from specguard.controller._source import Collector, WindowEvidence
 from specguard.controller._speculation import draft_counters, speculation_guardrail
-from specguard.controller._swap import SwapPlan, plan_swap
+from specguard.controller._swap import ArmObserved, SwapPlan, plan_swap
 from specguard.controller._window import (
     Decided,
     Degraded,
@@ -60,6 +61,7 @@ log = logging.getLogger("specguard.controller")
 
 TICK_S = 1.0
 POLL_S = 3.0  # router feed polls between window ends
+APPLY_BACKOFF_S = (1.0, 300.0)  # after a failed apply: first retry, longest wait (doubling)
 
 
 @dataclass
@@ -85,8 +87,19 @@ def desired_objects(sd: SpeculativeDeployment, replicas: Mapping[str, int]) -> l
 
 
 def status_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
-    """A merge patch from ``old`` to ``new`` status: changed keys, and null for removed ones."""
-    patch: dict[str, Any] = {k: v for k, v in new.items() if old.get(k) != v}
+    """The JSON merge patch (RFC 7386) from ``old`` to ``new``: changed keys, null for
+    removed ones, at every depth. A merge patch merges objects key by key, so a key that
+    ``new`` lacks inside an object it changes (an inconclusive verdict has no ``ratio``)
+    must be sent as null, or the stored object keeps the old value. Lists are replaced."""
+    patch: dict[str, Any] = {}
+    for key, value in new.items():
+        before = old.get(key)
+        if isinstance(value, Mapping) and isinstance(before, Mapping):
+            inner = status_patch(before, value)
+            if inner:
+                patch[key] = inner
+        elif key not in old or before != value:
+            patch[key] = value
     patch.update({k: None for k in old if k not in new})
     return patch
 
@@ -107,6 +120,11 @@ class ResourceLoop:
         self._invalid_reported: int | None = None
         self._applied: dict[str, int] = {}  # Deployment name → generation after our apply
         self._static_applied = False
+        self._static_done: set[tuple[str, str]] = set()  # RBAC objects and Services applied
+        self._apply_error: str | None = None  # the last failed apply, until one succeeds
+        self._apply_failures = 0
+        self._apply_retry_at = 0.0
+        self._apply_reported: str | None = None  # the failure the last Warning Event named
         self._window_start: float | None = None
         self._last_poll = 0.0
         self._status_cache: dict[str, Any] | None = None
@@ -115,6 +133,8 @@ class ResourceLoop:
         self.trace: list[tuple[float, dict[str, int]]] = []
         self._draft_start: dict[str, Reading] | None = None
         self._speculation: tuple[str, str] | None = None
+        self._share_since = time.time()  # when the mirror share last changed (or we started)
+        self._mirror_seen = mirror.NO_EVIDENCE  # what the routers mirrored since then
 
     async def aclose(self) -> None:
         await self.collector.aclose()
@@ -139,6 +159,8 @@ class ResourceLoop:
             try:
                 self._sd = parse_resource(_without_status(body))
                 self._static_applied = False
+                self._static_done.clear()
+                self._apply_failures, self._apply_retry_at = 0, 0.0
                 self._window_start = None
                 self._speculation = None
                 self.collector.reset()
@@ -211,11 +233,21 @@ class ResourceLoop:
                 self._draft_start = await read_drafters(pods)
             self._window_start = now
         elif now - self._window_start >= spec.evaluation.window:
-            evidence = await self.collector.close_window(
-                spec, judge_settings(spec), routers, pods, start=self._window_start, end=now
+            # The samples and the drafters' counters at once: the decision waits for both.
+            closed, draft_end = await asyncio.gather(
+                self.collector.close_window(
+                    spec,
+                    judge_settings(spec),
+                    routers,
+                    pods,
+                    start=self._window_start,
+                    end=now,
+                    mirror_since=self._share_since,
+                ),
+                read_drafters(pods),
             )
+            evidence = closed
             self._window_start = now
-            draft_end = await read_drafters(pods)
             counters = (
                 None if self._draft_start is None else draft_counters(self._draft_start, draft_end)
             )
@@ -240,6 +272,14 @@ class ResourceLoop:
             now_iso=rfc3339(now),
             speculation=self._speculation if evidence is not None else None,
         )
+        if verdict is not None:
+            log.info(
+                "%s/%s: window judged %.2fs after its end: %s, ratio %s, n %s, target %s",
+                self.namespace, self.name, time.time() - now, verdict.outcome,
+                "-" if verdict.ratio is None else f"{verdict.ratio:.3f}",
+                verdict.n_pairs if verdict.method == "paired" else dict(verdict.n),
+                decided.target,
+            )  # fmt: skip
         memory = decided.memory
         plan = plan_swap(
             target=decided.target,
@@ -257,14 +297,19 @@ class ResourceLoop:
         if not plan.swapping:
             memory = memory.model_copy(update={"swap_since": None})
 
-        await self._reconcile(sd, plan, observed)
+        if now >= self._apply_retry_at:
+            await self._reconcile(sd, plan, observed, now)
 
         # -- status --------------------------------------------------------------------
-        share = prev.arms.mirror_share if prev.arms and not swapping else spec.initial_mirror_share
-        if plan.done and plan.mode != mode:
-            share = spec.initial_mirror_share  # new roles: start again from the pod ratio
-        elif evidence is not None:
-            share = cond.next_mirror_share(share, verdict, mode)
+        if evidence is not None and evidence.mirror is not None:
+            self._mirror_seen += evidence.mirror
+        share = _mirror_share(
+            prev, arms, plan, self._mirror_seen if evidence is not None else None,
+            new_roles=plan.done and plan.mode != mode,
+        )  # fmt: skip
+        if prev.arms is None or share != prev.arms.mirror_share or plan.swapping:
+            self._share_since = now
+            self._mirror_seen = mirror.NO_EVIDENCE
         last_verdict = prev.last_verdict
         degraded: Degraded | None = None
         if evidence is not None:
@@ -291,14 +336,20 @@ class ResourceLoop:
             degraded=degraded,
             now_iso=rfc3339(now),
             speculation=self._speculation if mode == c.ARM_SPECULATIVE else None,
+            apply_error=self._apply_error,
         )
         await self._write_status(raw_status, new)
         await self._post_events(body, decided, plan, mode)
+        if self._apply_error is not None and self._apply_error != self._apply_reported:
+            self._apply_reported = self._apply_error
+            await self._event(body, EventSpec("Warning", "ApplyFailed", self._apply_error))
         self.metrics.set_mode(self.namespace, self.name, plan.mode)
 
     # -- writes ------------------------------------------------------------------------
 
-    async def _reconcile(self, sd: SpeculativeDeployment, plan: SwapPlan, obs: Observed) -> None:
+    async def _reconcile(
+        self, sd: SpeculativeDeployment, plan: SwapPlan, obs: Observed, now: float
+    ) -> None:
         deployments = {_name_of(d): d for d in obs.deployments}
         services = {_name_of(s) for s in obs.services}
         todo: list[dict[str, Any]] = []
@@ -308,14 +359,12 @@ class ResourceLoop:
                 live = deployments.get(name)
                 if live is not None and not self._drifted(obj, live):
                     continue
-            elif kind == "Service":
-                if name in services and self._static_applied:
-                    continue
-            elif self._static_applied:
-                continue
+            elif (kind, name) in self._static_done and (kind != "Service" or name in services):
+                continue  # applied (a Service the watch no longer shows is re-created)
             todo.append(obj)
         # RBAC and Services first (a pod's ServiceAccount must exist), then the Deployments;
-        # each group at once.
+        # each group at once. What was applied is kept; a failure waits, doubling, before
+        # the rest is tried again (never a hot retry loop), and is shown in Ready.
         for group in (
             [o for o in todo if o["kind"] != "Deployment"],
             [o for o in todo if o["kind"] == "Deployment"],
@@ -323,16 +372,27 @@ class ResourceLoop:
             results = await asyncio.gather(
                 *(self.kube.apply(o) for o in group), return_exceptions=True
             )
+            failed: list[str] = []
             for obj, result in zip(group, results, strict=True):
-                name = obj["metadata"]["name"]
+                kind, name = obj["kind"], obj["metadata"]["name"]
                 if isinstance(result, BaseException):
-                    log.warning("%s/%s: apply %s %s failed: %s", self.namespace, self.name,
-                                obj["kind"], name, result)  # fmt: skip
-                    return
-                if obj["kind"] == "Deployment":
+                    failed.append(f"apply {kind} {name}: {result}")
+                elif kind == "Deployment":
                     self._applied[name] = int(result.get("metadata", {}).get("generation") or 0)
                     self.trace.append((time.time(), dict(plan.replicas)))
+                else:
+                    self._static_done.add((kind, name))
+            if failed:
+                self._apply_failures += 1
+                first, longest = APPLY_BACKOFF_S
+                wait = min(longest, first * 2 ** (self._apply_failures - 1))
+                self._apply_retry_at = now + wait
+                self._apply_error = "; ".join(failed)[:1000]
+                log.warning("%s/%s: %s (retry in %.0fs)", self.namespace, self.name,
+                            self._apply_error, wait)  # fmt: skip
+                return
         self._static_applied = True
+        self._apply_failures, self._apply_error = 0, None
 
     def _drifted(self, desired: Mapping[str, Any], live: Mapping[str, Any]) -> bool:
         """Does the live Deployment differ from what the operator wants now?
@@ -387,10 +447,13 @@ class ResourceLoop:
                 )
             )
         for event in events:
-            try:
-                await self.kube.event(body, event.type, event.reason, event.message)
-            except KubeError as exc:
-                log.warning("%s/%s: event failed: %s", self.namespace, self.name, exc)
+            await self._event(body, event)
+
+    async def _event(self, body: Mapping[str, Any], event: EventSpec) -> None:
+        try:
+            await self.kube.event(body, event.type, event.reason, event.message)
+        except KubeError as exc:
+            log.warning("%s/%s: event failed: %s", self.namespace, self.name, exc)
 
     def _count_verdict(
         self, outcome: str, ratio: float | None, ci: tuple[float | None, float | None]
@@ -429,6 +492,29 @@ def _keep_idle(prev: Status, new: Any) -> Any:
     if idle and was_idle and new.reason == old.reason:
         return old
     return new
+
+
+def _mirror_share(
+    prev: Status,
+    observed: Mapping[str, ArmObserved],
+    plan: SwapPlan,
+    evidence: mirror.MirrorEvidence | None,
+    *,
+    new_roles: bool,
+) -> float:
+    """``mirror.next_share`` from the stored status, the ready pods now and the evidence
+    since the share last changed (None: no window ended now)."""
+    serving = plan.mode
+    shadow = c.ARM_BASELINE if serving == c.ARM_SPECULATIVE else c.ARM_SPECULATIVE
+    stored: tuple[int, int] | None = None
+    if prev.arms is not None and not prev.arms.swapping and not new_roles:
+        stored = (prev.arms.shadow.ready_replicas, prev.arms.serving.ready_replicas)
+    return mirror.next_share(
+        prev.arms.mirror_share if prev.arms is not None else 0.0,
+        stored,
+        (observed[shadow].ready, observed[serving].ready),
+        evidence,
+    )
 
 
 def _degraded(evidence: WindowEvidence, window_s: int) -> Degraded:

@@ -8,7 +8,7 @@ between windows (verdict None) so that the startup guardrail, pins and retries a
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Literal
 
 from specguard.api import (
@@ -29,12 +29,12 @@ from specguard.controller._observe import DrafterStartup
 from specguard.controller._settings import policy_settings
 from specguard.controller._swap import ArmObserved, SwapPlan
 from specguard.judge import (
-    MAX_TRANSITIONS_KEPT,
     Command,
     Decision,
     Guardrails,
     PolicyState,
     Verdict,
+    change_mode,
     error_guardrail,
     startup_guardrail,
     step,
@@ -146,14 +146,7 @@ def decide(
     spec_trip = speculation if state.mode == c.ARM_SPECULATIVE and pin is None else None
     if spec_trip is not None and command is None and settings.policy == "auto":
         # A drafter that does not speculate counts as a failed drafter: baseline at once.
-        state = replace(
-            state,
-            mode=c.ARM_BASELINE,
-            streak=0,
-            streak_outcome=None,
-            since=now,
-            transitions=(*state.transitions, now)[-MAX_TRANSITIONS_KEPT:],
-        )
+        state = change_mode(state, c.ARM_BASELINE, now)
     new_memory = _memory(state, memory, retry if retry is not None else memory.retry_seen)
     target: Arm = pin or state.mode
 
@@ -266,8 +259,10 @@ def build_status(
     degraded: Degraded | None,
     now_iso: str,
     speculation: tuple[str, str] | None = None,
+    apply_error: str | None = None,
 ) -> Status:
-    """The whole status after this tick (``degraded`` None keeps the previous condition)."""
+    """The whole status after this tick (``degraded`` None keeps the previous condition;
+    ``apply_error``: an owned object the API server refused, shown in Ready)."""
     mode = plan.mode
     conditions: list[Condition] = list(prev.conditions)
 
@@ -282,7 +277,9 @@ def build_status(
         transitions = append_transition(transitions, transition)
     put(c.CONDITION_SPEC_VALID, True, "Valid", "the spec passes every rule")
     ready = observed[mode].ready
-    if plan.swapping:
+    if apply_error is not None:
+        put(c.CONDITION_READY, False, "ApplyFailed", apply_error)
+    elif plan.swapping:
         put(c.CONDITION_READY, False, "Swapping", f"{mode} → {target}: {plan.reason}")
     elif ready >= spec.replicas:
         put(c.CONDITION_READY, True, "Serving", f"{ready}/{spec.replicas} {mode} pods ready")

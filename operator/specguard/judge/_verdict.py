@@ -81,10 +81,17 @@ class JudgeSettings:
 
     ``concurrency_match`` — when are the two arms under the same load?
 
-    - ``"load"`` (default): the arms' requests per pod in the window (all requests, errors
-      included: the arrival rate per pod) differ by at most ``concurrency_tolerance``
-      (relative). This is the check a mirror needs: a wrong mirror share gives the shadow pod a
-      lighter or heavier load than a serving pod. In-flight requests are NOT compared by
+    - ``"load"`` (default): the arms' arrivals per pod in the window (all requests, errors
+      included) differ by at most ``concurrency_tolerance`` (relative). This is the check a
+      mirror needs: a wrong mirror share gives the shadow pod a lighter or heavier load than a
+      serving pod. With mirrored samples (the router's: serving and shadow roles, pair ids)
+      arrivals are counted on the serving arm's requests, which end at the client's pace:
+      per serving pod, the serving requests; per shadow pod, those of them that were mirrored
+      (they carry a ``pair_id``: each was copied to the shadow when it arrived). Counting the
+      shadow's own completions instead would read a slower or backlogged shadow (its
+      completions lag its arrivals, most of all right after the load changes) as a lighter
+      load. Without mirrored samples (independent arms): each arm's requests per pod, as
+      both then run their own load. In-flight requests are NOT compared by
       default, because at the same arrival rate a slower arm holds more requests in flight
       (Little's law: in flight = rate × latency); a drafter 40% slower per request has ~40%
       more in flight, and an in-flight rule would call exactly the regressions worth catching
@@ -323,9 +330,11 @@ def judge(
     usable: dict[Arm, list[Sample]] = {arm: [] for arm in ARMS}
     pods: dict[str, set[str]] = {arm: set() for arm in ARMS}
     serving_votes: dict[Arm, int] = dict.fromkeys(ARMS, 0)
+    arrivals = _Arrivals()
     for sample in samples:
         requests[sample.arm] += 1
         pods[sample.arm].add(sample.pod)
+        arrivals.add(sample)
         serving_votes[sample.arm] += sample.role == "serving"
         why = _usable(sample, settings)
         if why == "error":
@@ -386,9 +395,7 @@ def judge(
         "measurement": kind,
     }
 
-    requests_per_pod: dict[str, float | None] = {
-        arm: requests[arm] / len(pods[arm]) if pods[arm] else None for arm in ARMS
-    }
+    requests_per_pod = arrivals.per_pod(requests, pods)
     base["requests_per_pod"] = requests_per_pod
     reasons = _insufficient(n, concurrency, requests_per_pod, settings)
     if mismatch:
@@ -526,6 +533,43 @@ def _left_out(kind: str, other: Mapping[Arm, Counter[str]]) -> str:
     fixes = sorted({k for arm in ARMS for k in other[arm] if k in _FIX})
     text = f"left out as measured otherwise ({counts}): only {kind} is compared with {kind}"
     return text + "".join(f"; {k}: {_FIX[k]}" for k in fixes)
+
+
+@dataclass(slots=True)
+class _Arrivals:
+    """Per arm: serving-role requests, their pods, how many were mirrored; shadow-role
+    requests, and those without a pair id (no serving twin to count them by)."""
+
+    served: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ARMS, 0))
+    served_pods: dict[str, set[str]] = field(default_factory=lambda: {a: set() for a in ARMS})
+    mirrored: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ARMS, 0))
+    shadowed: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ARMS, 0))
+    unpaired_shadow: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ARMS, 0))
+
+    def add(self, sample: Sample) -> None:
+        if sample.role == "serving":
+            self.served[sample.arm] += 1
+            self.served_pods[sample.arm].add(sample.pod)
+            self.mirrored[sample.arm] += sample.pair_id is not None
+        else:
+            self.shadowed[sample.arm] += 1
+            self.unpaired_shadow[sample.arm] += sample.pair_id is None
+
+    def per_pod(
+        self, requests: Mapping[str, int], pods: Mapping[str, set[str]]
+    ) -> dict[str, float | None]:
+        """Arrivals per pod of each arm (see ``JudgeSettings``: ``"load"``)."""
+        per_pod: dict[str, float | None] = {
+            arm: requests[arm] / len(pods[arm]) if pods[arm] else None for arm in ARMS
+        }
+        serving: Arm = max(ARMS, key=lambda arm: self.served[arm])
+        shadow: Arm = "baseline" if serving == "speculative" else "speculative"
+        if not self.mirrored[serving] or not self.shadowed[shadow]:
+            return per_pod
+        per_pod[serving] = self.served[serving] / len(self.served_pods[serving])
+        arrived = self.mirrored[serving] + self.unpaired_shadow[shadow]
+        per_pod[shadow] = arrived / len(pods[shadow])
+        return per_pod
 
 
 def _insufficient(

@@ -81,8 +81,13 @@ class LocalCluster:
         service_cluster_ip_range: str = "10.0.0.0/24",
         start_timeout: float = 90.0,
         keep_workdir: bool | None = None,
+        without_controllers: tuple[str, ...] = (),
     ) -> None:
+        """``without_controllers``: kube-controller-manager controllers not to run, e.g.
+        ``("deployment-controller", "replicaset-controller")``: Deployments then create no
+        pods (a benchmark of an operator that needs no pods)."""
         self._binaries = binaries
+        self.without_controllers = without_controllers
         self._given_workdir = workdir
         self.service_cluster_ip_range = service_cluster_ip_range
         self.start_timeout = start_timeout
@@ -281,7 +286,8 @@ class LocalCluster:
                 f"--kubeconfig={self.kubeconfig}",
                 # No kubelet renews node leases here: the node-lifecycle controller would
                 # mark the fake nodes NotReady and evict their pods.
-                "--controllers=*,-nodelifecycle",
+                "--controllers="
+                + ",".join(["*", "-nodelifecycle", *(f"-{c}" for c in self.without_controllers)]),
                 "--leader-elect=false",
                 f"--service-account-private-key-file={pki.sa_key}",
                 f"--root-ca-file={pki.ca_cert}",
