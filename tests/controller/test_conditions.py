@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from specguard.api.status import Condition
-from specguard.controller.conditions import next_mirror_share, set_condition, verdict_sentence
+from specguard.controller.conditions import set_condition, verdict_sentence
 from specguard.judge.verdict import DomainRatio, Verdict
 
 
@@ -47,21 +47,3 @@ def test_event_sentence_has_the_numbers() -> None:
         "per-token latency +27% with the drafter (99% CI +21..+33%) at 48 concurrent per pod, "
         "n=1210 pairs; tool_call +41%, math −12%"
     )
-
-
-def test_mirror_share_follows_the_per_pod_load() -> None:
-    v = _verdict(
-        requests={"speculative": 400, "baseline": 100},
-        requests_per_pod={"speculative": 100.0, "baseline": 50.0},
-    )
-    assert next_mirror_share(0.25, v, "speculative") == 0.5
-    near = _verdict(
-        requests={"speculative": 400, "baseline": 100},
-        requests_per_pod={"speculative": 100.0, "baseline": 98.0},
-    )
-    assert next_mirror_share(0.25, near, "speculative") == 0.25
-    thin = _verdict(
-        requests={"speculative": 400, "baseline": 5},
-        requests_per_pod={"speculative": 100.0, "baseline": 5.0},
-    )
-    assert next_mirror_share(0.25, thin, "speculative") == 0.25

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from specguard.api import constants as c
 from specguard.api.constants import Arm
 from specguard.api.resource import SpeculativeDeployment, parse_resource
 from specguard.api.status import Arms, ArmStatus, PolicyMemory, Status
 from specguard.controller.conditions import get_condition
+from specguard.controller.conditions import status_verdict as conditions_status_verdict
+from specguard.controller.loop import status_patch
 from specguard.controller.observe import DrafterStartup
 from specguard.controller.swap import ArmObserved, SwapPlan
 from specguard.controller.window import (
@@ -311,3 +315,47 @@ def test_speculation_off_counts_as_a_failed_drafter(sd: SpeculativeDeployment) -
     dry = decide(spec=notify.spec, status=Status(), annotations={}, verdict=verdict_of(1.0),
                  startup=READY, now=NOW, now_iso=ISO, speculation=trip)  # fmt: skip
     assert dry.target == SPEC and dry.events == (EventSpec("Warning", *trip),)
+
+
+def _merge(target: object, patch: object) -> object:
+    """RFC 7386 applied, as the API server applies a merge patch."""
+    if not isinstance(patch, dict):
+        return patch
+    out = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = _merge(out.get(key), value)
+    return out
+
+
+def test_an_inconclusive_verdict_leaves_no_stale_ratio() -> None:
+    """The merge patch of the status subresource: an inconclusive window after a regressed
+    one must take the ratio and CI away (kubectl get sd showed the old RATIO)."""
+    regressed = conditions_status_verdict(verdict_of(1.4), ISO).to_wire()
+    short = judge(paired(1.4, n=5), JudgeSettings(min_requests_per_arm=20))
+    inconclusive = conditions_status_verdict(short, ISO).to_wire()
+    assert "ratio" in regressed and "ratio" not in inconclusive
+    old = {"mode": "speculative", "lastVerdict": regressed, "transitions": [{"to": "x"}]}
+    new = {"mode": "speculative", "lastVerdict": inconclusive, "transitions": []}
+    patch = status_patch(old, new)
+    assert patch["lastVerdict"]["ratio"] is None and patch["lastVerdict"]["ciLower"] is None
+    assert "mode" not in patch
+    assert _merge(old, patch) == new
+
+
+@settings(max_examples=300, deadline=None)
+@given(old=st.dictionaries(st.sampled_from("abcd"), st.recursive(
+    st.integers(0, 3) | st.text("xy", max_size=2) | st.lists(st.integers(0, 2), max_size=2),
+    lambda inner: st.dictionaries(st.sampled_from("abcd"), inner, max_size=3), max_leaves=8,
+)), new=st.dictionaries(st.sampled_from("abcd"), st.recursive(
+    st.integers(0, 3) | st.text("xy", max_size=2) | st.lists(st.integers(0, 2), max_size=2),
+    lambda inner: st.dictionaries(st.sampled_from("abcd"), inner, max_size=3), max_leaves=8,
+)))  # fmt: skip
+def test_status_patch_turns_any_status_into_any_other(
+    old: dict[str, object], new: dict[str, object]
+) -> None:
+    patch = status_patch(old, new)
+    assert _merge(old, patch) == new
+    assert (patch == {}) == (old == new)

@@ -1,4 +1,4 @@
-"""Status pieces: conditions, the verdict as status shows it, Event sentences, mirror share.
+"""Status pieces: conditions, the verdict as status shows it, Event sentences.
 
 Pure and deterministic, so status only changes when something a reader cares about changed
 (an idle resource's status stays byte-for-byte the same and is never re-written).
@@ -12,10 +12,6 @@ from collections.abc import Mapping, Sequence
 from specguard.api import constants as c
 from specguard.api.status import ArmFigures, Condition, StatusVerdict
 from specguard.judge.verdict import Verdict
-
-MIRROR_MIN_REQUESTS = 20  # per arm, before a window's load corrects the mirror share
-MIRROR_DEADBAND = 0.05  # relative change below which the share is left alone
-MIRROR_FLOOR = 0.01
 
 
 def set_condition(
@@ -106,33 +102,6 @@ def verdict_sentence(verdict: Verdict) -> str:
     if domains:
         text += "; " + ", ".join(domains)
     return text
-
-
-def next_mirror_share(
-    share: float, verdict: Verdict | None, serving: str, minimum: int = MIRROR_MIN_REQUESTS
-) -> float:
-    """The mirror share that gives a shadow pod the per-pod load of a serving pod.
-
-    The window's arrival rate per pod of each arm says how far off the share was:
-    share × (serving per pod ÷ shadow per pod). Changes under ``MIRROR_DEADBAND`` (relative)
-    are ignored so status is not rewritten for noise.
-    """
-    if verdict is None:
-        return share
-    shadow = c.ARM_BASELINE if serving == c.ARM_SPECULATIVE else c.ARM_SPECULATIVE
-    serving_rate = verdict.requests_per_pod.get(serving)
-    shadow_rate = verdict.requests_per_pod.get(shadow)
-    if (
-        not serving_rate
-        or not shadow_rate
-        or verdict.requests.get(serving, 0) < minimum
-        or verdict.requests.get(shadow, 0) < minimum
-    ):
-        return share
-    wanted = min(1.0, max(MIRROR_FLOOR, share * serving_rate / shadow_rate))
-    if abs(wanted - share) <= MIRROR_DEADBAND * share:
-        return share
-    return round(wanted, 3)
 
 
 def arm_counts(figures: Mapping[str, int]) -> str:

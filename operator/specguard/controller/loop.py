@@ -20,6 +20,7 @@ from specguard.api.errors import SpecError
 from specguard.api.resource import SpeculativeDeployment, parse_resource
 from specguard.api.status import PolicyMemory, Status
 from specguard.controller import conditions as cond
+from specguard.controller import mirror
 from specguard.controller.kube import Kube, KubeError
 from specguard.controller.metrics import OperatorMetrics
 from specguard.controller.observe import (
@@ -34,7 +35,7 @@ from specguard.controller.schedule import shadow_active, shadow_replicas
 from specguard.controller.settings import judge_settings
 from specguard.controller.source import Collector, WindowEvidence
 from specguard.controller.speculation import draft_counters, speculation_guardrail
-from specguard.controller.swap import SwapPlan, plan_swap
+from specguard.controller.swap import ArmObserved, SwapPlan, plan_swap
 from specguard.controller.window import (
     Decided,
     Degraded,
@@ -87,8 +88,19 @@ def desired_objects(sd: SpeculativeDeployment, replicas: Mapping[str, int]) -> l
 
 
 def status_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
-    """A merge patch from ``old`` to ``new`` status: changed keys, and null for removed ones."""
-    patch: dict[str, Any] = {k: v for k, v in new.items() if old.get(k) != v}
+    """The JSON merge patch (RFC 7386) from ``old`` to ``new``: changed keys, null for
+    removed ones, at every depth. A merge patch merges objects key by key, so a key that
+    ``new`` lacks inside an object it changes (an inconclusive verdict has no ``ratio``)
+    must be sent as null, or the stored object keeps the old value. Lists are replaced."""
+    patch: dict[str, Any] = {}
+    for key, value in new.items():
+        before = old.get(key)
+        if isinstance(value, Mapping) and isinstance(before, Mapping):
+            inner = status_patch(before, value)
+            if inner:
+                patch[key] = inner
+        elif key not in old or before != value:
+            patch[key] = value
     patch.update({k: None for k in old if k not in new})
     return patch
 
@@ -117,6 +129,8 @@ class ResourceLoop:
         self.trace: list[tuple[float, dict[str, int]]] = []
         self._draft_start: dict[str, Reading] | None = None
         self._speculation: tuple[str, str] | None = None
+        self._share_since = time.time()  # when the mirror share last changed (or we started)
+        self._mirror_seen = mirror.NO_EVIDENCE  # what the routers mirrored since then
 
     async def aclose(self) -> None:
         await self.collector.aclose()
@@ -214,7 +228,13 @@ class ResourceLoop:
             self._window_start = now
         elif now - self._window_start >= spec.evaluation.window:
             evidence = await self.collector.close_window(
-                spec, judge_settings(spec), routers, pods, start=self._window_start, end=now
+                spec,
+                judge_settings(spec),
+                routers,
+                pods,
+                start=self._window_start,
+                end=now,
+                mirror_since=self._share_since,
             )
             self._window_start = now
             draft_end = await read_drafters(pods)
@@ -262,11 +282,15 @@ class ResourceLoop:
         await self._reconcile(sd, plan, observed)
 
         # -- status --------------------------------------------------------------------
-        share = prev.arms.mirror_share if prev.arms and not swapping else spec.initial_mirror_share
-        if plan.done and plan.mode != mode:
-            share = spec.initial_mirror_share  # new roles: start again from the pod ratio
-        elif evidence is not None:
-            share = cond.next_mirror_share(share, verdict, mode)
+        if evidence is not None and evidence.mirror is not None:
+            self._mirror_seen += evidence.mirror
+        share = _mirror_share(
+            prev, arms, plan, self._mirror_seen if evidence is not None else None,
+            new_roles=plan.done and plan.mode != mode,
+        )  # fmt: skip
+        if prev.arms is None or share != prev.arms.mirror_share or plan.swapping:
+            self._share_since = now
+            self._mirror_seen = mirror.NO_EVIDENCE
         last_verdict = prev.last_verdict
         degraded: Degraded | None = None
         if evidence is not None:
@@ -424,6 +448,29 @@ def _keep_idle(prev: Status, new: Any) -> Any:
     if idle and was_idle and new.reason == old.reason:
         return old
     return new
+
+
+def _mirror_share(
+    prev: Status,
+    observed: Mapping[str, ArmObserved],
+    plan: SwapPlan,
+    evidence: mirror.MirrorEvidence | None,
+    *,
+    new_roles: bool,
+) -> float:
+    """``mirror.next_share`` from the stored status, the ready pods now and the evidence
+    since the share last changed (None: no window ended now)."""
+    serving = plan.mode
+    shadow = c.ARM_BASELINE if serving == c.ARM_SPECULATIVE else c.ARM_SPECULATIVE
+    stored: tuple[int, int] | None = None
+    if prev.arms is not None and not prev.arms.swapping and not new_roles:
+        stored = (prev.arms.shadow.ready_replicas, prev.arms.serving.ready_replicas)
+    return mirror.next_share(
+        prev.arms.mirror_share if prev.arms is not None else 0.0,
+        stored,
+        (observed[shadow].ready, observed[serving].ready),
+        evidence,
+    )
 
 
 def _degraded(evidence: WindowEvidence, window_s: int) -> Degraded:

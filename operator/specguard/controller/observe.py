@@ -10,17 +10,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from specguard._objects import lookup
 from specguard.api import constants as c
 from specguard.controller.swap import ArmObserved
 from specguard.router.discovery import pod_ready
-
-
-def _get(obj: Any, *path: str) -> Any:
-    for key in path:
-        if not isinstance(obj, Mapping):
-            return None
-        obj = obj.get(key)
-    return obj
 
 
 def parse_time(value: Any) -> float | None:
@@ -38,7 +31,7 @@ def rfc3339(t: float) -> str:
 
 
 def arm_of(pod: Mapping[str, Any], name: str) -> str | None:
-    labels = _get(pod, "metadata", "labels") or {}
+    labels = lookup(pod, "metadata", "labels") or {}
     if labels.get(c.LABEL_DEPLOYMENT) != name:
         return None
     arm = labels.get(c.LABEL_ARM)
@@ -52,14 +45,14 @@ def observe_arms(
     replicas = dict.fromkeys(c.ARMS, 0)
     for dep in deployments:
         for arm in c.ARMS:
-            if _get(dep, "metadata", "name") == c.arm_deployment_name(name, arm):
-                value = _get(dep, "spec", "replicas")
+            if lookup(dep, "metadata", "name") == c.arm_deployment_name(name, arm):
+                value = lookup(dep, "spec", "replicas")
                 replicas[arm] = value if isinstance(value, int) else 1
     count = dict.fromkeys(c.ARMS, 0)
     ready = dict.fromkeys(c.ARMS, 0)
     for pod in pods:
         pod_arm = arm_of(pod, name)
-        if pod_arm is None or _get(pod, "status", "phase") in ("Succeeded", "Failed"):
+        if pod_arm is None or lookup(pod, "status", "phase") in ("Succeeded", "Failed"):
             continue
         count[pod_arm] += 1
         ready[pod_arm] += pod_ready(pod)
@@ -81,16 +74,16 @@ def drafter_startup(name: str, pods: Iterable[Mapping[str, Any]]) -> DrafterStar
     restarts = 0
     seen = False
     for pod in pods:
-        if arm_of(pod, name) != c.ARM_SPECULATIVE or _get(pod, "metadata", "deletionTimestamp"):
+        if arm_of(pod, name) != c.ARM_SPECULATIVE or lookup(pod, "metadata", "deletionTimestamp"):
             continue
         seen = True
         if pod_ready(pod):
             continue
-        created = parse_time(_get(pod, "metadata", "creationTimestamp"))
+        created = parse_time(lookup(pod, "metadata", "creationTimestamp"))
         if created is not None:
             waiting.append(created)
-        for status in _get(pod, "status", "containerStatuses") or []:
-            count = _get(status, "restartCount")
+        for status in lookup(pod, "status", "containerStatuses") or []:
+            count = lookup(status, "restartCount")
             restarts += count if isinstance(count, int) else 0
     if not seen:
         return DrafterStartup(None, None)
@@ -103,8 +96,8 @@ def router_urls(name: str, pods: Iterable[Mapping[str, Any]]) -> list[str]:
     """Base URLs of the resource's ready router pods."""
     urls = []
     for pod in pods:
-        labels = _get(pod, "metadata", "labels") or {}
-        ip = _get(pod, "status", "podIP")
+        labels = lookup(pod, "metadata", "labels") or {}
+        ip = lookup(pod, "status", "podIP")
         if labels.get(c.LABEL_ROUTER) != name or not ip or not pod_ready(pod):
             continue
         host = f"[{ip}]" if ":" in ip else ip
@@ -117,7 +110,7 @@ def vllm_urls(name: str, pods: Iterable[Mapping[str, Any]], port: int) -> dict[s
     out: dict[str, list[str]] = {arm: [] for arm in c.ARMS}
     for pod in pods:
         arm = arm_of(pod, name)
-        ip = _get(pod, "status", "podIP")
+        ip = lookup(pod, "status", "podIP")
         if arm is None or not ip or not pod_ready(pod):
             continue
         host = f"[{ip}]" if ":" in ip else ip

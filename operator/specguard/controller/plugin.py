@@ -20,15 +20,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from specguard._args import ArgumentParser, UsageError
+from specguard._objects import lookup
 from specguard.api import constants as c
-
-
-def _get(obj: Any, *path: str) -> Any:
-    for key in path:
-        if not isinstance(obj, Mapping):
-            return None
-        obj = obj.get(key)
-    return obj
 
 
 def _pct(ratio: Any) -> str:
@@ -39,13 +32,13 @@ def _pct(ratio: Any) -> str:
 
 
 def format_status(obj: Mapping[str, Any]) -> str:
-    name = _get(obj, "metadata", "name")
+    name = lookup(obj, "metadata", "name")
     status = obj.get("status") or {}
     lines = [f"{name}: mode {status.get('mode', 'unknown')}"]
     target = status.get("targetMode")
     if target and target != status.get("mode"):
         lines[0] += f" (swapping to {target})"
-    pin = (_get(obj, "metadata", "annotations") or {}).get(c.ANNOTATION_PIN_MODE)
+    pin = (lookup(obj, "metadata", "annotations") or {}).get(c.ANNOTATION_PIN_MODE)
     if pin:
         lines[0] += f", pinned to {pin}"
     arms = status.get("arms") or {}
@@ -71,7 +64,7 @@ def format_status(obj: Mapping[str, Any]) -> str:
 
 
 def format_history(obj: Mapping[str, Any]) -> str:
-    rows = _get(obj, "status", "transitions") or []
+    rows = lookup(obj, "status", "transitions") or []
     if not rows:
         return "no mode changes yet"
     return "\n".join(
@@ -86,13 +79,13 @@ def explain(obj: Mapping[str, Any]) -> str:
     status = obj.get("status") or {}
     v = status.get("lastVerdict")
     mode = status.get("mode", "unknown")
-    spec_eval = _get(obj, "spec", "evaluation") or {}
+    spec_eval = lookup(obj, "spec", "evaluation") or {}
     sentences = [f"The {mode} arm serves clients."]
     if not v:
         sentences.append("No window has been judged yet.")
         return " ".join(sentences)
-    n_spec = _get(v, "samples", "speculative") or 0
-    n_base = _get(v, "samples", "baseline") or 0
+    n_spec = lookup(v, "samples", "speculative") or 0
+    n_base = lookup(v, "samples", "baseline") or 0
     outcome = v.get("outcome")
     if v.get("ratio") is None:
         sentences.append(
@@ -100,7 +93,7 @@ def explain(obj: Mapping[str, Any]) -> str:
             f"({n_spec:.0f} drafter and {n_base:.0f} baseline requests)."
         )
     else:
-        conc = _get(v, "concurrency", "speculative")
+        conc = lookup(v, "concurrency", "speculative")
         at = f" at {conc:.0f} concurrent requests per pod" if isinstance(conc, int | float) else ""
         sentences.append(
             f"In the window ending {v.get('windowEnd')}, per-token latency with the drafter "

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from specguard.api.spec import Spec
+from specguard.controller.mirror import MIRROR_SETTLE_S, MirrorEvidence, mirror_evidence
 from specguard.judge.verdict import JudgeSettings, Verdict, judge
 from specguard.sources.prometheus import ArmSelectors, PrometheusSource
 from specguard.sources.router_feed import RouterFeedSource
@@ -27,6 +28,9 @@ class WindowEvidence:
     verdict: Verdict
     error: str | None  # the source is down: the message says how
     samples: int  # samples (or histogram observations) that arrived
+    # What the routers mirrored of the serving requests (router feed only; the other
+    # sources carry no pair ids, and the mirror share then stays open-loop).
+    mirror: MirrorEvidence | None = None
 
 
 class Collector:
@@ -60,19 +64,27 @@ class Collector:
         *,
         start: float,
         end: float,
+        mirror_since: float = 0.0,
     ) -> WindowEvidence:
+        """``mirror_since``: when the mirror share last changed (``MirrorEvidence`` counts
+        the serving requests that started ``MIRROR_SETTLE_S`` after it)."""
         kind = spec.metrics_source.type
         try:
             if kind == "prometheus":
                 return await self._prometheus(spec, settings)
             if kind == "scrape":
                 return await self._scrape(settings, pods)
-            return await self._router(settings, routers, start, end)
+            return await self._router(settings, routers, start, end, mirror_since)
         finally:
             self.reset()
 
     async def _router(
-        self, settings: JudgeSettings, routers: Sequence[str], start: float, end: float
+        self,
+        settings: JudgeSettings,
+        routers: Sequence[str],
+        start: float,
+        end: float,
+        mirror_since: float,
     ) -> WindowEvidence:
         if not routers:
             return WindowEvidence(
@@ -83,7 +95,12 @@ class Collector:
         verdict = window.verdict(settings)
         if window.state == "down":
             return WindowEvidence(verdict, window.problem or "router sample feed unreachable", 0)
-        return WindowEvidence(verdict, None, len(window.samples))
+        return WindowEvidence(
+            verdict,
+            None,
+            len(window.samples),
+            mirror_evidence(window.samples, mirror_since + MIRROR_SETTLE_S),
+        )
 
     async def _prometheus(self, spec: Spec, settings: JudgeSettings) -> WindowEvidence:
         url = spec.metrics_source.prometheus_url or ""

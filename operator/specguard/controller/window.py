@@ -8,7 +8,7 @@ between windows (verdict None) so that the startup guardrail, pins and retries a
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Literal
 
 from specguard.api import constants as c
@@ -29,11 +29,11 @@ from specguard.controller.observe import DrafterStartup
 from specguard.controller.settings import policy_settings
 from specguard.controller.swap import ArmObserved, SwapPlan
 from specguard.judge.policy import (
-    MAX_TRANSITIONS_KEPT,
     Command,
     Decision,
     Guardrails,
     PolicyState,
+    change_mode,
     error_guardrail,
     startup_guardrail,
     step,
@@ -146,14 +146,7 @@ def decide(
     spec_trip = speculation if state.mode == c.ARM_SPECULATIVE and pin is None else None
     if spec_trip is not None and command is None and settings.policy == "auto":
         # A drafter that does not speculate counts as a failed drafter: baseline at once.
-        state = replace(
-            state,
-            mode=c.ARM_BASELINE,
-            streak=0,
-            streak_outcome=None,
-            since=now,
-            transitions=(*state.transitions, now)[-MAX_TRANSITIONS_KEPT:],
-        )
+        state = change_mode(state, c.ARM_BASELINE, now)
     new_memory = _memory(state, memory, retry if retry is not None else memory.retry_seen)
     target: Arm = pin or state.mode
 

@@ -194,7 +194,9 @@ def flaps(state: PolicyState, settings: PolicySettings, now: float) -> int:
     return sum(1 for t in state.transitions if now - t < settings.flap_window_s)
 
 
-def _change(state: PolicyState, to: Mode, now: float) -> PolicyState:
+def change_mode(state: PolicyState, to: Mode, now: float) -> PolicyState:
+    """``state`` after a change of mode at ``now``: a new streak, and ``now`` in the flap
+    history (the last :data:`MAX_TRANSITIONS_KEPT`)."""
     kept = (*state.transitions, now)[-MAX_TRANSITIONS_KEPT:]
     return replace(state, mode=to, streak=0, streak_outcome=None, since=now, transitions=kept)
 
@@ -230,7 +232,7 @@ def _act(
             warning=True,
             flaps=flaps(state, settings, now),
         )
-    new = _change(state, to, now)
+    new = change_mode(state, to, now)
     count = flaps(new, settings, now)
     warning = guardrail
     if count >= settings.max_flaps:

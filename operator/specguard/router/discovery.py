@@ -23,6 +23,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from specguard._objects import lookup
 from specguard.judge.sample import Arm
 from specguard.router.pool import Endpoint, Topology
 
@@ -37,20 +38,12 @@ DEFAULT_PORT = 8000
 PORT_NAMES = ("http", "vllm", "serve")
 
 
-def _get(obj: Any, *path: str) -> Any:
-    for key in path:
-        if not isinstance(obj, Mapping):
-            return None
-        obj = obj.get(key)
-    return obj
-
-
 def pod_port(pod: Mapping[str, Any]) -> int:
     """The serving port: a port named http (or vllm/serve), else 8000 if declared, else the
     first declared port, else vLLM's default 8000."""
     ports: list[Mapping[str, Any]] = []
-    for container in _get(pod, "spec", "containers") or []:
-        ports.extend(p for p in (_get(container, "ports") or []) if isinstance(p, Mapping))
+    for container in lookup(pod, "spec", "containers") or []:
+        ports.extend(p for p in (lookup(container, "ports") or []) if isinstance(p, Mapping))
     numbers: list[int] = [
         p["containerPort"] for p in ports if isinstance(p.get("containerPort"), int)
     ]
@@ -65,13 +58,13 @@ def pod_port(pod: Mapping[str, Any]) -> int:
 
 
 def pod_ready(pod: Mapping[str, Any]) -> bool:
-    if _get(pod, "metadata", "deletionTimestamp"):
+    if lookup(pod, "metadata", "deletionTimestamp"):
         return False
-    if _get(pod, "status", "phase") != "Running":
+    if lookup(pod, "status", "phase") != "Running":
         return False
-    for condition in _get(pod, "status", "conditions") or []:
-        if _get(condition, "type") == "Ready":
-            return bool(_get(condition, "status") == "True")
+    for condition in lookup(pod, "status", "conditions") or []:
+        if lookup(condition, "type") == "Ready":
+            return bool(lookup(condition, "status") == "True")
     return False
 
 
@@ -79,15 +72,15 @@ def endpoints_from_pods(pods: Iterable[Mapping[str, Any]], deployment: str) -> l
     """Ready pods of this deployment with an arm label and an IP, as endpoints."""
     out: list[Endpoint] = []
     for pod in pods:
-        labels = _get(pod, "metadata", "labels") or {}
+        labels = lookup(pod, "metadata", "labels") or {}
         if labels.get(DEPLOYMENT_LABEL) != deployment:
             continue
         arm = labels.get(ARM_LABEL)
-        ip = _get(pod, "status", "podIP")
+        ip = lookup(pod, "status", "podIP")
         if arm not in ("speculative", "baseline") or not ip or not pod_ready(pod):
             continue
         host = f"[{ip}]" if ":" in ip else ip
-        name = _get(pod, "metadata", "name") or f"{host}:{pod_port(pod)}"
+        name = lookup(pod, "metadata", "name") or f"{host}:{pod_port(pod)}"
         out.append(Endpoint(name, f"http://{host}:{pod_port(pod)}", arm))
     return out
 
@@ -98,13 +91,13 @@ def roles_from_resource(resource: Mapping[str, Any] | None) -> tuple[Arm, float]
     ``status.mode`` and ``status.arms.mirrorShare`` when the operator has written them;
     otherwise mode speculative and share = spec.shadow.replicas / spec.replicas (COMMON.md).
     """
-    mode_value = _get(resource, "status", "mode")
+    mode_value = lookup(resource, "status", "mode")
     mode: Arm = "baseline" if mode_value == "baseline" else "speculative"
-    share = _get(resource, "status", "arms", "mirrorShare")
+    share = lookup(resource, "status", "arms", "mirrorShare")
     if isinstance(share, int | float) and not isinstance(share, bool):
         return mode, min(max(float(share), 0.0), 1.0)
-    replicas = _get(resource, "spec", "replicas")
-    shadow = _get(resource, "spec", "shadow", "replicas")
+    replicas = lookup(resource, "spec", "replicas")
+    shadow = lookup(resource, "spec", "shadow", "replicas")
     if isinstance(replicas, int) and replicas > 0 and isinstance(shadow, int) and shadow >= 0:
         return mode, min(shadow / replicas, 1.0)
     return mode, 0.0
@@ -112,7 +105,7 @@ def roles_from_resource(resource: Mapping[str, Any] | None) -> tuple[Arm, float]
 
 def swapping_from_resource(resource: Mapping[str, Any] | None) -> bool:
     """``status.arms.swapping``: the operator is swapping the arms, serve from both."""
-    return _get(resource, "status", "arms", "swapping") is True
+    return lookup(resource, "status", "arms", "swapping") is True
 
 
 class KubeDiscovery:
