@@ -13,11 +13,13 @@ from specguard.demo.accounting import (
     Window,
     borrow_ratios,
     cut,
+    load_matched,
     measure,
     totals,
     windows_between,
+    with_inflight,
 )
-from specguard.demo.report import decisions, summarize, summary_lines
+from specguard.demo.report import decisions, in_swaps, summarize, summary_lines
 from specguard.demo.schedule import Phase, parse_schedule, spans
 from specguard.judge.sample import Sample
 
@@ -207,3 +209,41 @@ def test_schedule_phases() -> None:
     assert phases == (Phase("math", 4, 40.0), Phase("tool_call", 144, 100.5))
     assert [(s.start, s.end) for s in spans(phases)] == [(0.0, 40.0), (40.0, 140.5)]
     assert phases[1].streams(2) == 288
+
+
+def test_in_flight_per_arm_is_the_mean_of_the_pod_readings_in_each_window() -> None:
+    windows = cut(spans((Phase("tool_call", 144, 20),)), T0, 10.0)
+    loads = [(T0 + 1, "speculative", 140.0), (T0 + 1, "speculative", 160.0),
+             (T0 + 3, "baseline", 100.0), (T0 + 12, "baseline", 240.0),
+             (T0 + 30, "baseline", 9.0)]  # fmt: skip
+    w0, w1 = with_inflight(windows, loads)
+    assert (w0.spec_inflight, w0.base_inflight) == (150.0, 100.0)
+    assert (w1.spec_inflight, w1.base_inflight) == (None, 240.0)
+    assert w0.load_gap() == 0.5 and w1.load_gap() is None
+
+
+def test_load_matched_keeps_only_ratios_measured_at_matched_load() -> None:
+    def at(ratio: float | None, spec: float, base: float, phase: int = 1) -> Window:
+        return replace(window(phase, 100, 1.0, ratio, 1.0), spec_inflight=spec, base_inflight=base)
+
+    ws = [
+        at(1.5, 140.0, 120.0),  # 1.17: matched
+        at(1.4, 140.0, 100.0),  # 1.4: not
+        at(None, 140.0, 140.0),  # a swap: borrows
+        at(2.5, 245.0, 135.0),  # an overloaded shadow: not
+        at(0.3, 4.0, 12.0, phase=2),  # a phase with no matched window: nothing
+    ]
+    matched = load_matched(borrow_ratios(ws), 0.25)
+    assert [(w.ratio, w.borrowed) for w in matched] == [
+        (1.5, False), (1.5, True), (1.5, True), (1.5, True), (None, False),
+    ]  # fmt: skip
+
+
+def test_failed_requests_are_counted_in_swaps_from_decision_to_serving() -> None:
+    found = decisions(
+        [(T0 + 70.0, "baseline", "Regressed")], [(T0 + 80.0, "baseline")],
+        spans((Phase("math", 4, 40), Phase("tool_call", 144, 100))), T0, 10.0,
+    )  # fmt: skip
+    ends = [T0 + 69.9, T0 + 70.0, T0 + 80.0, T0 + 82.0, T0 + 82.1]
+    assert in_swaps(ends, found) == 3
+    assert in_swaps(ends, [replace(found[0], swap_done=None)]) == 4

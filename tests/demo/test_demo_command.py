@@ -128,13 +128,22 @@ def test_the_vllm_image_runs_as_the_deepseek_simulator_at_the_time_scale() -> No
 
 def test_client_lines_hold_numbers_only_and_read_back(tmp_path: Path) -> None:
     record = StreamRecord(10.0, chunk_times=[10.5, 11.0, 12.5], chunk_tokens=[1, 3, 4])
-    line = record_line(1700000000.25, record, 200, "math", 0)
+    line = record_line(
+        record, started=1700000000.25, ended=1700000003.0, status=200, domain="math", phase=0
+    )
     assert '"Solve' not in line and "content" not in line
     path = tmp_path / "client.jsonl"
-    path.write_text(line + "\n" + record_line(1700000001.0, StreamRecord(11.0), 599, "math", 0)
-                    + "\n" + '{"started": 1')  # a torn last line  # fmt: skip
+    cut_off = record_line(StreamRecord(11.0), started=1700000001.0, ended=1700000001.5,
+                          status=599, domain="math", phase=0)  # fmt: skip
+    path.write_text(line + "\n" + cut_off + "\n" + '{"started": 1')  # a torn last line
     first, failed = read_records(path)
-    assert (first.started, first.tokens, first.decode_s, first.ok) == (1700000000.25, 8, 2.0, True)
+    assert (first.started, first.ended, first.tokens, first.decode_s, first.ok) == (
+        1700000000.25,
+        1700000003.0,
+        8,
+        2.0,
+        True,
+    )
     assert (failed.tokens, failed.ok, failed.usable) == (0, False, False)
 
 

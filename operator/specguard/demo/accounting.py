@@ -27,6 +27,15 @@ from swaps.
 Over the schedule every figure is token-weighted with the tokens the client received in
 each window: realized = Σ R·T ÷ Σ T (= the client's Σ decode time ÷ Σ decode tokens), always
 = Σ X_spec·T ÷ Σ T, never = Σ X_base·T ÷ Σ T, best = Σ min(X_spec, X_base)·T ÷ Σ T.
+
+**Load.** A mirror gives the shadow pod a serving pod's *arrivals*; its requests in flight
+then follow its speed (Little's law): a faster shadow holds fewer than the serving pods, a
+slower one more, and one slower than its arrivals keeps a growing queue. The client runs a
+closed loop, so "the other arm always" would have served at the serving pods' in-flight
+count. Each window therefore carries both arms' mean in-flight requests per pod (sampled
+from the pods), and :func:`load_matched` gives the windows whose two arms were within a
+bound of each other, the others borrowing a matched window's ratio of the same phase: the
+same figures computed on those are the check on how much the shadow's load moved them.
 """
 
 from __future__ import annotations
@@ -47,6 +56,7 @@ class ClientRecord:
     decode_s: float  # last token − first token
     ok: bool = True
     domain: str = ""
+    ended: float | None = None  # epoch seconds
 
     @property
     def usable(self) -> bool:
@@ -71,6 +81,8 @@ class Window:
     served_base_tokens: int = 0
     ratio: float | None = None  # drafter ÷ baseline per-token latency (measured or borrowed)
     borrowed: bool = False  # the ratio came from another window of the phase
+    spec_inflight: float | None = None  # mean requests in flight per drafter-arm pod
+    base_inflight: float | None = None
 
     @property
     def realized_s(self) -> float | None:
@@ -89,6 +101,13 @@ class Window:
     def served_share(self) -> float | None:
         total = self.served_spec_tokens + self.served_base_tokens
         return self.served_spec_tokens / total if total else None
+
+    def load_gap(self) -> float | None:
+        """How far apart the arms' in-flight requests per pod were: max ÷ min − 1."""
+        spec, base = self.spec_inflight, self.base_inflight
+        if spec is None or base is None or min(spec, base) <= 0:
+            return None
+        return max(spec, base) / min(spec, base) - 1.0
 
     def arms_s(self) -> tuple[float, float] | None:
         """(always drafter, never drafter) per-token latency in this window, or None."""
@@ -209,6 +228,43 @@ def _decode_s(sample: Sample) -> float:
     return sample.tpot_s * (sample.output_tokens - 1)
 
 
+def with_inflight(
+    windows: Sequence[Window], loads: Iterable[tuple[float, str, float]]
+) -> list[Window]:
+    """Each window's mean in-flight requests per pod of each arm, from ``(epoch time, arm,
+    requests in flight on one pod)`` readings."""
+    sums: list[dict[str, list[float]]] = [{"speculative": [], "baseline": []} for _ in windows]
+    for t, arm, value in loads:
+        i = _index(windows, t)
+        if i is not None and arm in sums[i]:
+            sums[i][arm].append(value)
+    return [
+        replace(
+            w,
+            spec_inflight=_mean(s["speculative"]),
+            base_inflight=_mean(s["baseline"]),
+        )
+        for w, s in zip(windows, sums, strict=True)
+    ]
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def load_matched(windows: Sequence[Window], bound: float) -> list[Window]:
+    """The windows with a ratio only where both arms' in-flight requests per pod were within
+    ``bound`` of each other (0.25: the larger at most 1.25× the smaller); the others borrow a
+    matched window's ratio of the same phase (:func:`borrow_ratios`)."""
+    cleared = [
+        w
+        if (gap := w.load_gap()) is not None and gap <= bound and not w.borrowed
+        else replace(w, ratio=None, borrowed=False)
+        for w in windows
+    ]
+    return borrow_ratios(cleared)
+
+
 def borrow_ratios(windows: Sequence[Window]) -> list[Window]:
     """Windows without a ratio take the nearest measured one of the same phase (earlier
     first); see the module docstring."""
@@ -299,7 +355,9 @@ __all__ = [
     "Window",
     "borrow_ratios",
     "cut",
+    "load_matched",
     "measure",
     "totals",
     "windows_between",
+    "with_inflight",
 ]

@@ -27,9 +27,9 @@ from typing import Any, TextIO
 
 from specguard._args import ArgumentParser, UsageError
 from specguard.demo import stage as st
-from specguard.demo.accounting import cut, measure
+from specguard.demo.accounting import cut, measure, with_inflight
 from specguard.demo.load import read_records
-from specguard.demo.report import decisions, summarize, summary_json, summary_lines
+from specguard.demo.report import decisions, in_swaps, summarize, summary_json, summary_lines
 from specguard.demo.schedule import (
     DEFAULT_SCHEDULE,
     Phase,
@@ -389,7 +389,10 @@ class Demo:
         with (args.out / "samples.jsonl").open("w") as f:
             for sample in sorted(samples, key=lambda s: s.started_at):
                 f.write(sample.to_json() + "\n")
-        windows = measure(cut(self.spans, t0, args.window), client, samples)
+        windows = with_inflight(
+            measure(cut(self.spans, t0, args.window), client, samples),
+            [(x.t, x.arm, x.running + x.waiting) for x in monitor.loads],
+        )
         settled = [
             (s.t, s.mode) for s in monitor.snapshots if not s.swapping and s.mode == s.target
         ]
@@ -400,8 +403,14 @@ class Demo:
             t0,
             args.window,
         )
+        failed = [r.ended if r.ended is not None else r.started for r in client if not r.ok]
         summary = summarize(
-            windows, self.spans, found, requests=len(client), errors=sum(not r.ok for r in client)
+            windows,
+            self.spans,
+            found,
+            requests=len(client),
+            errors=len(failed),
+            errors_in_swaps=in_swaps(failed, found),
         )
         lines = summary_lines(summary, time_scale=args.time_scale, window_s=args.window)
         png = args.out / "timeline.png"
@@ -444,6 +453,11 @@ class Demo:
             }
             for v in sorted(monitor.verdicts.values(), key=lambda v: v.end)
         ]
+        report["mirror_share"] = _changes([(x.t - t0, x.share) for x in monitor.snapshots])
+        report["modes"] = _changes(
+            [(x.t - t0, "swapping" if x.swapping or x.mode != x.target else x.mode)
+             for x in monitor.snapshots]
+        )  # fmt: skip
         report["events"] = [
             {"t_s": round(e.t - t0, 1), "type": e.type, "reason": e.reason, "message": e.message}
             for e in monitor.events
@@ -554,9 +568,20 @@ def _window_json(w: Any, t0: float) -> dict[str, Any]:
         "ratio": w.ratio,
         "borrowed": w.borrowed,
         "served_share": w.served_share,
+        "drafter_inflight": w.spec_inflight,
+        "baseline_inflight": w.base_inflight,
         "always_s": None if arms is None else arms[0],
         "never_s": None if arms is None else arms[1],
     }
+
+
+def _changes(series: Sequence[tuple[float, Any]]) -> list[list[Any]]:
+    """[time, value] at every change of value."""
+    out: list[list[Any]] = []
+    for t, value in series:
+        if not out or out[-1][1] != value:
+            out.append([round(t, 1), value])
+    return out
 
 
 def _clock(seconds: float) -> str:

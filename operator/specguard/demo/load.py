@@ -5,8 +5,9 @@ It runs as its own process (``python -m specguard.demo.load``, started by the de
 registered with the cluster's process groups), so its timing is not shared with the demo's
 process kubelet, and it exits on SIGTERM/SIGINT or when the demo's process is gone.
 
-Each line: ``{"started": epoch s, "tokens": output tokens, "decode_s": last − first token,
-"ttft_s", "status", "domain", "phase"}``.
+Each line: ``{"started": epoch s, "ended": epoch s, "tokens": output tokens, "decode_s":
+last − first token, "ttft_s", "status", "domain", "phase"}``; status 599: no answer (refused,
+reset or cut off mid-stream).
 """
 
 from __future__ import annotations
@@ -58,11 +59,14 @@ def payload(domain: str, model: str, max_tokens: int) -> bytes:
     return json.dumps(body).encode()
 
 
-def record_line(started: float, record: StreamRecord, status: int, domain: str, phase: int) -> str:
+def record_line(
+    record: StreamRecord, *, started: float, ended: float, status: int, domain: str, phase: int
+) -> str:
     decode = record.chunk_times[-1] - record.chunk_times[0] if record.chunk_times else 0.0
     return json.dumps(
         {
             "started": round(started, 6),
+            "ended": round(ended, 6),
             "tokens": record.tokens,
             "decode_s": round(decode, 6),
             "ttft_s": None if record.ttft is None else round(record.ttft, 6),
@@ -90,6 +94,7 @@ def read_records(path: Path) -> list[ClientRecord]:
                     float(row["decode_s"]),
                     row["status"] == 200,
                     str(row["domain"]),
+                    float(row["ended"]),
                 )
             )
     return out
@@ -185,7 +190,9 @@ class Client:
                 status = 599  # no answer (connection refused or reset, timeout)
             if status != 200:
                 await asyncio.sleep(0.2)  # a failing router: do not spin
-            self.out.write(record_line(started, record, status, domain, phase) + "\n")
+            line = record_line(record, started=started, ended=time.time(), status=status,
+                               domain=domain, phase=phase)  # fmt: skip
+            self.out.write(line + "\n")
 
 
 def build_parser() -> ArgumentParser:

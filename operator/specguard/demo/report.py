@@ -3,15 +3,19 @@ the text and JSON the demo prints and writes (pure: no I/O)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from specguard.api import constants as c
-from specguard.demo.accounting import Totals, Window, totals
+from specguard.demo.accounting import Totals, Window, load_matched, totals
 from specguard.demo.schedule import Span
 
 GOAL_REGRET = 0.05  # within 5% of the per-window best
+# Arms whose in-flight requests per pod differ by more than this are not load-matched (the
+# judge's default concurrencyMatch on arrivals is the same 25%).
+LOAD_BOUND = 0.25
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +66,13 @@ def decisions(
     return out
 
 
+def in_swaps(times: Sequence[float], found: Sequence[Decision], margin: float = 2.0) -> int:
+    """How many of ``times`` (e.g. when failed requests ended) fall in a swap: from a decision
+    to ``margin`` seconds after its new mode served (to the end, if it never did)."""
+    spans_ = [(d.at, math.inf if d.swap_done is None else d.swap_done + margin) for d in found]
+    return sum(any(a <= t <= b for a, b in spans_) for t in times)
+
+
 @dataclass(frozen=True, slots=True)
 class Summary:
     overall: Totals | None
@@ -70,6 +81,11 @@ class Summary:
     requests: int
     errors: int
     pairs: int
+    errors_in_swaps: int = 0
+    # The same figures with only load-matched windows' ratios (accounting.load_matched),
+    # and how many windows with pairs were not matched.
+    matched: Totals | None = None
+    mismatched: int = 0
 
     @property
     def goal(self) -> dict[str, bool] | None:
@@ -90,11 +106,18 @@ def summarize(
     *,
     requests: int,
     errors: int,
+    errors_in_swaps: int = 0,
 ) -> Summary:
     phases = tuple((s, totals(w for w in windows if w.phase == s.index)) for s in spans)
-    return Summary(
-        totals(windows), phases, tuple(found), requests, errors, sum(w.pairs for w in windows)
+    mismatched = sum(
+        1
+        for w in windows
+        if w.tokens and w.pairs and ((gap := w.load_gap()) is None or gap > LOAD_BOUND)
     )
+    return Summary(
+        totals(windows), phases, tuple(found), requests, errors, sum(w.pairs for w in windows),
+        errors_in_swaps, totals(load_matched(windows, LOAD_BOUND)), mismatched,
+    )  # fmt: skip
 
 
 def _ms(seconds: float) -> str:
@@ -134,8 +157,18 @@ def summary_lines(s: Summary, *, time_scale: float, window_s: float) -> list[str
     lines.append(
         f"  {t.windows} windows of {window_s:g}s ({t.borrowed} during swaps with the phase's "
         f"nearest measured ratio, {t.left_out} left out); {s.pairs} mirrored pairs; "
-        f"{s.requests} client requests, {s.errors} errors"
+        f"{s.requests} client requests, {s.errors} errors ({s.errors_in_swaps} of them ended "
+        "during a swap)"
     )
+    m = s.matched
+    if m is not None:
+        lines.append(
+            f"  shadow load: in {s.mismatched} of {t.windows} windows the arms' requests in "
+            f"flight per pod differed by more than {LOAD_BOUND:.0%}; with the ratios of "
+            f"load-matched windows only: always {_ms(m.always_s)}, never {_ms(m.never_s)}, "
+            f"best {_ms(m.best_s)}, regret {_change(m.realized_s, m.best_s)} "
+            f"({m.windows} windows, {m.left_out} left out)"
+        )
     lines.append("Decisions:")
     if not s.decisions:
         lines.append("  none: the operator did not change the mode during the schedule")
@@ -168,6 +201,9 @@ def summary_json(s: Summary, settings: Mapping[str, Any]) -> dict[str, Any]:
         "(Σ decode time ÷ Σ decode tokens); always/never from the mirrored pairs' ratio per "
         "window; best = per-window minimum",
         "overall": figures(s.overall),
+        "load_matched": figures(s.matched),
+        "load_mismatched_windows": s.mismatched,
+        "errors_in_swaps": s.errors_in_swaps,
         "phases": [
             {
                 "phase": span.index + 1,
@@ -178,7 +214,7 @@ def summary_json(s: Summary, settings: Mapping[str, Any]) -> dict[str, Any]:
             }
             for span, pt in s.phases
         ],
-        "decisions": [asdict(d) for d in s.decisions],
+        "decisions": [{**asdict(d), "phase": d.phase + 1} for d in s.decisions],
         "requests": s.requests,
         "errors": s.errors,
         "pairs": s.pairs,
@@ -188,9 +224,11 @@ def summary_json(s: Summary, settings: Mapping[str, Any]) -> dict[str, Any]:
 
 __all__ = [
     "GOAL_REGRET",
+    "LOAD_BOUND",
     "Decision",
     "Summary",
     "decisions",
+    "in_swaps",
     "summarize",
     "summary_json",
     "summary_lines",

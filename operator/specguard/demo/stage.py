@@ -307,7 +307,15 @@ class Stage:
                     x.get("type") == "Ready" and x.get("status") == "True"
                     for x in status.get("conditions") or []
                 )
-                if status.get("mode") == c.ARM_SPECULATIVE and ready and self.router_urls():
+                routers = self.get(
+                    f"/apis/apps/v1/namespaces/{DEMO_NAMESPACE}/deployments/"
+                    f"{c.router_name(self.name)}"
+                )["spec"]["replicas"]
+                if (
+                    status.get("mode") == c.ARM_SPECULATIVE
+                    and ready
+                    and len(self.router_urls()) == routers
+                ):
                     return last
             time.sleep(1.0)
         raise DemoError(

@@ -263,7 +263,8 @@ class Monitor:
             return "mode ?"
         if snap.swapping or snap.target != snap.mode:
             return f"mode {snap.mode} → {snap.target} (swapping)"
-        return f"mode {snap.mode}"
+        share = "" if snap.share is None else f", mirror {snap.share:.2f}"
+        return f"mode {snap.mode}{share}"
 
 
 def _now() -> float:
