@@ -13,8 +13,8 @@ from specguard.demo.accounting import (
     Window,
     borrow_ratios,
     cut,
-    load_matched,
     measure,
+    served_ratios,
     totals,
     windows_between,
     with_inflight,
@@ -219,24 +219,26 @@ def test_in_flight_per_arm_is_the_mean_of_the_pod_readings_in_each_window() -> N
     w0, w1 = with_inflight(windows, loads)
     assert (w0.spec_inflight, w0.base_inflight) == (150.0, 100.0)
     assert (w1.spec_inflight, w1.base_inflight) == (None, 240.0)
-    assert w0.load_gap() == 0.5 and w1.load_gap() is None
 
 
-def test_load_matched_keeps_only_ratios_measured_at_matched_load() -> None:
-    def at(ratio: float | None, spec: float, base: float, phase: int = 1) -> Window:
-        return replace(window(phase, 100, 1.0, ratio, 1.0), spec_inflight=spec, base_inflight=base)
-
+def test_served_ratios_compare_the_arms_where_each_served_the_client() -> None:
     ws = [
-        at(1.5, 140.0, 120.0),  # 1.17: matched
-        at(1.4, 140.0, 100.0),  # 1.4: not
-        at(None, 140.0, 140.0),  # a swap: borrows
-        at(2.5, 245.0, 135.0),  # an overloaded shadow: not
-        at(0.3, 4.0, 12.0, phase=2),  # a phase with no matched window: nothing
+        window(1, 100, 1.5, 0.5, 1.0),  # the drafter serves at 1.5 s per token
+        window(1, 300, 1.5, 0.5, 1.0),
+        window(1, 100, 1.2, 0.5, 0.5),  # a swap: neither arm wholly
+        window(1, 200, 1.0, 0.5, 0.0),  # the baseline serves at 1.0
+        window(2, 100, 0.5, 0.25, 1.0),  # a phase where only the drafter served
     ]
-    matched = load_matched(borrow_ratios(ws), 0.25)
-    assert [(w.ratio, w.borrowed) for w in matched] == [
-        (1.5, False), (1.5, True), (1.5, True), (1.5, True), (None, False),
-    ]  # fmt: skip
+    found = served_ratios(ws)
+    assert [w.ratio for w in found] == [1.5, 1.5, 1.5, 1.5, 0.25]
+    t = totals(found)
+    assert t is not None
+    # Phase 1: always 1.5 where it served and 1.5·1.0 after; never 1.5/1.5 and 1.0.
+    assert found[2].arms_s() == (1.2 / 1.25 * 1.5, 1.2 / 1.25)
+    assert (t.always_s, t.never_s) == (
+        (150 + 450 + 100 * 1.2 / 1.25 * 1.5 + 300 + 50) / 800,
+        (100 + 300 + 100 * 1.2 / 1.25 + 200 + 200) / 800,
+    )
 
 
 def test_failed_requests_are_counted_in_swaps_from_decision_to_serving() -> None:

@@ -121,7 +121,7 @@ def test_the_demo_deploys_rolls_back_repromotes_and_reports(
     out = demo.text()
     print(out)
     assert "helm install specguard" in out and "operator pod specguard-" in out
-    assert "window 10s, consecutiveWindows 2, cooldown 20s, time scale 2" in out
+    assert "window 10s, consecutiveWindows 2, cooldown 90s, time scale 2" in out
     assert "Event Warning RolledBack: Regressed" in out
     assert "Event Normal Repromoted: Improved" in out
     files = tmp_path / "out"

@@ -29,13 +29,16 @@ each window: realized = Σ R·T ÷ Σ T (= the client's Σ decode time ÷ Σ dec
 = Σ X_spec·T ÷ Σ T, never = Σ X_base·T ÷ Σ T, best = Σ min(X_spec, X_base)·T ÷ Σ T.
 
 **Load.** A mirror gives the shadow pod a serving pod's *arrivals*; its requests in flight
-then follow its speed (Little's law): a faster shadow holds fewer than the serving pods, a
-slower one more, and one slower than its arrivals keeps a growing queue. The client runs a
-closed loop, so "the other arm always" would have served at the serving pods' in-flight
-count. Each window therefore carries both arms' mean in-flight requests per pod (sampled
-from the pods), and :func:`load_matched` gives the windows whose two arms were within a
-bound of each other, the others borrowing a matched window's ratio of the same phase: the
-same figures computed on those are the check on how much the shadow's load moved them.
+then follow its own speed (Little's law): a faster shadow holds fewer than the serving pods,
+a slower one more, and one slower than its arrivals a growing queue. That is the right
+counterfactual for clients that arrive on their own (open loop). The demo's client runs a
+closed loop (a fixed number of streams), where the other arm would have served at the
+serving pods' in-flight count instead. So each window also carries both arms' mean in-flight
+requests per pod (from the pods), and :func:`served_ratios` gives a second estimate that
+uses no shadow measurement at all: per phase, the ratio of the client's own per-token
+latency in the windows the drafter arm served to that in the windows the baseline arm served
+(each arm at the client's concurrency); a phase in which only one arm served keeps the pairs'
+ratios.
 """
 
 from __future__ import annotations
@@ -101,13 +104,6 @@ class Window:
     def served_share(self) -> float | None:
         total = self.served_spec_tokens + self.served_base_tokens
         return self.served_spec_tokens / total if total else None
-
-    def load_gap(self) -> float | None:
-        """How far apart the arms' in-flight requests per pod were: max ÷ min − 1."""
-        spec, base = self.spec_inflight, self.base_inflight
-        if spec is None or base is None or min(spec, base) <= 0:
-            return None
-        return max(spec, base) / min(spec, base) - 1.0
 
     def arms_s(self) -> tuple[float, float] | None:
         """(always drafter, never drafter) per-token latency in this window, or None."""
@@ -252,17 +248,31 @@ def _mean(values: Sequence[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def load_matched(windows: Sequence[Window], bound: float) -> list[Window]:
-    """The windows with a ratio only where both arms' in-flight requests per pod were within
-    ``bound`` of each other (0.25: the larger at most 1.25× the smaller); the others borrow a
-    matched window's ratio of the same phase (:func:`borrow_ratios`)."""
-    cleared = [
-        w
-        if (gap := w.load_gap()) is not None and gap <= bound and not w.borrowed
-        else replace(w, ratio=None, borrowed=False)
-        for w in windows
-    ]
-    return borrow_ratios(cleared)
+def served_ratios(windows: Sequence[Window], *, settled: float = 0.99) -> list[Window]:
+    """Each window's ratio replaced by its phase's served ratio (see the module docstring):
+    token-weighted client latency over the windows where the drafter arm served at least
+    ``settled`` of the tokens, over the same for the baseline arm. Phases where one arm never
+    served that wholly keep the windows' own ratios."""
+    by_phase: dict[int, dict[str, list[float]]] = {}
+    for w in windows:
+        share = w.served_share
+        if not w.tokens or share is None:
+            continue
+        arm = "spec" if share >= settled else "base" if share <= 1.0 - settled else None
+        if arm is not None:
+            acc = by_phase.setdefault(w.phase, {"spec": [0.0, 0.0], "base": [0.0, 0.0]})
+            acc[arm][0] += w.decode_s
+            acc[arm][1] += w.tokens
+    out = []
+    for w in windows:
+        sums = by_phase.get(w.phase)
+        if sums is None or not sums["spec"][1] or not sums["base"][1]:
+            out.append(w)
+            continue
+        spec = sums["spec"][0] / sums["spec"][1]
+        base = sums["base"][0] / sums["base"][1]
+        out.append(replace(w, ratio=spec / base, borrowed=False))
+    return out
 
 
 def borrow_ratios(windows: Sequence[Window]) -> list[Window]:
@@ -355,8 +365,8 @@ __all__ = [
     "Window",
     "borrow_ratios",
     "cut",
-    "load_matched",
     "measure",
+    "served_ratios",
     "totals",
     "windows_between",
     "with_inflight",

@@ -94,7 +94,7 @@ def read_records(path: Path) -> list[ClientRecord]:
                     float(row["decode_s"]),
                     row["status"] == 200,
                     str(row["domain"]),
-                    float(row["ended"]),
+                    None if row.get("ended") is None else float(row["ended"]),
                 )
             )
     return out

@@ -9,13 +9,10 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from specguard.api import constants as c
-from specguard.demo.accounting import Totals, Window, load_matched, totals
+from specguard.demo.accounting import Totals, Window, served_ratios, totals
 from specguard.demo.schedule import Span
 
 GOAL_REGRET = 0.05  # within 5% of the per-window best
-# Arms whose in-flight requests per pod differ by more than this are not load-matched (the
-# judge's default concurrencyMatch on arrivals is the same 25%).
-LOAD_BOUND = 0.25
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,21 +79,17 @@ class Summary:
     errors: int
     pairs: int
     errors_in_swaps: int = 0
-    # The same figures with only load-matched windows' ratios (accounting.load_matched),
-    # and how many windows with pairs were not matched.
-    matched: Totals | None = None
-    mismatched: int = 0
+    # The same figures with each phase's served ratio (accounting.served_ratios)
+    served: Totals | None = None
 
     @property
     def goal(self) -> dict[str, bool] | None:
-        t = self.overall
-        if t is None:
-            return None
-        return {
-            "within_5pct_of_best": t.regret <= GOAL_REGRET,
-            "better_than_always": t.realized_s < t.always_s,
-            "better_than_never": t.realized_s < t.never_s,
-        }
+        """The issue's goal by the pairs' figures (``goal_served``: by the served windows')."""
+        return None if self.overall is None else _goal(self.overall)
+
+    @property
+    def goal_served(self) -> dict[str, bool] | None:
+        return None if self.served is None else _goal(self.served)
 
 
 def summarize(
@@ -109,14 +102,9 @@ def summarize(
     errors_in_swaps: int = 0,
 ) -> Summary:
     phases = tuple((s, totals(w for w in windows if w.phase == s.index)) for s in spans)
-    mismatched = sum(
-        1
-        for w in windows
-        if w.tokens and w.pairs and ((gap := w.load_gap()) is None or gap > LOAD_BOUND)
-    )
     return Summary(
         totals(windows), phases, tuple(found), requests, errors, sum(w.pairs for w in windows),
-        errors_in_swaps, totals(load_matched(windows, LOAD_BOUND)), mismatched,
+        errors_in_swaps, totals(served_ratios(windows)),
     )  # fmt: skip
 
 
@@ -129,30 +117,57 @@ def _change(a: float, b: float) -> str:
     return f"{'+' if change >= 0 else '−'}{abs(change):.1f}%"
 
 
+def _goal(t: Totals) -> dict[str, bool]:
+    return {
+        "within_5pct_of_best": t.regret <= GOAL_REGRET,
+        "better_than_always": t.realized_s < t.always_s,
+        "better_than_never": t.realized_s < t.never_s,
+    }
+
+
+def _goal_text(t: Totals) -> str:
+    g = _goal(t)
+    yes = {True: "yes", False: "no"}
+    return (
+        f"within {GOAL_REGRET:.0%} of the best {yes[g['within_5pct_of_best']]}, better than "
+        f"always {yes[g['better_than_always']]}, better than never {yes[g['better_than_never']]}"
+    )
+
+
 def summary_lines(s: Summary, *, time_scale: float, window_s: float) -> list[str]:
     lines = [
         "Per-token latency over the schedule, token-weighted over the client's requests "
-        f"(wall-clock; the simulator runs at time scale {time_scale:g}):"
+        f"(wall-clock ms; the simulator runs at time scale {time_scale:g}). The other arm's "
+        "figure comes from the mirrored pairs (the shadow at a serving pod's arrivals), or "
+        "from the windows that arm served the client itself (at the client's concurrency):"
     ]
-    t = s.overall
+    t, v = s.overall, s.served
     if t is None:
         return [*lines, "  no window has both client tokens and paired measurements"]
-    lines += [
-        f"  specguard (realized)  {_ms(t.realized_s):>10}",
-        f"  always drafter        {_ms(t.always_s):>10}   specguard "
-        f"{_change(t.realized_s, t.always_s)}",
-        f"  never drafter         {_ms(t.never_s):>10}   specguard "
-        f"{_change(t.realized_s, t.never_s)}",
-        f"  per-window best       {_ms(t.best_s):>10}   regret {_change(t.realized_s, t.best_s)}",
-    ]
+
+    def row(label: str, a: float, b: float | None, note: str = "") -> str:
+        second = "" if b is None else f"{b * 1000:>10.2f}"
+        return f"  {label:<22}{a * 1000:>10.2f}{second:>16}  {note}".rstrip()
+
+    lines.append(f"  {'':<22}{'pairs':>10}{'served':>16}")
+    lines.append(row("specguard (realized)", t.realized_s, None if v is None else v.realized_s))
+    for label, a, b in (
+        ("always drafter", t.always_s, None if v is None else v.always_s),
+        ("never drafter", t.never_s, None if v is None else v.never_s),
+    ):
+        lines.append(row(label, a, b, f"specguard {_change(t.realized_s, a)}"
+                         + ("" if b is None else f" / {_change(t.realized_s, b)}")))  # fmt: skip
+    lines.append(row("per-window best", t.best_s, None if v is None else v.best_s,
+                     f"regret {_change(t.realized_s, t.best_s)}"
+                     + ("" if v is None else f" / {_change(v.realized_s, v.best_s)}")))  # fmt: skip
     for span, pt in s.phases:
         if pt is None:
             continue
         p = span.phase
         lines.append(
-            f"  phase {span.index + 1} {p.label()} ({p.per_pod}/pod, {p.seconds:g}s): realized "
-            f"{_ms(pt.realized_s)}, always {_ms(pt.always_s)}, never {_ms(pt.never_s)}, "
-            f"best {_ms(pt.best_s)}"
+            f"  phase {span.index + 1} {p.label()} ({p.per_pod}/pod, {p.seconds:g}s), pairs: "
+            f"realized {_ms(pt.realized_s)}, always {_ms(pt.always_s)}, never "
+            f"{_ms(pt.never_s)}, best {_ms(pt.best_s)}"
         )
     lines.append(
         f"  {t.windows} windows of {window_s:g}s ({t.borrowed} during swaps with the phase's "
@@ -160,32 +175,19 @@ def summary_lines(s: Summary, *, time_scale: float, window_s: float) -> list[str
         f"{s.requests} client requests, {s.errors} errors ({s.errors_in_swaps} of them ended "
         "during a swap)"
     )
-    m = s.matched
-    if m is not None:
-        lines.append(
-            f"  shadow load: in {s.mismatched} of {t.windows} windows the arms' requests in "
-            f"flight per pod differed by more than {LOAD_BOUND:.0%}; with the ratios of "
-            f"load-matched windows only: always {_ms(m.always_s)}, never {_ms(m.never_s)}, "
-            f"best {_ms(m.best_s)}, regret {_change(m.realized_s, m.best_s)} "
-            f"({m.windows} windows, {m.left_out} left out)"
-        )
     lines.append("Decisions:")
     if not s.decisions:
         lines.append("  none: the operator did not change the mode during the schedule")
     for d in s.decisions:
         what = "rolled back to baseline" if d.rollback else "re-promoted the drafter"
-        span_label = f"phase {d.phase + 1}"
         done = "" if d.swap_windows is None else f", serving after {d.swap_windows:.1f}"
         lines.append(
-            f"  {what} ({d.reason}): decided {d.windows:.1f} windows after {span_label} began{done}"
+            f"  {what} ({d.reason}): decided {d.windows:.1f} windows after phase {d.phase + 1} "
+            f"began{done}"
         )
-    goal = s.goal or {}
-    lines.append(
-        f"Goal: within {GOAL_REGRET:.0%} of the per-window best: "
-        f"{'yes' if goal.get('within_5pct_of_best') else 'no'}; better than always: "
-        f"{'yes' if goal.get('better_than_always') else 'no'}; better than never: "
-        f"{'yes' if goal.get('better_than_never') else 'no'}"
-    )
+    lines.append(f"Goal, by the pairs: {_goal_text(t)}")
+    if v is not None:
+        lines.append(f"Goal, by the served windows: {_goal_text(v)}")
     return lines
 
 
@@ -199,10 +201,10 @@ def summary_json(s: Summary, settings: Mapping[str, Any]) -> dict[str, Any]:
         "settings": dict(settings),
         "aggregation": "token-weighted per-token latency over the client's requests "
         "(Σ decode time ÷ Σ decode tokens); always/never from the mirrored pairs' ratio per "
-        "window; best = per-window minimum",
+        "window (overall), or from the phase's windows each arm served (served); best = "
+        "per-window minimum",
         "overall": figures(s.overall),
-        "load_matched": figures(s.matched),
-        "load_mismatched_windows": s.mismatched,
+        "served": figures(s.served),
         "errors_in_swaps": s.errors_in_swaps,
         "phases": [
             {
@@ -219,12 +221,12 @@ def summary_json(s: Summary, settings: Mapping[str, Any]) -> dict[str, Any]:
         "errors": s.errors,
         "pairs": s.pairs,
         "goal": s.goal,
+        "goal_served": s.goal_served,
     }
 
 
 __all__ = [
     "GOAL_REGRET",
-    "LOAD_BOUND",
     "Decision",
     "Summary",
     "decisions",
