@@ -155,3 +155,52 @@ def test_status_line_off_a_terminal_is_printed_once_per_window() -> None:
     console.say("an event")
     lines = out.getvalue().splitlines()
     assert len(lines) == 2 and lines[0].endswith("] first") and lines[1].endswith("] an event")
+
+
+def _fake_build(tmp_path: Path, body: str) -> Path:
+    script = tmp_path / "build-control-plane.sh"
+    script.write_text("#!/usr/bin/env bash\nset -e\n" + body)
+    return script
+
+
+def test_a_missing_control_plane_is_built_with_a_progress_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = tmp_path / "cache"
+    bin_dir = cache / "control-plane" / "v1.37.2" / "bin"
+    script = _fake_build(tmp_path, (
+        'echo "build-control-plane: building kube-apiserver ..." >&2\n'
+        f"mkdir -p {bin_dir}\nsleep 2.5\n"
+        f"for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubectl; do "
+        f"printf '#!/bin/sh\\n' > {bin_dir}/$b; chmod +x {bin_dir}/$b; done\n"
+    ))  # fmt: skip
+    monkeypatch.setenv("SPECGUARD_CACHE_DIR", str(cache))
+    monkeypatch.delenv("KUBEBUILDER_ASSETS", raising=False)
+    monkeypatch.delenv("SPECGUARD_KUBE_VERSION", raising=False)
+    monkeypatch.setattr(stage, "build_script", lambda: script)
+    said: list[str] = []
+    progress: list[str] = []
+    origin = stage.ensure_binaries(said.append, progress.append)
+    assert origin == str(bin_dir)
+    assert said[0].startswith("building Kubernetes and etcd from the Go modules (first use only;")
+    assert said[-1].startswith("control plane built in 0m0") and str(bin_dir) in said[-1]
+    assert progress and progress[0].startswith("building the control plane: 0m00s, ")
+
+
+def test_a_failed_build_is_one_line_with_its_reason_and_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    script = _fake_build(tmp_path, (
+        'echo "build-control-plane: resolving k8s.io/kubernetes v1.37.2" >&2\n'
+        'echo "build-control-plane: error: go mod tidy failed (log: /x/tidy.log)" >&2\nexit 1\n'
+    ))  # fmt: skip
+    monkeypatch.setenv("SPECGUARD_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("KUBEBUILDER_ASSETS", raising=False)
+    monkeypatch.setattr(stage, "build_script", lambda: script)
+    with pytest.raises(stage.DemoError) as error:
+        stage.ensure_binaries(lambda _: None, lambda _: None)
+    message = str(error.value)
+    assert message.startswith(
+        "cannot build the control plane: go mod tidy failed (log: /x/tidy.log)"
+    )
+    assert "\n" not in message and "demo-build.log" in message

@@ -80,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="spec.evaluation.window (at least 10)",
     )
     p.add_argument(
-        "--cooldown", type=int, default=20, metavar="SECONDS", help="spec.rollback.cooldown"
+        "--cooldown", type=int, default=90, metavar="SECONDS", help="spec.rollback.cooldown"
     )
     p.add_argument(
         "--consecutive-windows",

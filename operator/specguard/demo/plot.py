@@ -19,6 +19,7 @@ OUTCOME_COLOURS = {
     "inconclusive": "white",
 }
 ARM_COLOURS = {c.ARM_SPECULATIVE: "tab:blue", c.ARM_BASELINE: "tab:orange"}
+MODE_COLOURS = {c.ARM_SPECULATIVE: "tab:blue", c.ARM_BASELINE: "tab:orange", "swapping": "tab:gray"}
 
 
 def timeline(
@@ -40,9 +41,12 @@ def timeline(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    plain = FuncFormatter(lambda y, _: f"{y:g}")
 
     fig, (lat, ver, conc) = plt.subplots(
-        3, 1, figsize=(12, 9.5), sharex=True, gridspec_kw={"height_ratios": [3, 2, 2]}
+        3, 1, figsize=(14, 9.5), sharex=True, gridspec_kw={"height_ratios": [3, 2, 2]}
     )
     end = spans[-1].end if spans else 0.0
     for ax in (lat, ver, conc):
@@ -81,8 +85,10 @@ def timeline(
     ys = [w.realized_s * 1000 for w in windows if w.realized_s is not None]
     lat.plot(xs, ys, "k--", lw=1.2, label="client (realized)")
     lat.set_yscale("log")
+    lat.yaxis.set_major_formatter(plain)
+    lat.yaxis.set_minor_formatter(plain)
     lat.set_ylabel("per-token latency (ms)")
-    lat.legend(loc="upper left", fontsize=8)
+    lat.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, fontsize=8)
 
     # 2. each window's verdict (ratio and CI), the mode
     for v in verdicts:
@@ -107,6 +113,9 @@ def timeline(
     ver.axhline(1.0, color="black", lw=0.8)
     ver.axhspan(1 - tolerance, 1 + tolerance, color="tab:gray", alpha=0.15, lw=0)
     ver.set_yscale("log")
+    ver.set_yticks([0.25, 0.5, 1.0, 2.0, 4.0])
+    ver.yaxis.set_major_formatter(plain)
+    ver.yaxis.set_minor_formatter(NullFormatter())
     ver.set_ylabel("verdict: drafter ÷ baseline")
     _mode_band(ver, snapshots, t0)
     handles = [
@@ -116,8 +125,14 @@ def timeline(
     handles += [
         Line2D([], [], color="tab:red", label="rollback decided (dotted: serving)"),
         Line2D([], [], color="tab:green", label="re-promotion decided"),
+        *(
+            Line2D([], [], color=colour, lw=6, label=f"mode: {state}")
+            for state, colour in MODE_COLOURS.items()
+        ),
     ]
-    ver.legend(handles=handles, loc="upper left", fontsize=7, ncol=3)
+    ver.legend(
+        handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, fontsize=7
+    )
 
     # 3. concurrency per pod
     by_pod: dict[str, list[PodLoad]] = {}
@@ -141,7 +156,7 @@ def timeline(
         )
     conc.set_ylabel("requests in flight per pod")
     conc.set_xlabel("seconds since the traffic started")
-    conc.legend(loc="upper left", fontsize=7)
+    conc.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, fontsize=7)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -160,8 +175,13 @@ def _mode_band(ax: Any, snapshots: Sequence[Snapshot], t0: float) -> None:
             runs[-1] = (runs[-1][0], snap.t - t0, state)
         else:
             runs.append((snap.t - t0, snap.t - t0, state))
-    colours = {c.ARM_SPECULATIVE: "tab:blue", c.ARM_BASELINE: "tab:orange", "swapping": "tab:gray"}
     for start, end, state in runs:
         ax.axvspan(
-            start, max(end, start + 1), ymin=0, ymax=0.06, color=colours[state], alpha=0.8, lw=0
+            start,
+            max(end, start + 1),
+            ymin=0,
+            ymax=0.06,
+            color=MODE_COLOURS[state],
+            alpha=0.8,
+            lw=0,
         )
