@@ -24,11 +24,6 @@ from specguard.testing.procs import proc_stat
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
-# Shorter than the default (math 40 s, tool calls 100 s, math 90 s), with room for the
-# rollback (about 3 windows and a swap) and the re-promotion (cooldown, then 3 improved
-# windows and a swap) on a busy 2-core machine.
-SCHEDULE = "math:4:30,tool_call:144:90,math:4:100"
-
 
 @dataclass
 class Running:
@@ -114,7 +109,7 @@ def watch_descendants(demo: Running, seen: dict[int, int], until: str, timeout: 
 def test_the_demo_deploys_rolls_back_repromotes_and_reports(
     tmp_path: Path, demo_processes: dict[int, int]
 ) -> None:
-    demo = start_demo(tmp_path, "--schedule", SCHEDULE)
+    demo = start_demo(tmp_path)  # the default schedule: what a user runs
     watch_descendants(demo, demo_processes, "traffic phase 2/3", 300)
     watch_descendants(demo, demo_processes, "Per-token latency over the schedule", 420)
     assert demo.proc.wait(120) == 0, demo.text()[-4000:]
@@ -133,7 +128,8 @@ def test_the_demo_deploys_rolls_back_repromotes_and_reports(
     overall = report["overall"]
     assert overall["windows"] >= 20 and overall["left_out"] == 0
     assert overall["realized_s"] > 0 and overall["best_s"] <= overall["realized_s"]
-    assert report["errors"] == 0, report["errors"]
+    # The only failed requests are those a swap cut off (docs/demo.md, "What the runs show").
+    assert report["errors"] == report["errors_in_swaps"], report["errors"]
     assert (files / "timeline.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (files / "timeline.png").stat().st_size > 20_000
     text = (files / "summary.txt").read_text()

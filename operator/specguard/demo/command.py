@@ -80,7 +80,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="spec.evaluation.window (at least 10)",
     )
     p.add_argument(
-        "--cooldown", type=int, default=90, metavar="SECONDS", help="spec.rollback.cooldown"
+        "--cooldown",
+        type=int,
+        default=90,
+        metavar="SECONDS",
+        help="spec.rollback.cooldown (longer than the tool-call phase: docs/demo.md)",
     )
     p.add_argument(
         "--consecutive-windows",
