@@ -5,7 +5,7 @@
                                                 [--pairings unpaired,paired]
                                                 [--seed 1]
 
-Windows come from specguard.testing.traffic, a generator written apart from the judge:
+Windows come from specguard.testing._traffic, a generator written apart from the judge:
 per-token latency 12 ms × (1 + c/16) with the in-flight count c uniform on 1..64 per request
 (so it grows with load and the mix varies between windows), a log-normal prompt effect of
 log-spread σ (heavy: Student-t(3) in log space plus 3% stragglers 2–10×, at σ 0.35), three
@@ -33,8 +33,8 @@ import time
 
 import numpy as np
 
-from specguard.judge.verdict import JudgeSettings, judge
-from specguard.testing.traffic import Traffic, window
+from specguard.judge._verdict import JudgeSettings, judge
+from specguard.testing._traffic import Traffic, window
 
 SHAPES: dict[str, Traffic] = {
     "sigma0.2": Traffic(sigma=0.2),

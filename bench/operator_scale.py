@@ -3,8 +3,13 @@
     .venv/bin/python bench/operator_scale.py                   # 200 resources
     .venv/bin/python bench/operator_scale.py --resources 50 --idle 60
 
-`specguard run` runs as a subprocess against a LocalCluster with no kubelet (the pods stay
-Pending: this measures the operator and the API server, not the simulators). Measured:
+`specguard run` runs as a subprocess against a LocalCluster with no kubelet and without
+kube-controller-manager's Deployment and ReplicaSet controllers: the operator applies every
+Deployment as it would anywhere, but no ReplicaSet or pod is created (with them, 200
+resources make ~800 Pending pods whose creation and scheduling took the machine's cores from
+the operator being measured; no pod would ever run here anyway). The operator's pod watch
+therefore sees no pods: idle figures are unchanged by this (idle pods send no events), and
+create → applied leaves out the pod events a real cluster would also deliver. Measured:
 
 - create → owned objects applied: from each resource's POST to the moment its last owned
   Deployment (`<name>-router`) is seen, p50 and p95;
@@ -31,8 +36,8 @@ from typing import Any
 
 import httpx
 
-from specguard.testing.cluster import LocalCluster
-from specguard.testing.ports import free_port
+from specguard.testing._cluster import LocalCluster
+from specguard.testing._ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 CRD = ROOT / "crds" / "specguard.io_speculativedeployments.yaml"
@@ -78,6 +83,11 @@ def memory(pid: int) -> dict[str, int]:
     return out
 
 
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
@@ -90,7 +100,11 @@ def main() -> int:
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = p.parse_args()
     n = args.resources
-    with LocalCluster() as cluster, tempfile.TemporaryDirectory() as tmp:
+    without = ("deployment-controller", "replicaset-controller")
+    with (
+        LocalCluster(without_controllers=without) as cluster,
+        tempfile.TemporaryDirectory() as tmp,
+    ):
         cluster.kubectl("apply", "--server-side", "-f", str(CRD))
         cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
                         "crd/speculativedeployments.specguard.io")  # fmt: skip
@@ -142,7 +156,7 @@ def main() -> int:
             t0 = time.time()
             with ThreadPoolExecutor(8) as pool:
                 list(pool.map(create, range(n)))
-            watcher.join(timeout=600)
+            watcher.join(timeout=900)
             stop.set()
             all_applied = time.time() - t0
             latencies = [applied[k] - created[k] for k in created if k in applied]
@@ -160,7 +174,9 @@ def main() -> int:
                 time.sleep(2)
             time.sleep(5)
             before = by_verb(metrics(port))
+            cpu_before = cpu_seconds(proc.pid)
             time.sleep(args.idle)
+            cpu_idle = (cpu_seconds(proc.pid) - cpu_before) / args.idle
             after = by_verb(metrics(port))
             mem = memory(proc.pid)
             per_min = {
@@ -176,6 +192,7 @@ def main() -> int:
                 "operator_rss_mib": mem.get("VmRSS"),
                 "operator_peak_rss_mib": mem.get("VmHWM"),
                 "idle_api_requests_per_resource_per_min": per_min,
+                "idle_operator_cpu_percent": round(100 * cpu_idle, 1),
                 "total_api_requests": after,
             }
         finally:

@@ -95,7 +95,7 @@ class LocalBackend:
 
     def __init__(self) -> None:
         from specguard.testing import KubeletConfig, LocalCluster
-        from specguard.testing.images import Launch
+        from specguard.testing._images import Launch
 
         def faulty(launch: Launch) -> list[str]:
             import sys

@@ -19,7 +19,7 @@
 set -euo pipefail
 
 # The newest release whose go.mod asks for a Go the machine has (go 1.26.0 here; 1.37 is the
-# newest minor served). Change it together with KUBE_VERSION in specguard/testing/binaries.py.
+# newest minor served). Change it together with KUBE_VERSION in specguard/testing/_binaries.py.
 KUBE_VERSION="${SPECGUARD_KUBE_VERSION:-1.37.2}"
 
 CACHE_DIR="${SPECGUARD_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/specguard}"

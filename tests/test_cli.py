@@ -23,12 +23,12 @@ from specguard.cli import main
 SUBCOMMANDS = {
     "render": "specguard.commands.render:build_parser",
     "crd": "specguard.commands.crd:build_parser",
-    "sim": "specguard.sim.options:build_parser",
-    "router": "specguard.router.command:build_parser",
+    "sim": "specguard.sim._options:build_parser",
+    "router": "specguard.router._command:build_parser",
     "judge": "specguard.commands.judge:build_parser",
-    "evaluate": "specguard.evaluate.command:build_parser",
-    "run": "specguard.controller.command:build_parser",
-    "demo": "specguard.demo.command:build_parser",
+    "evaluate": "specguard.evaluate._command:build_parser",
+    "run": "specguard.controller._command:build_parser",
+    "demo": "specguard.demo._command:build_parser",
 }
 
 # name -> (a bad command line, the flag its one-line error must name)

@@ -3,6 +3,7 @@ its public surface in its ``__init__``."""
 
 from __future__ import annotations
 
+import ast
 import importlib
 import pkgutil
 import re
@@ -153,3 +154,85 @@ def test_only_evaluate_needs_the_evaluate_extra() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=300
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+# Modules that are public by design: a namespace of shared names, the subcommand modules of
+# the pure cores' front ends, the pytest plugin named in conftest.py. Every other module in a
+# package is private (``_name.py``); its package's ``__init__`` shows what others may use.
+_PUBLIC_MODULES = {
+    "specguard.api.constants",
+    "specguard.commands.crd",
+    "specguard.commands.judge",
+    "specguard.commands.render",
+    "specguard.testing.pytest_plugin",
+}
+
+
+def _package_modules() -> list[str]:
+    return sorted(
+        info.name
+        for info in pkgutil.walk_packages(specguard.__path__, "specguard.")
+        if not info.ispkg and info.name.count(".") >= 2
+    )
+
+
+def test_internal_modules_are_private() -> None:
+    public = [
+        name
+        for name in _package_modules()
+        if not name.rsplit(".", 1)[1].startswith("_") and name not in _PUBLIC_MODULES
+    ]
+    assert public == [], "modules inside a package are private (_name.py) unless listed"
+
+
+def _private_imports_across(source: str, package: str | None) -> list[str]:
+    """``from specguard.P._m import x`` / ``from specguard.P import _m`` where P is not
+    ``package``: another package's internals, not its public surface."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.ImportFrom | ast.Import):
+            continue
+        if isinstance(node, ast.ImportFrom):
+            targets = [node.module or ""]
+        else:
+            targets = [a.name for a in node.names]
+        if isinstance(node, ast.ImportFrom) and (node.module or "").count(".") == 1:
+            targets += [f"{node.module}.{a.name}" for a in node.names]
+        for target in targets:
+            parts = target.split(".")
+            if (
+                len(parts) >= 3
+                and parts[0] == "specguard"
+                and parts[2].startswith("_")
+                and not parts[2].startswith("__")
+                and parts[1] != package
+            ):
+                found.append(f"line {node.lineno}: {target}")
+    return found
+
+
+def test_code_uses_other_packages_through_their_public_surface() -> None:
+    top = ROOT / "operator" / "specguard"
+    bad = []
+    for path in sorted(top.rglob("*.py")):
+        parts = path.relative_to(top).parts
+        package = parts[0] if len(parts) > 1 else None
+        hits = _private_imports_across(path.read_text(), package)
+        bad += [f"{path.relative_to(ROOT)} {hit}" for hit in hits]
+    assert bad == []
+
+
+def test_private_imports_across_packages_are_found() -> None:
+    source = (
+        "from specguard.judge._verdict import judge\n"
+        "from specguard.router import _proxy\n"
+        "import specguard.sim._engine\n"
+        "from specguard.judge import Verdict\n"
+        "from specguard.controller._loop import x\n"
+        "from specguard.api import constants\n"
+    )
+    assert _private_imports_across(source, "controller") == [
+        "line 1: specguard.judge._verdict",
+        "line 2: specguard.router._proxy",
+        "line 3: specguard.sim._engine",
+    ]

@@ -20,8 +20,8 @@ import sys
 from pathlib import Path
 from typing import Final
 
-from specguard.api.crd import CEL_SINCE, FIELD_PATH_SINCE, crd
-from specguard.api.rules import QUANTITY_SINCE
+from specguard.api._crd import CEL_SINCE, FIELD_PATH_SINCE, crd
+from specguard.api._rules import QUANTITY_SINCE
 from specguard.commands.render import dump_yaml
 
 TEMPLATE: Final = Path(__file__).resolve().parents[1] / "specguard" / "templates" / "crd.yaml"

@@ -1,6 +1,6 @@
 """The `specguard` command: one subcommand per room, each loaded only when used.
 
-Every subcommand lives in its own module as ``main(argv: list[str]) -> int`` so that
+Every subcommand is a module or package exporting ``main(argv: list[str]) -> int`` so that
 ``specguard render`` never imports aiohttp or numpy and the rooms stay independent.
 """
 
@@ -12,16 +12,16 @@ from collections.abc import Sequence
 
 from specguard._args import UsageError
 
-# name -> (module holding ``main(argv) -> int``, one-line help)
+# name -> (module or package exporting ``main(argv) -> int``, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "run": ("specguard.controller.command", "run the operator"),
+    "run": ("specguard.controller", "run the operator"),
     "render": ("specguard.commands.render", "print the Kubernetes objects of a resource"),
     "crd": ("specguard.commands.crd", "print the SpeculativeDeployment CRD"),
-    "sim": ("specguard.sim.command", "run the vLLM simulator with speculative-decoding economics"),
-    "router": ("specguard.router.command", "run the shadow router"),
+    "sim": ("specguard.sim", "run the vLLM simulator with speculative-decoding economics"),
+    "router": ("specguard.router", "run the shadow router"),
     "judge": ("specguard.commands.judge", "judge recorded per-request samples"),
-    "evaluate": ("specguard.evaluate.command", "A/B sweep of a drafter against no drafter"),
-    "demo": ("specguard.demo.command", "the operator's whole job on a local cluster, in minutes"),
+    "evaluate": ("specguard.evaluate", "A/B sweep of a drafter against no drafter"),
+    "demo": ("specguard.demo", "the operator's whole job on a local cluster, in minutes"),
 }
 
 # Libraries that come with an optional extra (pyproject.toml), so that the operator image can

@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from specguard.judge.sample import Arm, Measurement, Role, Sample, tpot
+from specguard.judge import Arm, Measurement, Role, Sample, tpot
 
 # An event larger than this without its end is not a vLLM chunk; the meter stops parsing
 # (the proxy still forwards the bytes) rather than buffer without bound.

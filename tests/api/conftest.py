@@ -11,9 +11,9 @@ import celpy.adapter
 import pytest
 from celpy import celtypes
 
-from specguard.api.resource import NAME_CEL
-from specguard.api.rules import RULES, Rule
-from specguard.api.wire import quantity_value
+from specguard.api._resource import NAME_CEL
+from specguard.api._rules import RULES, Rule
+from specguard.api._wire import quantity_value
 
 BASE_SPEC: dict[str, Any] = {
     "model": {"name": "Qwen/Qwen3.6-35B-A3B", "servedModelName": "qwen3.6"},

@@ -10,7 +10,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from specguard.api.spec import DRAFTER_METHODS, METHODS_WITHOUT_MODEL
+from specguard.api._spec import DRAFTER_METHODS, METHODS_WITHOUT_MODEL
 
 from .conftest import resource
 

@@ -13,9 +13,9 @@ import jsonschema
 import pytest
 import yaml
 
-from specguard.api.crd import crd, node_at, open_api_schema, parse_kube_version
-from specguard.api.rules import QUANTITY_SINCE, RULES
-from specguard.api.spec import Spec
+from specguard.api._crd import crd, node_at, open_api_schema, parse_kube_version
+from specguard.api._rules import QUANTITY_SINCE, RULES
+from specguard.api._spec import Spec
 from specguard.commands.crd import crd_yaml, main
 
 from .conftest import BASE_SPEC, resource

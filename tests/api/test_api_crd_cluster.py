@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from specguard.api import SpecError, parse_resource
-from specguard.testing.cluster import LocalCluster
+from specguard.testing._cluster import LocalCluster
 
 pytestmark = pytest.mark.cluster
 

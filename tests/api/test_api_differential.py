@@ -28,10 +28,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from specguard.api import SpecError, parse_resource
+from specguard.api._resource import NAMESPACE_PATTERN
+from specguard.api._rules import RULES
 from specguard.api.constants import GROUP, PLURAL, VERSION
-from specguard.api.resource import NAMESPACE_PATTERN
-from specguard.api.rules import RULES
-from specguard.testing.cluster import LocalCluster
+from specguard.testing._cluster import LocalCluster
 
 from .conftest import BASE_SPEC, resource
 from .strategies import resources

@@ -11,11 +11,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from specguard.api import SpecError, parse_resource, validate_spec
+from specguard.api._durations import format_duration, parse_duration
+from specguard.api._spec import Spec
+from specguard.api._status import Status, Transition, append_transition
+from specguard.api._wire import quantity_value
 from specguard.api.constants import MAX_TRANSITIONS
-from specguard.api.durations import format_duration, parse_duration
-from specguard.api.spec import Spec
-from specguard.api.status import Status, Transition, append_transition
-from specguard.api.wire import quantity_value
 
 from .conftest import BASE_SPEC, resource
 

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from specguard.api import SpecError, parse_resource
-from specguard.api.rules import RULES, check_rules
-from specguard.api.spec import Spec
+from specguard.api._rules import RULES, check_rules
+from specguard.api._spec import Spec
 
 from .conftest import BASE_SPEC, CelRules, resource
 

@@ -9,7 +9,7 @@ import pytest
 from lupa import LuaRuntime
 
 from specguard.api import constants as c
-from specguard.api.status import Arms, ArmStatus, Condition, Status
+from specguard.api._status import Arms, ArmStatus, Condition, Status
 
 from .conftest import CHART
 

@@ -15,7 +15,7 @@ import kubernetes_validate
 import pytest
 
 from specguard.api import constants as c
-from specguard.api.crd import crd, parse_kube_version
+from specguard.api._crd import crd, parse_kube_version
 
 from .conftest import (
     CHART,
@@ -321,8 +321,8 @@ def exported_metrics() -> set[str]:
     """Every series name the router, the simulator (vLLM's names) and the operator expose."""
     from prometheus_client import CollectorRegistry
 
-    from specguard.router.metrics import RouterMetrics
-    from specguard.sim.exporter import SimMetrics
+    from specguard.router._metrics import RouterMetrics
+    from specguard.sim._exporter import SimMetrics
 
     registries: list[CollectorRegistry] = [RouterMetrics().registry]
     registries.append(SimMetrics("m", num_spec_tokens=4, max_model_len=4096).registry)

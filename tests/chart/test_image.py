@@ -17,7 +17,7 @@ import pytest
 from specguard.cli import COMMANDS
 from specguard.commands.render import load_resources
 from specguard.render import render_all
-from specguard.testing.images import SPECGUARD_REPOSITORY, repository
+from specguard.testing._images import SPECGUARD_REPOSITORY, repository
 
 from .conftest import EVERYTHING_ON, ROOT, by_kind, helm_template
 

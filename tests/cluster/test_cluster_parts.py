@@ -16,19 +16,19 @@ from pathlib import Path
 
 import pytest
 
-from specguard.testing.binaries import (
+from specguard.testing._binaries import (
     KUBE_VERSION,
     MissingBinariesError,
     cache_bin_dir,
     find_binaries,
 )
-from specguard.testing.images import HOST_IMAGE, Launch, UnknownImageError, resolve_argv
-from specguard.testing.loopback import LoopbackPool, listening_addresses
-from specguard.testing.podenv import expand
-from specguard.testing.probes import parse_probe
-from specguard.testing.procs import group_members, reap_orphans
-from specguard.testing.prometheus import pod_targets
-from specguard.testing.wait import wait_until
+from specguard.testing._images import HOST_IMAGE, Launch, UnknownImageError, resolve_argv
+from specguard.testing._loopback import LoopbackPool, listening_addresses
+from specguard.testing._podenv import expand
+from specguard.testing._probes import parse_probe
+from specguard.testing._procs import group_members, reap_orphans
+from specguard.testing._prometheus import pod_targets
+from specguard.testing._wait import wait_until
 
 PY = "/opt/python"
 
@@ -121,7 +121,7 @@ SPAWNER = textwrap.dedent(
     """
     import os, signal, sys, time
     from pathlib import Path
-    from specguard.testing.procs import ProcessGroups, install_exit_handlers
+    from specguard.testing._procs import ProcessGroups, install_exit_handlers
     groups = ProcessGroups(directory=Path(sys.argv[1]))
     install_exit_handlers(groups)
     for n in range(2):

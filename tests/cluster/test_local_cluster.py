@@ -23,8 +23,8 @@ from specguard.testing import (
     ProcessKubelet,
     PrometheusServer,
 )
-from specguard.testing.procs import ProcStat, group_members, proc_stat
-from specguard.testing.wait import wait_until
+from specguard.testing._procs import ProcStat, group_members, proc_stat
+from specguard.testing._wait import wait_until
 
 pytestmark = pytest.mark.cluster
 

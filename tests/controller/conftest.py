@@ -4,7 +4,7 @@ from typing import Any
 
 import pytest
 
-from specguard.api.resource import SpeculativeDeployment, parse_resource
+from specguard.api._resource import SpeculativeDeployment, parse_resource
 
 
 def resource(**spec: Any) -> dict[str, Any]:

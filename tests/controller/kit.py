@@ -20,8 +20,8 @@ from typing import Any, TypeVar
 import aiohttp
 import httpx
 
-from specguard.testing.cluster import LocalCluster
-from specguard.testing.ports import free_port
+from specguard.testing._cluster import LocalCluster
+from specguard.testing._ports import free_port
 
 CRD = Path(__file__).resolve().parents[2] / "crds" / "specguard.io_speculativedeployments.yaml"
 CRD_NAME = "speculativedeployments.specguard.io"
@@ -260,6 +260,9 @@ class Moment:
     serving_ready: int
     mode: str
     swapping: bool
+    target: str = ""
+    share: float | None = None
+    verdict: dict[str, Any] = field(default_factory=dict)  # status.lastVerdict
 
 
 @dataclass
@@ -299,6 +302,7 @@ class PodSampler:
             by_arm[pod["metadata"]["labels"]["specguard.io/arm"]].append(pod)
         arms = ("speculative", "baseline") if swapping else (mode,)
         serving = sum(ready(p) for arm in arms for p in by_arm[arm])
+        arms_status = status.get("arms") or {}
         return Moment(
             time.time(),
             len(by_arm["speculative"]),
@@ -306,7 +310,23 @@ class PodSampler:
             serving,
             mode,
             swapping,
+            target=status.get("targetMode", mode),
+            share=arms_status.get("mirrorShare"),
+            verdict=dict(status.get("lastVerdict") or {}),
         )
+
+    def windows(self) -> list[tuple[float, dict[str, Any], float | None]]:
+        """Each judged window once, in order: (when it was seen, lastVerdict, the mirror
+        share then)."""
+        out: list[tuple[float, dict[str, Any], float | None]] = []
+        for m in self.moments:
+            end = m.verdict.get("windowEnd")
+            if end and (not out or out[-1][1].get("windowEnd") != end):
+                out.append((m.t, m.verdict, m.share))
+        return out
+
+    def first(self, pred: Callable[[Moment], bool], after: float = 0.0) -> float | None:
+        return next((m.t for m in self.moments if m.t >= after and pred(m)), None)
 
     def trace(self) -> list[tuple[int, int, int, str]]:
         """The distinct (spec pods, base pods, ready serving, mode) states in order."""
@@ -340,6 +360,7 @@ class Load:
     max_tokens: int = 48
     completed: int = 0
     errors: int = 0
+    error_times: list[float] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
@@ -394,11 +415,15 @@ class Load:
                     if resp.status == 200:
                         self.completed += 1
                     else:
-                        self.errors += 1
+                        self._error()
                         await asyncio.sleep(0.2)
             except (aiohttp.ClientError, TimeoutError):
-                self.errors += 1
+                self._error()
                 await asyncio.sleep(0.2)
+
+    def _error(self) -> None:
+        self.errors += 1
+        self.error_times.append(time.time())
 
 
 def router_urls(cluster: LocalCluster, ns: str, name: str) -> list[str]:

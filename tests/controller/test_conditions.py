@@ -1,8 +1,8 @@
 from __future__ import annotations
 
-from specguard.api.status import Condition
-from specguard.controller.conditions import set_condition, verdict_sentence
-from specguard.judge.verdict import DomainRatio, Verdict
+from specguard.api._status import Condition
+from specguard.controller._conditions import set_condition, verdict_sentence
+from specguard.judge._verdict import DomainRatio, Verdict
 
 
 def test_transition_time_moves_only_with_status() -> None:

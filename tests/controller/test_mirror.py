@@ -1,4 +1,4 @@
-"""The mirror-share law (controller/mirror.py) against a simulated plant.
+"""The mirror-share law (controller/_mirror.py) against a simulated plant.
 
 The plant is what the law acts on in a cluster, reduced to what matters for the share:
 closed-loop clients on the serving pods; routers that mirror by error diffusion with the share
@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from specguard.controller import mirror
-from specguard.controller.mirror import MirrorEvidence
-from specguard.judge.sample import Sample
+from specguard.controller import _mirror as mirror
+from specguard.controller._mirror import MirrorEvidence
+from specguard.judge._sample import Sample
 
 
 @dataclass(frozen=True)
@@ -116,7 +116,7 @@ Law = Callable[[Tick], float]
 
 
 def operator_law(tick: Tick) -> float:
-    """controller/mirror.py as controller/loop.py drives it."""
+    """controller/_mirror.py as controller/_loop.py drives it."""
     evidence = None
     if tick.samples is not None:
         since = tick.share_since + mirror.MIRROR_SETTLE_S

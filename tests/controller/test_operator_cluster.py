@@ -9,6 +9,7 @@ with its pod bounds, plugin, retry (i); (g) restart mid-swap; (h) spec edit; (f)
 
 from __future__ import annotations
 
+import functools
 import subprocess
 import sys
 import time
@@ -18,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from specguard.testing.cluster import LocalCluster
-from specguard.testing.kubelet import ProcessKubelet
+from specguard.testing._cluster import LocalCluster
+from specguard.testing._kubelet import ProcessKubelet
 
 from .kit import (
     DRAFTER,
@@ -34,6 +35,7 @@ from .kit import (
     install_crd,
     operator,
     patch_sd,
+    pods,
     router_urls,
     sd_body,
     sd_until,
@@ -75,7 +77,7 @@ def plugin(cluster: LocalCluster, *args: str) -> str:
         [
             sys.executable,
             "-m",
-            "specguard.controller.plugin",
+            "specguard.controller._plugin",
             *args,
             "--kubeconfig",
             str(cluster.kubeconfig),
@@ -321,18 +323,41 @@ def test_crash_looping_drafter_rolls_back(
     print(f"\ncrash-looping drafter → baseline serving after {took:.0f}s (deadline 60s)")
 
 
+WINDOW_S = 10.0
+
+
+def _timeline(sampler: PodSampler, changed: float) -> str:
+    rows = []
+    for seen, v, share in sampler.windows():
+        ratio = v.get("ratio")
+        rows.append(
+            f"  {(seen - changed) / WINDOW_S:+5.1f}w {v.get('outcome', '?'):12} "
+            f"ratio {ratio if ratio is not None else '-':<6} "
+            f"n {v.get('samples', {}).get('speculative', 0):.0f}/"
+            f"{v.get('samples', {}).get('baseline', 0):.0f} "
+            f"conc {v.get('concurrency', {}).get('speculative', '-')}/"
+            f"{v.get('concurrency', {}).get('baseline', '-')} share {share} "
+            f"{(v.get('reason') or '')[:90]}"
+        )
+    return "\n".join(rows)
+
+
+@pytest.mark.timeout(600)
 def test_traffic_rollback_and_repromotion(
     cluster: LocalCluster, cluster_namespace: str, tmp_path: Path
 ) -> None:
-    """(a) math at low concurrency: improved, stays; (b) tool calls at high concurrency:
-    rolled back within 3 windows; (c) math again: re-promoted after the cooldown."""
+    """2 serving pods and 1 shadow pod (the demo's shape; the share must hold at 0.5):
+    (a) math at low concurrency: improved, stays; (b) tool calls at 40 per serving pod:
+    rolled back within 3 windows, the swap's pod bounds hold; (c) math again: re-promoted
+    after the cooldown. Then no traffic: the inconclusive window shows no ratio (no stale
+    RATIO in kubectl get sd)."""
     ns = cluster_namespace
     with operator(cluster, ns, tmp_path) as op:
-        create_sd(cluster, sd_body("qwen", ns, replicas=1))
+        create_sd(cluster, sd_body("qwen", ns))
         settled(cluster, ns, "qwen")
         urls = wait_for("routers", lambda: router_urls(cluster, ns, "qwen") or None, 60)
         with (
-            Load(urls, concurrency=4, domain="math") as load,
+            Load(urls, concurrency=8, domain="math") as load,
             PodSampler(cluster, ns, "qwen") as sampler,
         ):
             sd = sd_until(
@@ -341,24 +366,31 @@ def test_traffic_rollback_and_repromotion(
                 "qwen",
                 "improved verdict",
                 lambda s: (s["status"].get("lastVerdict") or {}).get("outcome") == "improved",
-                timeout=90,
+                timeout=120,
             )
             assert sd["status"]["mode"] == "speculative"
             writes = op.counter("specguard_status_writes_total")
-            time.sleep(30)  # three windows with traffic
+            time.sleep(3 * WINDOW_S)  # three windows with traffic
             per_window = (op.counter("specguard_status_writes_total") - writes) / 3
             assert per_window <= 4 / 3  # at most one a window (+1 for where the cut falls)
-            load.domain, load.concurrency = "tool_call", 40
+            # The change right after a window starts: the window in flight is then mostly
+            # post-change arrivals but holds pre-change completions too (the slowest case
+            # when that mixed window is not judged: 3 windows and the decision's lag).
+            boundary = get_sd(cluster, ns, "qwen")["status"]["lastVerdict"]["windowEnd"]
+            sd_until(
+                cluster, ns, "qwen", "a window boundary",
+                lambda s: s["status"]["lastVerdict"]["windowEnd"] != boundary, timeout=30,
+            )  # fmt: skip
+            load.domain, load.concurrency = "tool_call", 80
             changed = time.time()
-            sd = sd_until(
+            sd_until(
                 cluster,
                 ns,
                 "qwen",
                 "rollback",
                 lambda s: s["status"].get("targetMode") == "baseline",
-                timeout=120,
+                timeout=150,
             )
-            rolled = time.time()
             settled(cluster, ns, "qwen", "baseline")
             load.domain, load.concurrency = "math", 8
             back = time.time()
@@ -368,25 +400,63 @@ def test_traffic_rollback_and_repromotion(
                 "qwen",
                 "re-promotion",
                 lambda s: s["status"].get("mode") == "speculative",
-                timeout=180,
+                timeout=240,
             )
-            repromoted = time.time()
+        rolled = sampler.first(lambda m: m.target == "baseline", changed) or 0.0
+        swapped = sampler.first(lambda m: m.mode == "baseline" and not m.swapping, changed)
+        repromoted = sampler.first(lambda m: m.mode == "speculative", back) or 0.0
+        timeline = _timeline(sampler, changed)
+        swapping = [(m.t, m.swapping) for m in sampler.moments]
+        during = sum(
+            any(sw for t, sw in swapping if abs(t - at) < 2.0) for at in load.error_times
+        )
         rollback_event = [e for e in events(cluster, ns, "qwen") if e["reason"] == "RolledBack"]
+        print(
+            f"\ntraffic change → rollback decided: {(rolled - changed) / WINDOW_S:.2f} windows, "
+            f"→ swap complete: {((swapped or 0) - changed) / WINDOW_S:.2f} windows; "
+            f"traffic back → re-promoted: {(repromoted - back) / WINDOW_S:.2f} windows "
+            f"(cooldown 20s); status writes per window with traffic {per_window:.2f}; "
+            f"load completed {load.completed}, errors {load.errors} ({during} within 2 s of a "
+            "swap); "
+            f"rollback event: {rollback_event[0]['message'] if rollback_event else None}; "
+            f"swap trace (spec pods, base pods, ready serving, mode) {sampler.trace()}\n"
+            f"windows (seen, relative to the traffic change):\n{timeline}"
+        )
         assert rollback_event and rollback_event[0]["message"].startswith(
             "Regressed: per-token latency +"
         )
-        window = 10.0
-        print(
-            f"\ntraffic change → rollback decided: {(rolled - changed) / window:.1f} windows; "
-            f"traffic back → re-promoted: {(repromoted - back) / window:.1f} windows "
-            f"(cooldown 20s); status writes per window with traffic {per_window:.2f}; "
-            f"load completed {load.completed}, errors {load.errors}; "
-            f"rollback event: {rollback_event[0]['message']}; trace {sampler.trace()}"
-        )
-        assert (rolled - changed) / window <= 3.5
+        assert " pairs" in rollback_event[0]["message"]  # the paired comparison was used
+        assert (rolled - changed) / WINDOW_S <= 3.0, timeline
         assert settled_sd["status"]["transitions"][-1]["reason"] == "Improved"
         assert op.counter("specguard_rollbacks_total") == 1
-        assert max(s + b for s, b, _, _ in sampler.trace()) <= 2
+        trace = sampler.trace()
+        assert max(s + b for s, b, _, _ in trace) <= 3, trace
+        assert min(r for _, _, r, _ in trace) >= 1, trace
+        # The share holds at the pod ratio whenever the arms are not swapping.
+        shares = {m.share for m in sampler.moments if not m.swapping and m.share is not None}
+        assert shares == {0.5}, shares
+
+        # No traffic now: the next window is inconclusive and status shows no ratio.
+        sd = sd_until(
+            cluster,
+            ns,
+            "qwen",
+            "an idle window",
+            lambda s: (
+                not any(
+                    ((s["status"].get("lastVerdict") or {}).get("samples") or {"x": 1}).values()
+                )
+            ),
+            timeout=60,
+        )
+        verdict = sd["status"]["lastVerdict"]
+        assert verdict["outcome"] == "inconclusive" and "ratio" not in verdict, verdict
+        assert "ciLower" not in verdict and "ciUpper" not in verdict, verdict
+        ratio_column = cluster.kubectl(
+            "get", "sd", "qwen", "-n", ns, "-o", "custom-columns=R:.status.lastVerdict.ratio",
+            "--no-headers",
+        )  # fmt: skip
+        assert ratio_column.stdout.strip() == "<none>", ratio_column
 
 
 def test_two_operators_one_acts(
@@ -428,23 +498,27 @@ def test_two_operators_one_acts(
 @pytest.mark.parametrize(
     ("fault", "reason"),
     [
-        ("--fault-drop-drafter", "SpeculationOff"),
-        ("--fault-accept-nothing", "AcceptanceCollapsed"),
+        (("--fault-drop-drafter",), "SpeculationOff"),
+        (("--fault-accept-nothing",), "AcceptanceCollapsed"),
+        # Issue 11 (5): the drafter arm's error rate far above the baseline's.
+        (("--error-rate", "0.3"), "DrafterErrors"),
     ],
 )
-def test_a_drafter_that_does_not_speculate_is_rolled_back(  # noqa: PLR0917
+def test_a_failing_drafter_is_rolled_back(  # noqa: PLR0917
     cluster: LocalCluster,
     kubelet: ProcessKubelet,
     cluster_namespace: str,
     tmp_path: Path,
-    fault: str,
+    fault: tuple[str, ...],
     reason: str,
 ) -> None:
     """Issue 17: the drafter pods serve, but speculation is silently off (the speculative
     config never applied: no spec-decode counters) or useless (nothing accepted). Latency
-    alone may not show it; the drafter arm's own counters do."""
+    alone may not show it; the drafter arm's own counters do. Issue 11 (5): the drafter
+    arm answers 30% of its requests with errors (the baseline none) while its latency wins:
+    rolled back at once, apart from the statistics."""
     ns = cluster_namespace
-    kubelet.config.sim_args_by_label = {"specguard.io/arm=speculative": (fault,)}
+    kubelet.config.sim_args_by_label = {"specguard.io/arm=speculative": fault}
     try:
         with operator(cluster, ns, tmp_path):
             create_sd(cluster, sd_body("qwen", ns, replicas=1))
@@ -459,12 +533,133 @@ def test_a_drafter_that_does_not_speculate_is_rolled_back(  # noqa: PLR0917
                     lambda s: s["status"].get("targetMode") == "baseline",
                     timeout=120,
                 )
+            sd = settled(cluster, ns, "qwen", "baseline")
         transition = sd["status"]["transitions"][-1]
         assert transition["reason"] == reason, transition
         assert condition(sd, "Speculating")["status"] == "False"
+        assert condition(sd, "RolledBack")["reason"] == reason
         rolled = [e for e in events(cluster, ns, "qwen") if e["reason"] == "RolledBack"]
         assert rolled and rolled[0]["type"] == "Warning"
         assert rolled[0]["message"].startswith(f"{reason}: ")
         print(f"\n{fault}: {rolled[0]['message']}")
     finally:
         kubelet.config.sim_args_by_label = {}
+
+
+def _regressing_load(cluster: LocalCluster, ns: str) -> Load:
+    urls = wait_for("routers", lambda: router_urls(cluster, ns, "qwen") or None, 60)
+    return Load(urls, concurrency=40, domain="tool_call")
+
+
+def _regressed_windows(sd: dict[str, Any], after: str) -> bool:
+    verdict = sd["status"].get("lastVerdict") or {}
+    return verdict.get("outcome") == "regressed" and verdict.get("windowEnd", "") > after
+
+
+def test_notify_reports_and_off_only_measures(
+    cluster: LocalCluster, cluster_namespace: str, tmp_path: Path
+) -> None:
+    """rollback.policy notify: regressed windows give a WouldRollBack Event and no swap;
+    then (a spec edit) off: regressed windows are only measured (no Event, no swap)."""
+    ns = cluster_namespace
+    body = sd_body("qwen", ns, replicas=1)
+    body["spec"]["rollback"]["policy"] = "notify"
+    with operator(cluster, ns, tmp_path) as op:
+        create_sd(cluster, body)
+        sd = settled(cluster, ns, "qwen")
+        assert condition(sd, "Evaluating")["reason"] == "DryRun"
+        with _regressing_load(cluster, ns), PodSampler(cluster, ns, "qwen") as sampler:
+            wait_for(
+                "WouldRollBack",
+                lambda: [e for e in events(cluster, ns, "qwen") if e["reason"] == "WouldRollBack"],
+                120,
+            )
+            sd = get_sd(cluster, ns, "qwen")
+            assert condition(sd, "RolledBack")["status"] == "False"
+            assert sd["status"]["targetMode"] == "speculative"
+            assert sd["status"].get("transitions", []) == []
+            patch_sd(cluster, ns, "qwen", {"spec": {"rollback": {"policy": "off"}}})
+            sd = sd_until(
+                cluster,
+                ns,
+                "qwen",
+                "policy off observed",
+                lambda s: condition(s, "Evaluating").get("reason") == "MeasureOnly",
+                timeout=30,
+            )
+            since = sd["status"]["lastVerdict"]["windowEnd"]
+            for _ in range(consecutive := 3):  # more windows than consecutiveWindows (2)
+                sd = sd_until(
+                    cluster,
+                    ns,
+                    "qwen",
+                    "a regressed window under policy off",
+                    functools.partial(_regressed_windows, after=since),
+                    timeout=40,
+                )
+                since = sd["status"]["lastVerdict"]["windowEnd"]
+        reasons = [e["reason"] for e in events(cluster, ns, "qwen")]
+        would = [e for e in events(cluster, ns, "qwen") if e["reason"] == "WouldRollBack"]
+        print(f"\nnotify: {would[0]['message']}; off: {consecutive} regressed windows, "
+              f"events {sorted(set(reasons))}")  # fmt: skip
+        assert would[0]["message"].startswith("would roll back")
+        assert "RolledBack" not in reasons and "SwapComplete" not in reasons
+        assert len(would) == 1  # off posts nothing more
+        assert sd["status"]["targetMode"] == "speculative"
+        assert sd["status"].get("transitions", []) == []
+        assert op.counter("specguard_rollbacks_total") == 0
+        assert {(s, b) for s, b, _, _ in sampler.trace()} == {(1, 1)}  # no pod moved
+
+
+def test_periodic_shadow(cluster: LocalCluster, cluster_namespace: str, tmp_path: Path) -> None:
+    """shadow.schedule periodic (activeFor 35s every 70s): between periods the shadow arm is
+    scaled to 0, Evaluating=False ShadowInactive, nothing is mirrored and no window is
+    judged; in the next period it is back and windows are judged again."""
+    ns = cluster_namespace
+    body = sd_body(
+        "qwen", ns, replicas=1, shadow={"replicas": 1, "schedule": "periodic",
+                                        "every": "70s", "activeFor": "35s"},
+    )  # fmt: skip
+    with operator(cluster, ns, tmp_path):
+        created = time.time()
+        create_sd(cluster, body)
+        urls = wait_for("routers", lambda: router_urls(cluster, ns, "qwen") or None, 60)
+        with Load(urls, concurrency=4, domain="math") as load:
+            sd = sd_until(
+                cluster,
+                ns,
+                "qwen",
+                "ShadowInactive",
+                lambda s: condition(s, "Evaluating").get("reason") == "ShadowInactive",
+                timeout=60,
+            )
+            inactive_at = time.time() - created
+            assert condition(sd, "Evaluating")["status"] == "False"
+            assert deployment(cluster, ns, "qwen-base")["spec"]["replicas"] == 0
+            wait_for("no shadow pods", lambda: not pods(cluster, ns, "specguard.io/arm=baseline"),
+                     30)  # fmt: skip
+            quiet = get_sd(cluster, ns, "qwen")
+            assert quiet["status"]["arms"]["mirrorShare"] == 0.0
+            verdict = quiet["status"].get("lastVerdict")
+            time.sleep(max(0.0, 68 - (time.time() - created)))  # to just before the next period
+            still = get_sd(cluster, ns, "qwen")
+            assert still["status"].get("lastVerdict") == verdict  # no window judged
+            assert condition(still, "Evaluating")["reason"] == "ShadowInactive"
+            sd = sd_until(
+                cluster,
+                ns,
+                "qwen",
+                "judging again with samples from both arms",
+                lambda s: condition(s, "Evaluating").get("reason") == "Judging"
+                and (s["status"].get("lastVerdict") or {}) != verdict
+                and all((s["status"]["lastVerdict"].get("samples") or {"x": 0}).values()),
+                timeout=60,
+            )
+            active_again = time.time() - created
+        assert deployment(cluster, ns, "qwen-base")["spec"]["replicas"] == 1
+        assert sd["status"]["arms"]["mirrorShare"] == 1.0
+        print(
+            f"\nperiodic: inactive seen at {inactive_at:.0f}s, judged again at "
+            f"{active_again:.0f}s after create; load completed {load.completed}"
+        )
+        assert inactive_at < 50 and active_again > 70

@@ -3,11 +3,11 @@ from __future__ import annotations
 import pytest
 
 from specguard._args import UsageError
-from specguard.controller.command import liveness_url
-from specguard.controller.command import main as run_main
-from specguard.controller.lease import lease_free, micro_time
-from specguard.controller.plugin import annotation_patch, explain, format_history
-from specguard.controller.plugin import main as plugin_main
+from specguard.controller._command import liveness_url
+from specguard.controller._command import main as run_main
+from specguard.controller._lease import lease_free, micro_time
+from specguard.controller._plugin import annotation_patch, explain, format_history
+from specguard.controller._plugin import main as plugin_main
 
 ROLLED_BACK = {
     "metadata": {"name": "qwen"},

@@ -1,11 +1,11 @@
 from __future__ import annotations
 
-from specguard.controller.speculation import (
+from specguard.controller._speculation import (
     DraftCounters,
     draft_counters,
     speculation_guardrail,
 )
-from specguard.sources.exposition import Reading
+from specguard.sources._exposition import Reading
 
 
 def test_counters_are_window_deltas_over_pods_read_at_both_ends() -> None:

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specguard.api.constants import Arm
-from specguard.controller.swap import ArmObserved, SwapPlan, plan_swap
+from specguard.controller._swap import ArmObserved, SwapPlan, plan_swap
 
 SPEC: Arm = "speculative"
 BASE: Arm = "baseline"

@@ -7,22 +7,22 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specguard.api import constants as c
+from specguard.api._resource import SpeculativeDeployment, parse_resource
+from specguard.api._status import Arms, ArmStatus, PolicyMemory, Status
 from specguard.api.constants import Arm
-from specguard.api.resource import SpeculativeDeployment, parse_resource
-from specguard.api.status import Arms, ArmStatus, PolicyMemory, Status
-from specguard.controller.conditions import get_condition
-from specguard.controller.conditions import status_verdict as conditions_status_verdict
-from specguard.controller.loop import status_patch
-from specguard.controller.observe import DrafterStartup
-from specguard.controller.swap import ArmObserved, SwapPlan
-from specguard.controller.window import (
+from specguard.controller._conditions import get_condition
+from specguard.controller._conditions import status_verdict as conditions_status_verdict
+from specguard.controller._loop import status_patch
+from specguard.controller._observe import DrafterStartup
+from specguard.controller._swap import ArmObserved, SwapPlan
+from specguard.controller._window import (
     Evaluating,
     EventSpec,
     build_status,
     decide,
 )
-from specguard.judge.sample import Role, Sample
-from specguard.judge.verdict import JudgeSettings, Verdict, judge
+from specguard.judge._sample import Role, Sample
+from specguard.judge._verdict import JudgeSettings, Verdict, judge
 
 from .conftest import resource
 

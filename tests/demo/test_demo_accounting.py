@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from specguard._args import UsageError
-from specguard.demo.accounting import (
+from specguard.demo._accounting import (
     ClientRecord,
     Window,
     borrow_ratios,
@@ -19,9 +19,9 @@ from specguard.demo.accounting import (
     windows_between,
     with_inflight,
 )
-from specguard.demo.report import decisions, in_swaps, summarize, summary_lines
-from specguard.demo.schedule import Phase, parse_schedule, spans
-from specguard.judge.sample import Sample
+from specguard.demo._report import decisions, in_swaps, summarize, summary_lines
+from specguard.demo._schedule import Phase, parse_schedule, spans
+from specguard.judge._sample import Sample
 
 T0 = 1000.0
 SCHEDULE = (Phase("math", 4, 40), Phase("tool_call", 144, 100), Phase("math", 4, 25))

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from specguard.testing.procs import proc_stat
+from specguard.testing._procs import proc_stat
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -150,7 +150,7 @@ def test_ctrl_c_tears_everything_down(tmp_path: Path, demo_processes: dict[int, 
     names = " ".join(Path(f"/proc/{p}/cmdline").read_bytes().decode(errors="replace")
                      for p in demo_processes if Path(f"/proc/{p}/cmdline").exists())  # fmt: skip
     for part in ("etcd", "kube-apiserver", "specguard\0run", "specguard\0router",
-                 "specguard\0sim", "specguard.demo.load"):  # fmt: skip
+                 "specguard\0sim", "specguard.demo._load"):  # fmt: skip
         assert part in names, f"{part} not running before the interrupt"
     demo.proc.send_signal(signal.SIGINT)
     assert demo.proc.wait(90) == 130, demo.text()[-3000:]

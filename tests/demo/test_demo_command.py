@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from specguard.api.resource import parse_resource
-from specguard.demo import stage
-from specguard.demo.command import Console, main
-from specguard.demo.load import read_records, record_line
-from specguard.testing.images import Launch
-from specguard.testing.loadclient import StreamRecord
+from specguard.api._resource import parse_resource
+from specguard.demo import _stage as stage
+from specguard.demo._command import Console, main
+from specguard.demo._load import read_records, record_line
+from specguard.testing._images import Launch
+from specguard.testing._loadclient import StreamRecord
 
 
 def _demo(argv: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

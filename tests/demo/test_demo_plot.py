@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specguard.demo.accounting import Window
-from specguard.demo.plot import timeline
-from specguard.demo.report import Decision
-from specguard.demo.schedule import Phase, spans
-from specguard.demo.watch import PodLoad, Snapshot, VerdictMark
+from specguard.demo._accounting import Window
+from specguard.demo._plot import timeline
+from specguard.demo._report import Decision
+from specguard.demo._schedule import Phase, spans
+from specguard.demo._watch import PodLoad, Snapshot, VerdictMark
 
 T0 = 1000.0
 

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from specguard.evaluate.command import main
-from specguard.evaluate.sweep import error_text
-from specguard.judge.sample import parse_lines
-from specguard.sim.launch import SimProcess, start_sim
-from specguard.sources.exposition import sample_value
-from specguard.testing.loadclient import read_metrics
-from specguard.testing.ports import free_port
+from specguard.evaluate._command import main
+from specguard.evaluate._sweep import error_text
+from specguard.judge._sample import parse_lines
+from specguard.sim._launch import SimProcess, start_sim
+from specguard.sources._exposition import sample_value
+from specguard.testing._loadclient import read_metrics
+from specguard.testing._ports import free_port
 
 DRAFTER = json.dumps({"method": "dspark", "model": "org/drafter", "num_speculative_tokens": 4})
 SMALL = ["--concurrency", "1", "--requests", "2", "--subsets", "chat", "--max-tokens", "8"]

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from specguard.evaluate import promptset
-from specguard.evaluate.promptset import BUILTIN_SUBSETS, PromptError
+from specguard.evaluate import _promptset as promptset
+from specguard.evaluate._promptset import BUILTIN_SUBSETS, PromptError
 
 
 @pytest.mark.parametrize("subset", BUILTIN_SUBSETS)

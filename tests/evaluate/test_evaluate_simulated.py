@@ -16,10 +16,10 @@ from typing import Any
 import jsonschema
 import pytest
 
-from specguard.evaluate import report
-from specguard.evaluate.command import main
-from specguard.judge.sample import parse_lines
-from specguard.sim.launch import start_sim
+from specguard.evaluate import _report as report
+from specguard.evaluate._command import main
+from specguard.judge._sample import parse_lines
+from specguard.sim._launch import start_sim
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specguard.testing.synthetic import window
+from specguard.testing._synthetic import window
 
 
 def specguard(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:

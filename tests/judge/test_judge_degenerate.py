@@ -9,9 +9,9 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from specguard.judge.sample import Sample
-from specguard.judge.verdict import JudgeSettings, judge
-from specguard.testing.synthetic import SHAPES, samples, window
+from specguard.judge._sample import Sample
+from specguard.judge._verdict import JudgeSettings, judge
+from specguard.testing._synthetic import SHAPES, samples, window
 
 FAST = JudgeSettings(min_requests_per_arm=2, resamples=200)
 

@@ -7,12 +7,12 @@ import math
 import numpy as np
 import pytest
 
-from specguard.judge.histogram import (
+from specguard.judge._histogram import (
     Histogram,
     interpolated_median,
     judge_histograms,
 )
-from specguard.judge.verdict import JudgeSettings
+from specguard.judge._verdict import JudgeSettings
 
 VLLM_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0,
                 7.5, 10.0, 20.0, 40.0, 80.0, math.inf)

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from specguard.judge.policy import (
+from specguard.judge._policy import (
     Decision,
     Guardrails,
     PolicySettings,
@@ -16,7 +16,7 @@ from specguard.judge.policy import (
     error_guardrail,
     step,
 )
-from specguard.judge.verdict import Outcome, Verdict
+from specguard.judge._verdict import Outcome, Verdict
 
 WINDOW = 60.0
 

@@ -8,7 +8,7 @@ import re
 from dataclasses import MISSING, fields
 from pathlib import Path
 
-from specguard.judge.sample import SCHEMA_VERSION, Sample, parse_lines
+from specguard.judge._sample import SCHEMA_VERSION, Sample, parse_lines
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "samples.md"
 ROW = re.compile(r"^\| `(\w+)` \| (.+?) \| (yes|no(?: \((.+?)\))?) \| ")

@@ -1,4 +1,4 @@
-"""The judge on traffic that looks like production (specguard.testing.traffic): per-token
+"""The judge on traffic that looks like production (specguard.testing._traffic): per-token
 latency that grows with load, log-spread σ 0.35, several pods per arm with per-pod bias.
 
 Each test here is a traffic shape on which the judge before the matched-concurrency
@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specguard.judge.verdict import JudgeSettings, Verdict, judge
-from specguard.testing.traffic import Load, Traffic, window
+from specguard.judge._verdict import JudgeSettings, Verdict, judge
+from specguard.testing._traffic import Load, Traffic, window
 
 SETTINGS = JudgeSettings()  # the resource's defaults: tolerance 0.03, confidence 0.99
 # Mostly low concurrency vs mostly high: the two arms' mixes differ, the per-level effect is

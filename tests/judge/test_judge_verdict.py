@@ -9,8 +9,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from specguard.judge.sample import Arm, Sample
-from specguard.judge.verdict import (
+from specguard.judge._sample import Arm, Sample
+from specguard.judge._verdict import (
     QUANTITY_MEDIANS,
     QUANTITY_PAIRED,
     JudgeSettings,
@@ -20,7 +20,7 @@ from specguard.judge.verdict import (
     matched_groups,
     stratum_of,
 )
-from specguard.testing.synthetic import samples, window
+from specguard.testing._synthetic import samples, window
 
 SMALL = JudgeSettings(min_requests_per_arm=20, resamples=500)
 
@@ -163,6 +163,30 @@ def test_mismatched_load_per_pod_is_inconclusive_with_the_numbers() -> None:
     assert any("mismatched load" in r for r in v.reasons)
     assert v.requests_per_pod == {"speculative": 400.0, "baseline": 100.0}
     assert "400" in v.sentence() and "100" in v.sentence()
+
+
+def test_load_is_matched_on_arrivals_not_on_the_shadows_completions() -> None:
+    """Right after the load rises, a slow serving arm (the drafter at high concurrency)
+    completes fewer requests in the window than the fast shadow, which also finishes copies
+    of requests whose serving twins are still running: 200 serving vs 300 shadow requests
+    ended, although every request was mirrored (same arrivals). The load check counts
+    arrivals (the mirrored serving requests), so the window is judged (regressed), not
+    called "mismatched load"; a share that really is off is still caught."""
+    rng = np.random.default_rng(16)
+    spec = samples("speculative", 0.05 * np.exp(rng.normal(0, 0.1, 200)), pods=1, pair_prefix="p")
+    base = samples("baseline", 0.02 * np.exp(rng.normal(0, 0.1, 300)), pods=1, pair_prefix="p")
+    v = judge(spec + base, SMALL)
+    assert v.requests_per_pod == {"speculative": 200.0, "baseline": 200.0}
+    assert (v.outcome, v.method, v.n_pairs) == ("regressed", "paired", 200)
+    # Two serving pods, one shadow pod, a quarter of the requests mirrored: the shadow pod
+    # gets half a serving pod's arrivals.
+    spec2 = samples("speculative", 0.05 * np.exp(rng.normal(0, 0.1, 400)), pods=2)
+    spec2 = [replace(x, pair_id=f"q{i}" if i % 4 == 0 else None) for i, x in enumerate(spec2)]
+    base2 = samples("baseline", 0.02 * np.exp(rng.normal(0, 0.1, 100)), pods=1, pair_prefix="q")
+    base2 = [replace(x, pair_id=f"q{4 * i}") for i, x in enumerate(base2)]
+    v2 = judge(spec2 + base2, SMALL)
+    assert v2.requests_per_pod == {"speculative": 200.0, "baseline": 100.0}
+    assert v2.outcome == "inconclusive" and any("mismatched load" in r for r in v2.reasons)
 
 
 def test_a_slower_arm_holds_more_in_flight_and_is_still_judged() -> None:

@@ -19,8 +19,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from specguard.api.errors import MAX_MESSAGE, MAX_PATH
-from specguard.api.loading import MAX_DEPTH, MAX_INPUT_BYTES
+from specguard.api._errors import MAX_MESSAGE, MAX_PATH
+from specguard.api._loading import MAX_DEPTH, MAX_INPUT_BYTES
 from specguard.commands.render import InputError, load_resources, main, resources_from_bytes
 
 ROOT = Path(__file__).resolve().parents[2]

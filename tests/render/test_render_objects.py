@@ -13,13 +13,13 @@ from hypothesis import strategies as st
 
 from specguard import __version__
 from specguard.api import parse_resource
-from specguard.api.spec import (
+from specguard.api._spec import (
     DRAFTER_METHODS,
     METHODS_WITHOUT_MODEL,
     METHODS_WITHOUT_REQUIRED_MODEL,
 )
 from specguard.render import arm_replicas, render_all
-from specguard.render.vllm import INTER_TOKEN_LATENCY_BUCKETS
+from specguard.render._vllm import INTER_TOKEN_LATENCY_BUCKETS
 
 BASE: dict[str, Any] = {
     "apiVersion": "specguard.io/v1alpha1",

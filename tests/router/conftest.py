@@ -2,7 +2,7 @@
 
 The fake upstream is deterministic (fixed ids and timestamps) so a stream through the
 router can be compared byte for byte with the same request sent to it directly. Tests that
-need the real simulator start `specguard sim` through specguard.sim.launch.
+need the real simulator start `specguard sim` through specguard.sim._launch.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from specguard.router.pool import Endpoint, Topology
-from specguard.router.proxy import Router, RouterConfig
-from specguard.testing.ports import free_port
+from specguard.router._pool import Endpoint, Topology
+from specguard.router._proxy import Router, RouterConfig
+from specguard.testing._ports import free_port
 
 
 @dataclass

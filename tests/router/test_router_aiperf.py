@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from specguard.sim.launch import start_sim
+from specguard.sim._launch import start_sim
 
 if TYPE_CHECKING:
     from tests.router.conftest import Helpers, RouterFactory
@@ -67,7 +67,7 @@ with open(os.path.join(sys.argv[1], "tokenizer_config.json"), "w") as f:
 async def test_aiperf_through_router(
     start_router: RouterFactory, h: type[Helpers], tmp_path: Path
 ) -> None:
-    from specguard.sim.filler import WORDS
+    from specguard.sim._filler import WORDS
 
     if AIPERF is None:
         pytest.fail("aiperf not installed: run scripts/setup.sh --cluster", pytrace=False)

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 import aiohttp
 import pytest
 
-from specguard.router.command import main, parse, static_topology
-from specguard.sim.launch import SimProcess, start_sim
+from specguard.router._command import main, parse, static_topology
+from specguard.sim._launch import SimProcess, start_sim
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -25,9 +25,9 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from specguard.router.pool import Endpoint, Topology
-from specguard.router.proxy import Router
-from specguard.testing.ports import free_port
+from specguard.router._pool import Endpoint, Topology
+from specguard.router._proxy import Router
+from specguard.testing._ports import free_port
 
 BODY = {
     "model": "m",

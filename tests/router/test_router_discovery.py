@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from specguard.router.discovery import endpoints_from_pods, pod_port, roles_from_resource
-from specguard.router.pool import Endpoint, Topology
+from specguard.router._discovery import endpoints_from_pods, pod_port, roles_from_resource
+from specguard.router._pool import Endpoint, Topology
 
 
 def pod(name: str, arm: str = "speculative", *, ready: bool = True, ip: str | None = "10.1.0.5",

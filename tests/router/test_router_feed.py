@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING
 import aiohttp
 import pytest
 
-from specguard.judge.sample import Sample
-from specguard.router.feed import CursorError, SampleFeed
-from specguard.router.proxy import RouterConfig
-from specguard.sources.router_feed import RouterFeed
+from specguard.judge._sample import Sample
+from specguard.router._feed import CursorError, SampleFeed
+from specguard.router._proxy import RouterConfig
+from specguard.sources._router_feed import RouterFeed
 
 if TYPE_CHECKING:
     from tests.router.conftest import Helpers, RouterFactory, UpstreamFactory

@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-from specguard.router.command import listen_hosts
-from specguard.testing.ports import free_port
+from specguard.router._command import listen_hosts
+from specguard.testing._ports import free_port
 
 
 def test_listen_hosts_rule() -> None:

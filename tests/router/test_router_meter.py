@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specguard.judge.sample import Sample
+from specguard.judge._sample import Sample
 from specguard.meter import StreamMeter, measure_json, request_domain, to_sample
 
 
@@ -331,7 +331,7 @@ def test_meter_and_usage_stripper_frame_alike(ends: list[bytes], cuts: list[int]
     # One SSE framer (meter.sse_event_end / sse_event_data) serves both the meter and the
     # router's usage stripper: the same stream, with LF, CRLF or mixed line ends and split
     # anywhere, measures the same either way.
-    from specguard.router.strip import UsageStripper
+    from specguard.router._strip import UsageStripper
 
     events = [chat({"role": "assistant"}), b": ping\n\n"]
     events += [chat({"content": "t"}, {"completion_tokens": i + 1}) for i in range(9)]

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from specguard.router.metrics import TPOT_BUCKETS, domain_label
+from specguard.router._metrics import TPOT_BUCKETS, domain_label
 
 if TYPE_CHECKING:
     from tests.router.conftest import Helpers, RouterFactory, UpstreamFactory

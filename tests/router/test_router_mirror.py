@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
-from specguard.router.proxy import RouterConfig
+from specguard.router._proxy import RouterConfig
 
 if TYPE_CHECKING:
     from tests.router.conftest import Helpers, RouterFactory, UpstreamFactory

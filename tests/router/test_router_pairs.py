@@ -9,9 +9,9 @@ from typing import Any
 
 import aiohttp
 
-from specguard.judge.sample import Sample
-from specguard.router.proxy import RouterConfig
-from specguard.sources.router_feed import RouterFeedSource
+from specguard.judge._sample import Sample
+from specguard.router._proxy import RouterConfig
+from specguard.sources._router_feed import RouterFeedSource
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 6}
 

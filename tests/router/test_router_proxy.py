@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 import pytest
 
-from specguard.router.command import static_topology
-from specguard.router.proxy import RouterConfig
+from specguard.router._command import static_topology
+from specguard.router._proxy import RouterConfig
 
 if TYPE_CHECKING:
     from tests.router.conftest import Helpers, RouterFactory, UpstreamFactory

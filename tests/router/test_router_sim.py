@@ -16,7 +16,7 @@ import aiohttp
 import openai
 import pytest
 
-from specguard.sim.launch import SimProcess, start_sim
+from specguard.sim._launch import SimProcess, start_sim
 
 if TYPE_CHECKING:
     from openai.types.chat import ChatCompletionToolParam

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specguard.meter import StreamMeter
-from specguard.router.strip import UsageStripper, remove_member
+from specguard.router._strip import UsageStripper, remove_member
 
 USAGE = {"prompt_tokens": 3, "total_tokens": 5, "completion_tokens": 2}
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from specguard.router.discovery import swapping_from_resource
-from specguard.router.pool import Endpoint, Topology
+from specguard.router._discovery import swapping_from_resource
+from specguard.router._pool import Endpoint, Topology
 
 
 def test_swapping_serves_from_both_arms_and_only_then() -> None:

@@ -10,7 +10,7 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletionToolParam
 
-from specguard.sim.launch import SimProcess, start_sim
+from specguard.sim._launch import SimProcess, start_sim
 
 SPEC = json.dumps({"method": "dspark", "model": "org/kimi-dspark", "num_speculative_tokens": 8})
 TOOLS: list[ChatCompletionToolParam] = [

@@ -14,9 +14,9 @@ import statistics
 import aiohttp
 import pytest
 
-from specguard.sim.launch import start_sim
-from specguard.sources.exposition import Samples, sample_value
-from specguard.testing.loadclient import StreamRecord, read_metrics, stream_once
+from specguard.sim._launch import start_sim
+from specguard.sources._exposition import Samples, sample_value
+from specguard.testing._loadclient import StreamRecord, read_metrics, stream_once
 
 DRAFTS = "vllm:spec_decode_num_drafts_total"
 ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"

@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from specguard.sim.launch import start_sim
-from specguard.sim.options import OptionError, parse_options
-from specguard.sim.specconfig import SpecConfigError, parse_spec_config
+from specguard.sim._launch import start_sim
+from specguard.sim._options import OptionError, parse_options
+from specguard.sim._specconfig import SpecConfigError, parse_spec_config
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -216,7 +216,7 @@ def test_help_gives_every_flag_a_help_text() -> None:
     result = _run("--help")
     assert result.returncode == 0
     assert "MODEL_FLAG" not in result.stdout
-    from specguard.sim.options import build_parser
+    from specguard.sim._options import build_parser
 
     parser = build_parser()
     silent = [

@@ -20,9 +20,9 @@ import json
 
 import pytest
 
-from specguard.sim.launch import start_sim
-from specguard.sources.exposition import Acceptance, acceptance_between
-from specguard.testing.loadclient import closed_loop, read_reading
+from specguard.sim._launch import start_sim
+from specguard.sources._exposition import Acceptance, acceptance_between
+from specguard.testing._loadclient import closed_loop, read_reading
 
 SCALE = 2.0
 CONCURRENCY = (16, 64, 128, 256)

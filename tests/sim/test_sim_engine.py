@@ -13,9 +13,14 @@ import time
 import aiohttp
 import pytest
 
-from specguard.sim.launch import start_sim
-from specguard.sources.exposition import sample_value
-from specguard.testing.loadclient import StreamRecord, completion_payload, read_metrics, stream_once
+from specguard.sim._launch import start_sim
+from specguard.sources._exposition import sample_value
+from specguard.testing._loadclient import (
+    StreamRecord,
+    completion_payload,
+    read_metrics,
+    stream_once,
+)
 
 HEADERS = {"Content-Type": "application/json"}
 
@@ -81,7 +86,7 @@ def test_per_batch_size_k_zero_turns_speculation_off() -> None:
 def test_simulator_exits_when_its_owner_dies() -> None:
     code = (
         "import sys\n"
-        "from specguard.sim.launch import start_sim\n"
+        "from specguard.sim._launch import start_sim\n"
         "sim = start_sim(['--time-scale', '0.01'])\n"
         "print(sim.pid, flush=True)\n"
         "import os; os._exit(0)\n"  # no atexit, no stop(): the watchdog must act

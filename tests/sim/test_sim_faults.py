@@ -17,9 +17,9 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from specguard.sim.launch import start_sim
-from specguard.sources.exposition import acceptance_length, sample_value
-from specguard.testing.loadclient import completion_payload, read_metrics, stream_once
+from specguard.sim._launch import start_sim
+from specguard.sources._exposition import acceptance_length, sample_value
+from specguard.testing._loadclient import completion_payload, read_metrics, stream_once
 
 
 def _post(url: str, body: dict[str, object]) -> tuple[int, dict[str, object]]:

@@ -11,10 +11,10 @@ import json
 
 import pytest
 
-from specguard.sim.launch import start_sim
-from specguard.sim.profiles import HELD_DRAFTER_COST, PROFILES
-from specguard.sources.exposition import sample_value
-from specguard.testing.loadclient import closed_loop, read_metrics
+from specguard.sim._launch import start_sim
+from specguard.sim._profiles import HELD_DRAFTER_COST, PROFILES
+from specguard.sources._exposition import sample_value
+from specguard.testing._loadclient import closed_loop, read_metrics
 
 
 @pytest.mark.parametrize("name", sorted(PROFILES))

@@ -14,9 +14,14 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from specguard.sim.launch import SimProcess, start_sim
-from specguard.sources.exposition import Samples, sample_value
-from specguard.testing.loadclient import StreamRecord, completion_payload, read_metrics, stream_once
+from specguard.sim._launch import SimProcess, start_sim
+from specguard.sources._exposition import Samples, sample_value
+from specguard.testing._loadclient import (
+    StreamRecord,
+    completion_payload,
+    read_metrics,
+    stream_once,
+)
 
 SPEC = json.dumps({"method": "dspark", "model": "org/kimi-dspark", "num_speculative_tokens": 8})
 

@@ -23,9 +23,9 @@ import httpx
 import pytest
 import yaml
 
-from specguard.sim.launch import start_sim
-from specguard.testing.ports import free_port
-from specguard.testing.prometheus import find_prometheus, prometheus_config
+from specguard.sim._launch import start_sim
+from specguard.testing._ports import free_port
+from specguard.testing._prometheus import find_prometheus, prometheus_config
 
 DSPARK_K8 = json.dumps(
     {"method": "dspark", "model": "org/kimi-dspark", "num_speculative_tokens": 8}

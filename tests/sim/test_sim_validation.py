@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from specguard.sim.launch import SimProcess, start_sim
+from specguard.sim._launch import SimProcess, start_sim
 
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"

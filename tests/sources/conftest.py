@@ -21,7 +21,7 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from specguard.testing.ports import free_port
+from specguard.testing._ports import free_port
 
 LABELS = {"model_name": "m", "engine": "0"}
 FINE_BUCKETS = tuple(round(0.001 * i, 3) for i in range(1, 201))  # 1 ms steps to 200 ms
@@ -128,7 +128,7 @@ class LocalPrometheus:
 
     def __init__(self, workdir: Path, targets: Sequence[tuple[str, dict[str, str]]],
                  scrape_interval: str = "1s") -> None:
-        from specguard.testing.prometheus import find_prometheus
+        from specguard.testing._prometheus import find_prometheus
 
         self.binary = find_prometheus()
         self.workdir = workdir

@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from specguard.judge.verdict import JudgeSettings
-from specguard.sources.prometheus import ArmSelectors, PrometheusSource, queries
+from specguard.judge._verdict import JudgeSettings
+from specguard.sources._prometheus import ArmSelectors, PrometheusSource, queries
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.slow]
 

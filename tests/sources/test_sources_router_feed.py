@@ -1,4 +1,4 @@
-"""The router feed client against the real router's /samples handler (specguard.router.proxy
+"""The router feed client against the real router's /samples handler (specguard.router._proxy
 served on 127.0.0.1), with samples put straight into the router's feed."""
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 from aiohttp import web
 
-from specguard.judge.verdict import judge
-from specguard.router.pool import Topology
-from specguard.router.proxy import Router, RouterConfig
-from specguard.sources.router_feed import RouterFeed
-from specguard.testing.ports import free_port
-from specguard.testing.synthetic import samples
+from specguard.judge._verdict import judge
+from specguard.router._pool import Topology
+from specguard.router._proxy import Router, RouterConfig
+from specguard.sources._router_feed import RouterFeed
+from specguard.testing._ports import free_port
+from specguard.testing._synthetic import samples
 
 
 class RouterPod:

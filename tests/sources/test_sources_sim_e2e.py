@@ -35,12 +35,12 @@ import httpx
 import numpy as np
 import pytest
 
-from specguard.judge.verdict import JudgeSettings, judge
-from specguard.sim.launch import SimProcess, start_sim
-from specguard.sources.prometheus import ArmSelectors, PrometheusSource
-from specguard.sources.router_feed import RouterFeed
-from specguard.testing.loadclient import completion_payload, stream_once
-from specguard.testing.ports import free_port
+from specguard.judge._verdict import JudgeSettings, judge
+from specguard.sim._launch import SimProcess, start_sim
+from specguard.sources._prometheus import ArmSelectors, PrometheusSource
+from specguard.sources._router_feed import RouterFeed
+from specguard.testing._loadclient import completion_payload, stream_once
+from specguard.testing._ports import free_port
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.slow]
 

@@ -21,10 +21,10 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from specguard.sim.launch import SimProcess, start_sim
-from specguard.sources.router_feed import RouterFeed, RouterFeedSource
-from specguard.testing.loadclient import closed_loop
-from specguard.testing.ports import free_port
+from specguard.sim._launch import SimProcess, start_sim
+from specguard.sources._router_feed import RouterFeed, RouterFeedSource
+from specguard.testing._loadclient import closed_loop
+from specguard.testing._ports import free_port
 
 PER_ROUTER = 4
 

@@ -12,10 +12,10 @@ from dataclasses import replace
 import pytest
 from aiohttp import web
 
-from specguard.judge.sample import Arm, Role, Sample
-from specguard.judge.verdict import JudgeSettings
-from specguard.router.pool import Topology
-from specguard.router.proxy import Router
+from specguard.judge._sample import Arm, Role, Sample
+from specguard.judge._verdict import JudgeSettings
+from specguard.router._pool import Topology
+from specguard.router._proxy import Router
 from specguard.sources import (
     ArmSelectors,
     PrometheusSource,
@@ -26,7 +26,7 @@ from specguard.sources import (
     pod_concurrency,
     router_pod_urls,
 )
-from specguard.testing.ports import free_port
+from specguard.testing._ports import free_port
 
 T0 = 1_800_000_000.0
 

@@ -5,17 +5,48 @@ Pure: no I/O. Other rooms import from here::
     from specguard.api import SpecError, SpeculativeDeployment, parse_resource
 """
 
-from specguard.api.errors import Problem, SpecError
-from specguard.api.resource import SpeculativeDeployment, parse_resource, validate_spec
-from specguard.api.spec import Spec
-from specguard.api.status import Status
+from specguard.api._crd import DEFAULT_KUBE_VERSION, crd, parse_kube_version
+from specguard.api._errors import Problem, SpecError, shown
+from specguard.api._loading import MAX_INPUT_BYTES, LoadError, decode, load_documents
+from specguard.api._resource import SpeculativeDeployment, parse_resource, validate_spec
+from specguard.api._spec import Drafter, Evaluation, Rollback, Spec
+from specguard.api._status import (
+    ArmFigures,
+    Arms,
+    ArmStatus,
+    Condition,
+    PolicyMemory,
+    Status,
+    StatusVerdict,
+    Transition,
+    append_transition,
+)
 
 __all__ = [
+    "DEFAULT_KUBE_VERSION",
+    "MAX_INPUT_BYTES",
+    "ArmFigures",
+    "ArmStatus",
+    "Arms",
+    "Condition",
+    "Drafter",
+    "Evaluation",
+    "LoadError",
+    "PolicyMemory",
     "Problem",
+    "Rollback",
     "Spec",
     "SpecError",
     "SpeculativeDeployment",
     "Status",
+    "StatusVerdict",
+    "Transition",
+    "append_transition",
+    "crd",
+    "decode",
+    "load_documents",
+    "parse_kube_version",
     "parse_resource",
+    "shown",
     "validate_spec",
 ]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 
 from specguard._args import ArgumentParser, UsageError
-from specguard.api.crd import DEFAULT_KUBE_VERSION, crd, parse_kube_version
+from specguard.api import DEFAULT_KUBE_VERSION, crd, parse_kube_version
 from specguard.commands.render import dump_yaml
 
 

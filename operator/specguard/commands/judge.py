@@ -27,9 +27,20 @@ from pathlib import Path
 import numpy as np
 
 from specguard._args import ArgumentParser, UsageError
-from specguard.judge.policy import PolicySettings, PolicyState, step
-from specguard.judge.sample import ARMS, Sample, SampleError, parse_lines, read_lines
-from specguard.judge.verdict import MAX_RESAMPLES, JudgeSettings, Verdict, judge
+from specguard.judge import (
+    ARMS,
+    MAX_RESAMPLES,
+    JudgeSettings,
+    PolicySettings,
+    PolicyState,
+    Sample,
+    SampleError,
+    Verdict,
+    judge,
+    parse_lines,
+    read_lines,
+    step,
+)
 
 # --window bounds: below a millisecond no window holds two requests; above a year is no window.
 MIN_WINDOW_S = 0.001

@@ -2,7 +2,7 @@
 
 Bad input (unreadable file, not YAML, an invalid resource) prints one line per problem,
 each naming the field, and exits 2. ``-`` reads standard input. Input is read through
-:mod:`specguard.api.loading`: at most 1 MiB, bounded nesting and aliases, JSON types only.
+:mod:`specguard.api._loading`: at most 1 MiB, bounded nesting and aliases, JSON types only.
 """
 
 from __future__ import annotations
@@ -13,10 +13,17 @@ from typing import Any
 import yaml
 
 from specguard._args import ArgumentParser, UsageError
+from specguard.api import (
+    MAX_INPUT_BYTES,
+    LoadError,
+    SpecError,
+    SpeculativeDeployment,
+    decode,
+    load_documents,
+    parse_resource,
+    shown,
+)
 from specguard.api import constants as c
-from specguard.api.errors import SpecError, shown
-from specguard.api.loading import MAX_INPUT_BYTES, LoadError, decode, load_documents
-from specguard.api.resource import SpeculativeDeployment, parse_resource
 from specguard.render import render_all
 
 

@@ -3,7 +3,8 @@
 Pure parts (no I/O; tested by exact equality): ``settings`` (resource → judge and policy
 settings), ``swap`` (the rolling-swap planner), ``conditions`` (status and condition
 builders, Event sentences), ``window`` (one evaluation window: verdict → policy → status),
-``schedule`` (periodic shadow), ``observe`` (cluster objects → what the planner needs).
+``schedule`` (periodic shadow), ``observe`` (cluster objects → what the planner needs),
+``mirror`` (the mirror share: the ready pods' ratio and its correction).
 
 I/O parts: ``kube`` (server-side apply, status patches, Events), ``source`` (samples from
 the configured metrics source), ``loop`` (one resource's reconcile and window loop),
@@ -13,6 +14,6 @@ the configured metrics source), ``loop`` (one resource's reconcile and window lo
 See docs/operator.md.
 """
 
-from specguard.controller.command import build_parser, main
+from specguard.controller._command import build_parser, main
 
 __all__ = ["build_parser", "main"]

@@ -11,33 +11,69 @@ The CLI front end is ``specguard.commands.judge`` (``specguard judge SAMPLES.jso
 See docs/judge.md.
 """
 
-from specguard.judge.histogram import Histogram, judge_histograms
-from specguard.judge.policy import (
+from specguard.judge._histogram import (
+    BASIS_PROMETHEUS,
+    BASIS_SCRAPE,
+    EMPTY,
+    Histogram,
+    judge_histograms,
+)
+from specguard.judge._policy import (
+    MAX_TRANSITIONS_KEPT,
+    Command,
     Decision,
     Guardrails,
     PolicySettings,
     PolicyState,
+    change_mode,
+    error_guardrail,
+    startup_guardrail,
     step,
 )
-from specguard.judge.sample import Sample, SampleError, parse_lines
-from specguard.judge.settings import judge_settings, policy_settings, settings_from_spec
-from specguard.judge.verdict import JudgeSettings, Verdict, judge
+from specguard.judge._sample import (
+    ARMS,
+    Arm,
+    Measurement,
+    Role,
+    Sample,
+    SampleError,
+    parse_lines,
+    read_lines,
+    tpot,
+)
+from specguard.judge._settings import judge_settings, policy_settings, settings_from_spec
+from specguard.judge._verdict import MAX_RESAMPLES, JudgeSettings, Verdict, judge
 
 __all__ = [
+    "ARMS",
+    "BASIS_PROMETHEUS",
+    "BASIS_SCRAPE",
+    "EMPTY",
+    "MAX_RESAMPLES",
+    "MAX_TRANSITIONS_KEPT",
+    "Arm",
+    "Command",
     "Decision",
     "Guardrails",
     "Histogram",
     "JudgeSettings",
+    "Measurement",
     "PolicySettings",
     "PolicyState",
+    "Role",
     "Sample",
     "SampleError",
     "Verdict",
+    "change_mode",
+    "error_guardrail",
     "judge",
     "judge_histograms",
     "judge_settings",
     "parse_lines",
     "policy_settings",
+    "read_lines",
     "settings_from_spec",
+    "startup_guardrail",
     "step",
+    "tpot",
 ]

@@ -9,17 +9,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from specguard.api import SpeculativeDeployment
 from specguard.api import constants as c
-from specguard.api.resource import SpeculativeDeployment
-from specguard.render.router import (
+from specguard.render._router import (
     desired_router_deployment,
     desired_router_role,
     desired_router_role_binding,
     desired_router_service_account,
 )
-from specguard.render.services import desired_arm_service, desired_front_service
-from specguard.render.vllm import speculative_config, vllm_args
-from specguard.render.workloads import arm_replicas, desired_arm_deployment
+from specguard.render._services import desired_arm_service, desired_front_service
+from specguard.render._vllm import speculative_config, vllm_args
+from specguard.render._workloads import arm_replicas, desired_arm_deployment
 
 
 def desired_arm_deployments(sd: SpeculativeDeployment, mode: str) -> list[dict[str, Any]]:

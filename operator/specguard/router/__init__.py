@@ -6,11 +6,11 @@ feed. Pods come from a static topology or from the cluster (``KubeDiscovery``: p
 the SpeculativeDeployment's status). See docs/router.md.
 """
 
-from specguard.router.command import build_parser, main, static_topology
-from specguard.router.discovery import KubeDiscovery
-from specguard.router.feed import CursorError, SampleFeed
-from specguard.router.pool import Endpoint, Pod, Topology
-from specguard.router.proxy import Router, RouterConfig
+from specguard.router._command import build_parser, main, static_topology
+from specguard.router._discovery import KubeDiscovery, pod_ready
+from specguard.router._feed import CursorError, SampleFeed
+from specguard.router._pool import Endpoint, Pod, Topology
+from specguard.router._proxy import Router, RouterConfig
 
 __all__ = [
     "CursorError",
@@ -23,5 +23,6 @@ __all__ = [
     "Topology",
     "build_parser",
     "main",
+    "pod_ready",
     "static_topology",
 ]

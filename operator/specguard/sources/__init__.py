@@ -18,10 +18,19 @@ The operator's interface, the same for every ``metricsSource`` (see sources.wind
 See docs/judge.md and docs/samples.md.
 """
 
-from specguard.sources.prometheus import ArmSelectors, PrometheusSource
-from specguard.sources.router_feed import RouterFeed, RouterFeedSource, router_pod_urls
-from specguard.sources.scrape import ScrapeSource
-from specguard.sources.window import (
+from specguard.sources._exposition import (
+    Acceptance,
+    Reading,
+    Samples,
+    acceptance_between,
+    counter_delta,
+    parse_reading,
+    parse_samples,
+)
+from specguard.sources._prometheus import ArmSelectors, PrometheusSource
+from specguard.sources._router_feed import RouterFeed, RouterFeedSource, router_pod_urls
+from specguard.sources._scrape import ScrapeRound, ScrapeSource, verdict_from_rounds
+from specguard.sources._window import (
     ArmHistograms,
     Source,
     SourceKind,
@@ -31,16 +40,25 @@ from specguard.sources.window import (
 )
 
 __all__ = [
+    "Acceptance",
     "ArmHistograms",
     "ArmSelectors",
     "PrometheusSource",
+    "Reading",
     "RouterFeed",
     "RouterFeedSource",
+    "Samples",
+    "ScrapeRound",
     "ScrapeSource",
     "Source",
     "SourceKind",
     "SourceState",
     "WindowSamples",
+    "acceptance_between",
+    "counter_delta",
+    "parse_reading",
+    "parse_samples",
     "pod_concurrency",
     "router_pod_urls",
+    "verdict_from_rounds",
 ]

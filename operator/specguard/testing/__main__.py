@@ -12,9 +12,9 @@ import signal
 import sys
 import threading
 
-from specguard.testing.binaries import MissingBinariesError
-from specguard.testing.cluster import LocalCluster
-from specguard.testing.kubelet import KubeletConfig
+from specguard.testing._binaries import MissingBinariesError
+from specguard.testing._cluster import LocalCluster
+from specguard.testing._kubelet import KubeletConfig
 
 
 def main(argv: list[str]) -> int:

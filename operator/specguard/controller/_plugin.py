@@ -1,0 +1,202 @@
+"""``kubectl specguard`` (console script ``kubectl-specguard``): read status, set annotations.
+
+kubectl specguard status NAME [-n NS]      mode, conditions, last verdict
+kubectl specguard why NAME [-n NS]         the last verdict and decision, in sentences
+kubectl specguard history NAME [-n NS]     the mode changes (status.transitions)
+kubectl specguard pin NAME MODE [-n NS]    specguard.io/pin-mode=MODE (speculative|baseline)
+kubectl specguard unpin NAME [-n NS]       remove the pin
+kubectl specguard retry NAME [-n NS]       specguard.io/retry=<now>: clear a flap stop,
+                                           give a rolled-back drafter another try
+
+It never writes spec (GitOps owns it): only the two annotations.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from specguard._args import ArgumentParser, UsageError
+from specguard._objects import lookup
+from specguard.api import constants as c
+
+
+def _pct(ratio: Any) -> str:
+    if not isinstance(ratio, int | float):
+        return "n/a"
+    value = (ratio - 1.0) * 100
+    return f"{'+' if value >= 0 else '−'}{abs(value):.1f}%"
+
+
+def format_status(obj: Mapping[str, Any]) -> str:
+    name = lookup(obj, "metadata", "name")
+    status = obj.get("status") or {}
+    lines = [f"{name}: mode {status.get('mode', 'unknown')}"]
+    target = status.get("targetMode")
+    if target and target != status.get("mode"):
+        lines[0] += f" (swapping to {target})"
+    pin = (lookup(obj, "metadata", "annotations") or {}).get(c.ANNOTATION_PIN_MODE)
+    if pin:
+        lines[0] += f", pinned to {pin}"
+    arms = status.get("arms") or {}
+    for role in ("serving", "shadow"):
+        arm = arms.get(role) or {}
+        if arm:
+            lines.append(
+                f"  {role}: {arm.get('arm')} ({arm.get('deployment')}) "
+                f"{arm.get('readyReplicas', 0)}/{arm.get('replicas', 0)} ready"
+            )
+    if "mirrorShare" in arms:
+        lines.append(f"  mirror share: {arms['mirrorShare']}")
+    for condition in status.get("conditions") or []:
+        message = condition.get("message") or ""
+        lines.append(
+            f"  {condition.get('type')}={condition.get('status')} {condition.get('reason')}"
+            + (f": {message}" if message else "")
+        )
+    verdict = status.get("lastVerdict")
+    if verdict:
+        lines.append(f"  last verdict: {verdict.get('outcome')}, ratio {verdict.get('ratio')}")
+    return "\n".join(lines)
+
+
+def format_history(obj: Mapping[str, Any]) -> str:
+    rows = lookup(obj, "status", "transitions") or []
+    if not rows:
+        return "no mode changes yet"
+    return "\n".join(
+        f"{t.get('time')}  {t.get('from')} → {t.get('to')}  {t.get('reason')}: "
+        f"{t.get('message', '')}"
+        for t in rows
+    )
+
+
+def explain(obj: Mapping[str, Any]) -> str:
+    """The last verdict and what it led to, in sentences."""
+    status = obj.get("status") or {}
+    v = status.get("lastVerdict")
+    mode = status.get("mode", "unknown")
+    spec_eval = lookup(obj, "spec", "evaluation") or {}
+    sentences = [f"The {mode} arm serves clients."]
+    if not v:
+        sentences.append("No window has been judged yet.")
+        return " ".join(sentences)
+    n_spec = lookup(v, "samples", "speculative") or 0
+    n_base = lookup(v, "samples", "baseline") or 0
+    outcome = v.get("outcome")
+    if v.get("ratio") is None:
+        sentences.append(
+            f"The last window was {outcome}: {v.get('reason') or 'no data'} "
+            f"({n_spec:.0f} drafter and {n_base:.0f} baseline requests)."
+        )
+    else:
+        conc = lookup(v, "concurrency", "speculative")
+        at = f" at {conc:.0f} concurrent requests per pod" if isinstance(conc, int | float) else ""
+        sentences.append(
+            f"In the window ending {v.get('windowEnd')}, per-token latency with the drafter "
+            f"was {_pct(v['ratio'])} against no drafter (confidence interval "
+            f"{_pct(v.get('ciLower'))} to {_pct(v.get('ciUpper'))}){at}, over {n_spec:.0f} "
+            f"drafter and {n_base:.0f} baseline requests."
+        )
+        tolerance = spec_eval.get("tolerance", 0.03)
+        verdicts = {
+            "regressed": f"The whole interval is above +{tolerance:.0%}: the drafter is slower.",
+            "improved": f"The whole interval is below −{tolerance:.0%}: the drafter is faster.",
+            "neutral": "The interval stays within the tolerance: no difference worth acting on.",
+            "inconclusive": "The interval is too wide to decide either way.",
+        }
+        sentences.append(verdicts.get(str(outcome), ""))
+        domains = v.get("domains") or {}
+        if domains:
+            parts = ", ".join(f"{d} {_pct(r)}" for d, r in sorted(domains.items()))
+            sentences.append(f"By kind of request: {parts}.")
+    policy = status.get("policy") or {}
+    need = spec_eval.get("consecutiveWindows", 3)
+    if policy.get("streak"):
+        sentences.append(
+            f"{policy['streak']} {policy.get('streakOutcome')} window(s) in a row so far; "
+            f"{need} are needed to act."
+        )
+    if policy.get("halted"):
+        sentences.append(
+            "Automatic changes are stopped after too many flaps: `kubectl specguard retry` "
+            "resumes them."
+        )
+    transitions = status.get("transitions") or []
+    if transitions:
+        t = transitions[-1]
+        sentences.append(
+            f"The last mode change ({t.get('from')} → {t.get('to')}, {t.get('time')}) was "
+            f"{t.get('reason')}: {t.get('message')}."
+        )
+    return " ".join(s for s in sentences if s)
+
+
+def annotation_patch(verb: str, mode: str | None, now: float) -> dict[str, Any]:
+    if verb == "pin":
+        return {"metadata": {"annotations": {c.ANNOTATION_PIN_MODE: mode}}}
+    if verb == "unpin":
+        return {"metadata": {"annotations": {c.ANNOTATION_PIN_MODE: None}}}
+    stamp = dt.datetime.fromtimestamp(now, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return {"metadata": {"annotations": {c.ANNOTATION_RETRY: stamp}}}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = ArgumentParser(
+        prog="kubectl specguard", description="Look at and steer SpeculativeDeployments."
+    )
+    p.add_argument("verb", choices=("status", "why", "history", "pin", "unpin", "retry"))
+    p.add_argument("name", help="the SpeculativeDeployment")
+    p.add_argument("mode", nargs="?", help="pin: speculative or baseline")
+    p.add_argument("--namespace", "-n", default=None, help="namespace (default: kubeconfig's)")
+    p.add_argument("--kubeconfig", default=None, help="kubeconfig file")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import time
+
+    try:
+        args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+        if args.verb == "pin" and args.mode not in c.ARMS:
+            raise UsageError(f"pin: MODE must be speculative or baseline, got {args.mode!r}")
+        if args.verb != "pin" and args.mode is not None:
+            raise UsageError(f"{args.verb}: unexpected argument {args.mode!r}")
+    except UsageError as exc:
+        print(f"kubectl-specguard: {exc}", file=sys.stderr)
+        return 2
+    from specguard.controller._kube import Kube, KubeError, resource_path
+
+    try:
+        from kubernetes import client, config
+
+        config.load_kube_config(config_file=args.kubeconfig)
+        namespace = args.namespace or config.list_kube_config_contexts(args.kubeconfig)[1].get(
+            "context", {}
+        ).get("namespace", "default")
+        kube = Kube(client.ApiClient())
+        path = resource_path(namespace, args.name)
+        if args.verb in ("pin", "unpin", "retry"):
+            kube._call(
+                "patch", "PATCH", path, body=annotation_patch(args.verb, args.mode, time.time()),
+                content_type="application/merge-patch+json",
+            )  # fmt: skip
+            print(f"speculativedeployment.specguard.io/{args.name} annotated ({args.verb})")
+            return 0
+        obj = kube._call("get", "GET", path)
+    except KubeError as exc:
+        print(f"kubectl-specguard: {exc}".splitlines()[0][:300], file=sys.stderr)
+        return 1
+    except Exception as exc:
+        print(f"kubectl-specguard: {type(exc).__name__}: {exc}".splitlines()[0], file=sys.stderr)
+        return 1
+    render = {"status": format_status, "history": format_history, "why": explain}[args.verb]
+    print(render(obj))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

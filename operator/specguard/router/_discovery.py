@@ -1,0 +1,260 @@
+"""Kubernetes discovery: ready pods by label, roles and mirror share from the resource.
+
+Pure part (`endpoints_from_pods`, `roles_from_resource`) turns API objects (plain dicts,
+camelCase as the API server sends them) into what `Topology` needs, and is unit-tested
+alone. I/O part (`KubeDiscovery`) uses the official `kubernetes` client in one worker
+thread: a list-then-watch of pods by label selector, re-listing when the watch expires or
+the resource version is too old, and a poll of the SpeculativeDeployment every few seconds.
+
+Why the sync client in a thread rather than raw aiohttp: it already loads in-cluster and
+KUBECONFIG credentials (tokens, client certificates, exec plugins) and decodes watch
+streams; the router's event loop only receives finished snapshots through
+``call_soon_threadsafe``, so the proxy path never waits on the API server. Why poll the
+resource: its status changes a few times an hour; a 2-second poll is cheap and has no
+watch-expiry edge cases, and a role swap is preceded by a slow rolling swap of pods anyway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from specguard._objects import lookup
+from specguard.judge import Arm
+from specguard.router._pool import Endpoint, Topology
+
+log = logging.getLogger("specguard.router._discovery")
+
+GROUP = "specguard.io"
+VERSION = "v1alpha1"
+PLURAL = "speculativedeployments"
+DEPLOYMENT_LABEL = "specguard.io/deployment"
+ARM_LABEL = "specguard.io/arm"
+DEFAULT_PORT = 8000
+PORT_NAMES = ("http", "vllm", "serve")
+
+
+def pod_port(pod: Mapping[str, Any]) -> int:
+    """The serving port: a port named http (or vllm/serve), else 8000 if declared, else the
+    first declared port, else vLLM's default 8000."""
+    ports: list[Mapping[str, Any]] = []
+    for container in lookup(pod, "spec", "containers") or []:
+        ports.extend(p for p in (lookup(container, "ports") or []) if isinstance(p, Mapping))
+    numbers: list[int] = [
+        p["containerPort"] for p in ports if isinstance(p.get("containerPort"), int)
+    ]
+    for name in PORT_NAMES:
+        for port in ports:
+            number = port.get("containerPort")
+            if port.get("name") == name and isinstance(number, int):
+                return number
+    if DEFAULT_PORT in numbers or not numbers:
+        return DEFAULT_PORT
+    return numbers[0]
+
+
+def pod_ready(pod: Mapping[str, Any]) -> bool:
+    if lookup(pod, "metadata", "deletionTimestamp"):
+        return False
+    if lookup(pod, "status", "phase") != "Running":
+        return False
+    for condition in lookup(pod, "status", "conditions") or []:
+        if lookup(condition, "type") == "Ready":
+            return bool(lookup(condition, "status") == "True")
+    return False
+
+
+def endpoints_from_pods(pods: Iterable[Mapping[str, Any]], deployment: str) -> list[Endpoint]:
+    """Ready pods of this deployment with an arm label and an IP, as endpoints."""
+    out: list[Endpoint] = []
+    for pod in pods:
+        labels = lookup(pod, "metadata", "labels") or {}
+        if labels.get(DEPLOYMENT_LABEL) != deployment:
+            continue
+        arm = labels.get(ARM_LABEL)
+        ip = lookup(pod, "status", "podIP")
+        if arm not in ("speculative", "baseline") or not ip or not pod_ready(pod):
+            continue
+        host = f"[{ip}]" if ":" in ip else ip
+        name = lookup(pod, "metadata", "name") or f"{host}:{pod_port(pod)}"
+        out.append(Endpoint(name, f"http://{host}:{pod_port(pod)}", arm))
+    return out
+
+
+def roles_from_resource(resource: Mapping[str, Any] | None) -> tuple[Arm, float]:
+    """(serving arm, mirror share) from a SpeculativeDeployment.
+
+    ``status.mode`` and ``status.arms.mirrorShare`` when the operator has written them;
+    otherwise mode speculative and share = spec.shadow.replicas / spec.replicas (COMMON.md).
+    """
+    mode_value = lookup(resource, "status", "mode")
+    mode: Arm = "baseline" if mode_value == "baseline" else "speculative"
+    share = lookup(resource, "status", "arms", "mirrorShare")
+    if isinstance(share, int | float) and not isinstance(share, bool):
+        return mode, min(max(float(share), 0.0), 1.0)
+    replicas = lookup(resource, "spec", "replicas")
+    shadow = lookup(resource, "spec", "shadow", "replicas")
+    if isinstance(replicas, int) and replicas > 0 and isinstance(shadow, int) and shadow >= 0:
+        return mode, min(shadow / replicas, 1.0)
+    return mode, 0.0
+
+
+def swapping_from_resource(resource: Mapping[str, Any] | None) -> bool:
+    """``status.arms.swapping``: the operator is swapping the arms, serve from both."""
+    return lookup(resource, "status", "arms", "swapping") is True
+
+
+class KubeDiscovery:
+    """Keeps a `Topology` in step with the cluster."""
+
+    def __init__(
+        self,
+        deployment: str,
+        namespace: str,
+        topology: Topology,
+        *,
+        on_change: Callable[[], None] | None = None,
+        poll_interval: float = 2.0,
+        watch_timeout_s: int = 30,
+    ) -> None:
+        self.deployment = deployment
+        self.namespace = namespace
+        self.topology = topology
+        self._on_change = on_change
+        self._poll_interval = poll_interval
+        self._watch_timeout = watch_timeout_s
+        self._stop = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._poller: asyncio.Task[None] | None = None
+        self._api: Any = None
+        self.synced = asyncio.Event()
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._api = await asyncio.to_thread(_api_client)
+        self._thread = threading.Thread(target=self._watch_pods, name="pod-watch", daemon=True)
+        self._thread.start()
+        self._poller = self._loop.create_task(self._poll_resource())
+
+    async def stop(self) -> None:
+        self._stop.set()
+        if self._poller is not None:
+            self._poller.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._poller
+        # The watch thread is a daemon and leaves at its next event or timeout.
+
+    # -- the SpeculativeDeployment -----------------------------------------------------
+
+    async def _poll_resource(self) -> None:
+        from kubernetes import client
+
+        custom = client.CustomObjectsApi(self._api)
+        while not self._stop.is_set():
+            try:
+                resource = await asyncio.to_thread(
+                    custom.get_namespaced_custom_object,
+                    GROUP, VERSION, self.namespace, PLURAL, self.deployment,
+                )  # fmt: skip
+            except Exception as exc:
+                status = getattr(exc, "status", None)
+                log.warning("reading %s/%s failed (%s)", PLURAL, self.deployment, status or exc)
+                resource = None if status == 404 else _KEEP
+            if resource is not _KEEP:
+                mode, share = roles_from_resource(resource)
+                swapping = swapping_from_resource(resource)
+                top = self.topology
+                if (mode, share, swapping) != (top.mode, top.mirror_share, top.swapping):
+                    log.info("roles: serving %s, mirror share %.3f%s", mode, share,
+                             ", swapping: serving from both arms" if swapping else "")  # fmt: skip
+                    top.set_roles(mode, share, swapping)
+                    self._changed()
+            await asyncio.sleep(self._poll_interval)
+
+    # -- pods (worker thread) ----------------------------------------------------------
+
+    def _watch_pods(self) -> None:
+        from kubernetes import client, watch
+
+        core = client.CoreV1Api(self._api)
+        selector = f"{DEPLOYMENT_LABEL}={self.deployment}"
+        pods: dict[str, dict[str, Any]] = {}
+        version: str | None = None
+        while not self._stop.is_set():
+            try:
+                if version is None:
+                    listed = core.list_namespaced_pod(self.namespace, label_selector=selector)
+                    pods = {
+                        item.metadata.name: self._api.sanitize_for_serialization(item)
+                        for item in listed.items
+                    }
+                    version = listed.metadata.resource_version
+                    self._publish(list(pods.values()))
+                stream = watch.Watch().stream(
+                    core.list_namespaced_pod, self.namespace, label_selector=selector,
+                    resource_version=version, timeout_seconds=self._watch_timeout,
+                    allow_watch_bookmarks=True,
+                )  # fmt: skip
+                for event in stream:
+                    if self._stop.is_set():
+                        return
+                    obj = event["object"]
+                    kind = event["type"]
+                    if kind == "ERROR":
+                        version = None  # usually 410 Gone: list again
+                        break
+                    version = obj.metadata.resource_version
+                    if kind == "BOOKMARK":
+                        continue
+                    if kind == "DELETED":
+                        pods.pop(obj.metadata.name, None)
+                    else:
+                        pods[obj.metadata.name] = self._api.sanitize_for_serialization(obj)
+                    self._publish(list(pods.values()))
+            except Exception as exc:
+                status = getattr(exc, "status", None)
+                log.warning("pod watch failed (%s); listing again", status or type(exc).__name__)
+                version = None
+                self._stop.wait(1.0)
+
+    def _publish(self, pods: list[dict[str, Any]]) -> None:
+        endpoints = endpoints_from_pods(pods, self.deployment)
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._apply, endpoints)
+
+    def _apply(self, endpoints: list[Endpoint]) -> None:
+        self.topology.set_endpoints(endpoints)
+        self.synced.set()
+        self._changed()
+
+    def _changed(self) -> None:
+        if self._on_change is not None:
+            self._on_change()
+
+
+_KEEP: Any = object()
+
+
+class DiscoveryError(RuntimeError):
+    """No way to reach the API server; the message says why."""
+
+
+def _api_client() -> Any:
+    """An API client from the service account in a pod, else from KUBECONFIG / ~/.kube."""
+    from kubernetes import client, config
+
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        try:
+            config.load_kube_config()
+        except (config.ConfigException, OSError) as exc:
+            raise DiscoveryError(
+                f"no Kubernetes credentials: not in a pod, and no usable KUBECONFIG ({exc})"
+            ) from exc
+    return client.ApiClient()

@@ -1,0 +1,93 @@
+"""Which pods the router can send to, by arm, and how busy each one is.
+
+Pure state: discovery (static flags or the Kubernetes watch) replaces the pod lists and the
+roles; the proxy picks the least busy pod and counts requests in and out. A pod object keeps
+its in-flight count across updates so a watch event never resets the concurrency figure.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass, field
+
+from specguard.judge import Arm
+
+ARM_NAMES: tuple[Arm, ...] = ("speculative", "baseline")
+
+
+def other_arm(arm: Arm) -> Arm:
+    return "baseline" if arm == "speculative" else "speculative"
+
+
+@dataclass(eq=False)
+class Pod:
+    """One upstream endpoint. ``name`` is what samples record (pod name, or host:port)."""
+
+    name: str
+    url: str
+    arm: Arm
+    in_flight: int = 0
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """What discovery reports about a ready pod."""
+
+    name: str
+    url: str
+    arm: Arm
+
+
+@dataclass
+class Topology:
+    """Ready pods by arm, which arm serves, and the share of requests to mirror."""
+
+    mode: Arm = "speculative"
+    mirror_share: float = 0.0
+    # During the operator's rolling swap (status.arms.swapping) clients are answered from the
+    # ready pods of both arms, so the pods that serve never drop below replicas - 1.
+    swapping: bool = False
+    pods: dict[Arm, list[Pod]] = field(default_factory=lambda: {arm: [] for arm in ARM_NAMES})
+    _turn: itertools.count[int] = field(default_factory=itertools.count)
+
+    @property
+    def serving_arm(self) -> Arm:
+        return self.mode
+
+    @property
+    def shadow_arm(self) -> Arm:
+        return other_arm(self.mode)
+
+    def set_roles(self, mode: Arm, mirror_share: float, swapping: bool = False) -> None:
+        self.mode = mode
+        self.mirror_share = min(max(mirror_share, 0.0), 1.0)
+        self.swapping = swapping
+
+    def set_endpoints(self, endpoints: Iterable[Endpoint]) -> None:
+        """Replace the ready pods, keeping the counters of pods that are still there."""
+        known = {(pod.arm, pod.url): pod for arm in ARM_NAMES for pod in self.pods[arm]}
+        fresh: dict[Arm, list[Pod]] = {arm: [] for arm in ARM_NAMES}
+        for endpoint in endpoints:
+            pod = known.get((endpoint.arm, endpoint.url))
+            if pod is None:
+                pod = Pod(endpoint.name, endpoint.url, endpoint.arm)
+            else:
+                pod.name = endpoint.name
+            fresh[endpoint.arm].append(pod)
+        for arm in ARM_NAMES:
+            fresh[arm].sort(key=lambda p: p.name)
+        self.pods = fresh
+
+    def pick(self, arm: Arm, exclude: Collection[Pod] = ()) -> Pod | None:
+        """The ready pod of ``arm`` with the fewest requests in flight (ties rotate),
+        leaving out the pods in ``exclude``."""
+        pool = self.pods[arm]
+        if self.swapping and arm == self.serving_arm:
+            pool = [*self.pods[arm], *self.pods[other_arm(arm)]]
+        candidates = [pod for pod in pool if all(pod is not x for x in exclude)]
+        if not candidates:
+            return None
+        fewest = min(pod.in_flight for pod in candidates)
+        tied = [pod for pod in candidates if pod.in_flight == fewest]
+        return tied[next(self._turn) % len(tied)]

@@ -1,0 +1,612 @@
+"""The shadow router's HTTP side: forward ``/v1/*`` to the serving arm, mirror a share to
+the shadow arm, measure both, and serve ``/health``, ``/metrics`` and ``/samples``.
+
+aiohttp serves and aiohttp forwards (chosen by measurement: bench/router_overhead.py
+--stacks, numbers in docs/router.md). Rules the code keeps:
+
+- The client gets the upstream's status, headers (less hop-by-hop ones) and body bytes.
+  Streams pass through read by read; the only rewrite is taking out usage the router itself
+  asked for (strip.py), so the client sees what it would have seen directly.
+- The shadow copy is a separate task on a separate connection pool with its own budget. It
+  is started and forgotten: nothing on the client's path awaits it or sees its errors.
+- Nothing here logs or keeps request or response text; samples hold numbers only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from multidict import CIMultiDict, CIMultiDictProxy
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from specguard.judge import Arm, Role
+from specguard.meter import Measured, StreamMeter, measure_json, request_domain, to_sample
+from specguard.router._feed import CursorError, SampleFeed
+from specguard.router._metrics import RouterMetrics
+from specguard.router._pool import Pod, Topology
+from specguard.router._strip import UsageStripper
+
+log = logging.getLogger("specguard.router")
+
+DOMAIN_HEADER = "X-Specguard-Domain"
+# RFC 9110 7.6.1 hop-by-hop fields, plus the ones aiohttp recomputes for the new message.
+HOP_BY_HOP = frozenset(
+    {
+        "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te",
+        "trailer", "trailers", "transfer-encoding", "upgrade", "proxy-connection",
+    }
+)  # fmt: skip
+_NOT_FORWARDED_UP = HOP_BY_HOP | {"host", "content-length", "accept-encoding"}
+_NOT_FORWARDED_DOWN = HOP_BY_HOP | {"content-length"}
+# Requests whose response is a generation the router measures (and may mirror).
+GENERATION_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
+
+
+@dataclass(frozen=True)
+class RouterConfig:
+    max_body_bytes: int = 16 * 1024 * 1024
+    connect_timeout_s: float = 10.0
+    # Longest silence on an upstream connection: a non-streamed long generation is silent
+    # until it is done, so this is generous; streams send a chunk per engine step.
+    read_timeout_s: float = 600.0
+    shadow_max_in_flight: int = 256
+    shadow_timeout_s: float = 600.0
+    samples_capacity: int = 100_000
+    # Ask the serving pod for continuous usage when the client streams without it (and strip
+    # it again) so serving samples count tokens exactly, as shadow ones do.
+    exact_serving_usage: bool = True
+
+
+def openai_error(status: int, message: str, kind: str) -> web.Response:
+    body = {"error": {"message": message, "type": kind, "param": None, "code": status}}
+    return web.json_response(body, status=status)
+
+
+class Router:
+    def __init__(
+        self,
+        topology: Topology,
+        config: RouterConfig | None = None,
+        *,
+        metrics: RouterMetrics | None = None,
+        feed: SampleFeed | None = None,
+    ) -> None:
+        self.topology = topology
+        self.config = config or RouterConfig()
+        self.metrics = metrics or RouterMetrics()
+        self.feed = SampleFeed(self.config.samples_capacity) if feed is None else feed
+        self._serving: aiohttp.ClientSession | None = None
+        self._shadow: aiohttp.ClientSession | None = None
+        self._shadow_tasks: set[asyncio.Task[None]] = set()
+        self._mirror_credit = 0.0
+        self.refresh_gauges()
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=self.config.max_body_bytes)
+        app.router.add_get("/health", self.health)
+        app.router.add_get("/metrics", self.prometheus)
+        app.router.add_get("/samples", self.samples)
+        app.router.add_route("*", "/v1/{tail:.*}", self.proxy)
+        app.on_startup.append(self._open)
+        app.on_cleanup.append(self._close)
+        return app
+
+    async def _open(self, _app: web.Application) -> None:
+        cfg = self.config
+        # No pool limit on the serving side: the client's concurrency is the limit.
+        self._serving = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300),
+            timeout=aiohttp.ClientTimeout(
+                total=None, connect=cfg.connect_timeout_s, sock_read=cfg.read_timeout_s
+            ),
+            auto_decompress=False,
+            skip_auto_headers=("User-Agent", "Accept-Encoding"),
+        )
+        self._shadow = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=cfg.shadow_max_in_flight),
+            timeout=aiohttp.ClientTimeout(
+                total=cfg.shadow_timeout_s, connect=cfg.connect_timeout_s
+            ),
+            skip_auto_headers=("User-Agent",),
+        )
+
+    async def _close(self, _app: web.Application) -> None:
+        for task in list(self._shadow_tasks):
+            task.cancel()
+        if self._shadow_tasks:
+            await asyncio.gather(*self._shadow_tasks, return_exceptions=True)
+        for session in (self._serving, self._shadow):
+            if session is not None:
+                await session.close()
+
+    def refresh_gauges(self) -> None:
+        """Publish the pod counts and share after discovery changed them."""
+        top = self.topology
+        for role, arm in (("serving", top.serving_arm), ("shadow", top.shadow_arm)):
+            self.metrics.ready_pods.labels(arm, role).set(len(top.pods[arm]))
+            self.metrics.ready_pods.labels(
+                "baseline" if arm == "speculative" else "speculative", role
+            ).set(0)
+        self.metrics.mirror_share.set(top.mirror_share)
+
+    @property
+    def shadow_in_flight(self) -> int:
+        return len(self._shadow_tasks)
+
+    # -- own endpoints -----------------------------------------------------------------
+
+    async def health(self, _request: web.Request) -> web.Response:
+        top = self.topology
+        return web.json_response(
+            {
+                "status": "ok",
+                "mode": top.mode,
+                "mirror_share": top.mirror_share,
+                "serving_pods": len(top.pods[top.serving_arm]),
+                "shadow_pods": len(top.pods[top.shadow_arm]),
+            }
+        )
+
+    async def prometheus(self, _request: web.Request) -> web.Response:
+        body = generate_latest(self.metrics.registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def samples(self, request: web.Request) -> web.Response:
+        after = request.query.get("after")
+        try:
+            limit = int(request.query.get("limit", "1000"))
+        except ValueError:
+            return openai_error(400, "limit: expected a whole number", "invalid_request_error")
+        limit = min(max(limit, 0), 10_000)
+        try:
+            page = self.feed.read(after, limit)
+        except CursorError as exc:
+            return openai_error(400, str(exc), "invalid_request_error")
+        return web.json_response(page.to_dict())
+
+    # -- the proxy ---------------------------------------------------------------------
+
+    async def proxy(self, request: web.Request) -> web.StreamResponse:
+        started = time.perf_counter()
+        wall = time.time()
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            return openai_error(
+                413,
+                f"request body is larger than {self.config.max_body_bytes} bytes",
+                "invalid_request_error",
+            )
+        path = request.path
+        parsed = _json_object(body) if path in GENERATION_PATHS and body else None
+        domain = request_domain(parsed, path, request.headers.get(DOMAIN_HEADER))
+        upstream_body = body
+        stripper: UsageStripper | None = None
+        if parsed is not None and parsed.get("stream") is True and self.config.exact_serving_usage:
+            upstream_body, stripper = _with_usage(parsed, body)
+        headers = _upstream_headers(request.headers)
+        top = self.topology
+        arm = top.serving_arm
+        pod = top.pick(arm)
+        if pod is None:
+            self.metrics.requests.labels(arm, "serving", "no_pod").inc()
+            return openai_error(
+                502, f"no ready pod of the serving arm ({arm})", "service_unavailable"
+            )
+        pair_id = None
+        if parsed is not None and self._mirror_due():
+            pair_id = self._mirror(parsed, path, headers, domain)
+        measured = parsed is not None
+        # The dict (a second copy of the prompt) is not needed past this point: let it go
+        # rather than hold it for the whole generation.
+        del parsed
+        tried: list[Pod] = []
+        while True:
+            try:
+                return await self._forward(
+                    request, pod=pod, body=upstream_body, headers=headers,
+                    stripper=stripper, measured=measured, domain=domain,
+                    pair_id=pair_id, started=started, wall=wall,
+                )  # fmt: skip
+            except _PodUnreachableError:
+                # Nothing reached the client: try each other ready pod once. A dead pod ends
+                # with nothing in flight, so least-busy picking would choose it again.
+                tried.append(pod)
+                next_pod = top.pick(arm, exclude=tried)
+                if next_pod is None:
+                    if measured:  # the arm failed this request: the judge counts it
+                        of = _SampleOf(arm, "serving", pod.name, domain, 1, pair_id, wall)
+                        self._record(_failed(started, time.perf_counter()), of, 502)
+                    return openai_error(502, _unreachable(tried, arm), "service_unavailable")
+                pod = next_pod
+
+    async def _forward(
+        self,
+        request: web.Request,
+        *,
+        pod: Pod,
+        body: bytes,
+        headers: CIMultiDict[str],
+        stripper: UsageStripper | None,
+        measured: bool,
+        domain: str,
+        pair_id: str | None,
+        started: float,
+        wall: float,
+    ) -> web.StreamResponse:
+        assert self._serving is not None
+        arm = pod.arm
+        pod.in_flight += 1
+        concurrency = pod.in_flight
+        gauge = self.metrics.in_flight.labels(arm, "serving")
+        gauge.inc()
+        result = _Outcome()
+        sample_of = _SampleOf(arm, "serving", pod.name, domain, concurrency, pair_id, wall)
+        try:
+            url = pod.url + request.raw_path
+            try:
+                upstream = await self._serving.request(
+                    request.method, url, data=body, headers=headers, allow_redirects=False
+                )
+            except aiohttp.ClientConnectorError as exc:
+                log.warning("serving pod %s unreachable: %s", pod.name, type(exc).__name__)
+                raise _PodUnreachableError from exc
+            except TimeoutError:
+                result.value = "timeout"
+                if measured:
+                    self._record(_failed(started, time.perf_counter()), sample_of, 504)
+                return openai_error(504, f"serving pod {pod.name} timed out", "timeout")
+            except aiohttp.ClientError as exc:
+                log.warning("serving pod %s failed: %s", pod.name, type(exc).__name__)
+                if measured:
+                    self._record(_failed(started, time.perf_counter()), sample_of, 502)
+                return openai_error(502, f"serving pod {pod.name} failed", "upstream_error")
+            try:
+                if _is_event_stream(upstream.headers):
+                    return await self._relay_stream(
+                        request, upstream, result, stripper=stripper, measured=measured,
+                        sample_of=sample_of, started=started,
+                    )  # fmt: skip
+                return await self._relay_body(upstream, result, measured, sample_of, started)
+            finally:
+                upstream.close()
+        except asyncio.CancelledError:
+            if not result.completed:
+                result.value = "client_closed"
+            raise
+        finally:
+            pod.in_flight -= 1
+            gauge.dec()
+            self.metrics.requests.labels(arm, "serving", result.value).inc()
+
+    async def _relay_stream(
+        self,
+        request: web.Request,
+        upstream: aiohttp.ClientResponse,
+        result: _Outcome,
+        *,
+        stripper: UsageStripper | None,
+        measured: bool,
+        sample_of: _SampleOf,
+        started: float,
+    ) -> web.StreamResponse:
+        response = web.StreamResponse(
+            status=upstream.status, reason=upstream.reason, headers=_downstream_headers(upstream)
+        )
+        await response.prepare(request)
+        meter = StreamMeter(started) if measured else None
+        clock = time.perf_counter
+        # Every byte of the upstream's stream has been handed to the client's connection:
+        # its whole body, or (measured) everything up to and including ``data: [DONE]``.
+        # A client that closes after that (guidellm closes right after [DONE]) completed
+        # its request; only the end-of-body marker or the upstream's own close is left.
+        delivered = False
+        try:
+            if stripper is not None:
+                # The stripper frames and parses each event once and feeds the meter.
+                stripper.attach(meter)
+                async for data in upstream.content.iter_any():
+                    out = stripper.feed(data, clock())
+                    if out:
+                        await response.write(out)
+                        delivered = meter is not None and meter.done
+                rest = stripper.finish(clock())
+                if rest:
+                    await response.write(rest)
+            else:
+                async for data in upstream.content.iter_any():
+                    now = clock()
+                    await response.write(data)
+                    if meter is not None:
+                        meter.feed(data, now)
+                        delivered = meter.done
+            delivered = True
+            await response.write_eof()
+        except ConnectionResetError:
+            if not delivered:
+                # The client went away: stop reading (closing upstream cancels generation).
+                result.value = "client_closed"
+                return response
+        except asyncio.CancelledError:
+            # The client's close cancelled the handler; after the last byte it is complete.
+            if delivered:
+                self._complete(result, meter, sample_of, upstream.status, clock())
+            raise
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            # The upstream broke mid-stream: record it, and cut the client's stream too
+            # rather than end it cleanly, as a direct connection would have been cut.
+            log.warning("serving stream broke: %s", type(exc).__name__)
+            if meter is not None:
+                self._record(meter.finish(clock()), sample_of, 502)
+            if request.transport is not None:
+                request.transport.close()
+            result.value = "upstream_error"
+            return response
+        self._complete(result, meter, sample_of, upstream.status, clock())
+        return response
+
+    def _complete(
+        self,
+        result: _Outcome,
+        meter: StreamMeter | None,
+        sample_of: _SampleOf,
+        status: int,
+        now: float,
+    ) -> None:
+        if meter is not None:
+            self._record(meter.finish(now), sample_of, status)
+        result.value = str(status)
+        result.completed = True
+
+    async def _relay_body(
+        self,
+        upstream: aiohttp.ClientResponse,
+        result: _Outcome,
+        measured: bool,
+        sample_of: _SampleOf,
+        started: float,
+    ) -> web.StreamResponse:
+        data = await upstream.read()
+        if measured:
+            self._record(
+                measure_json(data, started, time.perf_counter()), sample_of, upstream.status
+            )
+        result.value = str(upstream.status)
+        result.completed = True
+        return web.Response(
+            body=data,
+            status=upstream.status,
+            reason=upstream.reason,
+            headers=_downstream_headers(upstream),
+        )
+
+    def _record(self, measured: Measured, of: _SampleOf, status: int) -> None:
+        sample = to_sample(
+            measured,
+            arm=of.arm,
+            role=of.role,
+            pod=of.pod,
+            domain=of.domain,
+            concurrency=of.concurrency,
+            status=status,
+            pair_id=of.pair_id,
+            started_at=of.wall,
+        )
+        if len(self.feed) == self.config.samples_capacity:
+            self.metrics.samples_evicted.inc()
+        self.feed.add(sample)
+        self.metrics.observe(sample)
+
+    # -- mirroring ---------------------------------------------------------------------
+
+    def _mirror_due(self) -> bool:
+        """Error diffusion: exactly ``share`` of requests over any run, evenly spread."""
+        share = self.topology.mirror_share
+        if share <= 0.0:
+            return False
+        self._mirror_credit += share
+        if self._mirror_credit >= 1.0:
+            self._mirror_credit -= 1.0
+            return True
+        return False
+
+    def _mirror(
+        self, parsed: dict[str, Any], path: str, headers: CIMultiDict[str], domain: str
+    ) -> str | None:
+        arm = self.topology.shadow_arm
+        if self.shadow_in_flight >= self.config.shadow_max_in_flight:
+            self.metrics.mirror_dropped.labels("budget").inc()
+            return None
+        pod = self.topology.pick(arm)
+        if pod is None:
+            self.metrics.mirror_dropped.labels("no_pod").inc()
+            return None
+        pair_id = uuid.uuid4().hex
+        task = asyncio.get_running_loop().create_task(
+            self._shadow_request(
+                pod, parsed=parsed, path=path, headers=headers, domain=domain, pair_id=pair_id
+            )
+        )
+        self._shadow_tasks.add(task)
+        task.add_done_callback(self._shadow_tasks.discard)
+        self.metrics.mirrored.labels(arm).inc()
+        return pair_id
+
+    async def _shadow_request(
+        self,
+        pod: Pod,
+        *,
+        parsed: dict[str, Any],
+        path: str,
+        headers: CIMultiDict[str],
+        domain: str,
+        pair_id: str,
+    ) -> None:
+        assert self._shadow is not None
+        started = time.perf_counter()
+        wall = time.time()
+        pod.in_flight += 1
+        sample_of = _SampleOf(pod.arm, "shadow", pod.name, domain, pod.in_flight, pair_id, wall)
+        gauge = self.metrics.in_flight.labels(pod.arm, "shadow")
+        gauge.inc()
+        outcome = "upstream_error"
+        body = json.dumps(_shadow_body(parsed)).encode()
+        # The bytes are all the copy needs: do not keep the prompt twice until it ends.
+        del parsed
+        shadow_headers = CIMultiDict(headers)
+        shadow_headers["Content-Type"] = "application/json"
+        clock = time.perf_counter
+        try:
+            async with self._shadow.post(
+                pod.url + path, data=body, headers=shadow_headers
+            ) as upstream:
+                meter = StreamMeter(started)
+                if _is_event_stream(upstream.headers):
+                    async for data in upstream.content.iter_any():
+                        meter.feed(data, clock())
+                    measured = meter.finish(clock())
+                else:
+                    measured = measure_json(await upstream.read(), started, clock())
+                outcome = str(upstream.status)
+                self._record(measured, sample_of, upstream.status)
+        except asyncio.CancelledError:
+            outcome = "cancelled"
+            raise
+        except TimeoutError:
+            outcome = "timeout"
+            self._record(_failed(started, clock()), sample_of, 504)
+        except aiohttp.ClientError as exc:
+            log.info("shadow pod %s failed: %s", pod.name, type(exc).__name__)
+            self._record(_failed(started, clock()), sample_of, 502)
+        except Exception:  # the shadow must never take the router down
+            log.exception("shadow request failed")
+        finally:
+            pod.in_flight -= 1
+            gauge.dec()
+            self.metrics.requests.labels(pod.arm, "shadow", outcome).inc()
+
+
+@dataclass(frozen=True, slots=True)
+class _SampleOf:
+    arm: Arm
+    role: Role
+    pod: str
+    domain: str
+    concurrency: int
+    pair_id: str | None
+    wall: float
+
+
+class _Outcome:
+    """How a serving request ended, as counted in ``specguard_router_requests_total``."""
+
+    __slots__ = ("completed", "value")
+
+    def __init__(self) -> None:
+        self.value = "upstream_error"
+        # The response was complete (and recorded): a cancellation after it is no failure.
+        self.completed = False
+
+
+class _PodUnreachableError(Exception):
+    pass
+
+
+def _unreachable(tried: list[Pod], arm: Arm) -> str:
+    if len(tried) == 1:
+        return f"serving pod {tried[0].name} is unreachable"
+    return f"all {len(tried)} serving pods of the {arm} arm are unreachable"
+
+
+def _failed(started: float, now: float) -> Measured:
+    return Measured(
+        started_at=started,
+        e2e_s=max(now - started, 0.0),
+        ttft_s=None,
+        output_tokens=0,
+        tpot_s=None,
+        chunk_tpot_s=None,
+        measurement="stream_chunks",
+        prompt_tokens=None,
+        usage_seen=False,
+        token_chunks=0,
+        complete=False,
+        error_seen=False,
+    )
+
+
+def _json_object(body: bytes) -> dict[str, Any] | None:
+    try:
+        value = json.loads(body)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _with_usage(parsed: dict[str, Any], body: bytes) -> tuple[bytes, UsageStripper | None]:
+    """The upstream body asking for continuous usage, and the stripper that undoes it."""
+    options = parsed.get("stream_options")
+    options = options if isinstance(options, dict) else {}
+    if options.get("continuous_usage_stats") is True:
+        return body, None  # the client asked for everything itself
+    asked_total = options.get("include_usage") is True
+    changed = dict(parsed)
+    changed["stream_options"] = {**options, "include_usage": True, "continuous_usage_stats": True}
+    return json.dumps(changed).encode(), UsageStripper(keep_final=asked_total)
+
+
+def _shadow_body(parsed: Mapping[str, Any]) -> dict[str, Any]:
+    """The shadow copy always streams with continuous usage: exact per-token timing."""
+    body = dict(parsed)
+    options = body.get("stream_options")
+    options = dict(options) if isinstance(options, dict) else {}
+    options.update(include_usage=True, continuous_usage_stats=True)
+    body["stream"] = True
+    body["stream_options"] = options
+    return body
+
+
+def _upstream_headers(headers: CIMultiDictProxy[str]) -> CIMultiDict[str]:
+    out: CIMultiDict[str] = CIMultiDict()
+    connection_named = _connection_tokens(headers)
+    for name, value in headers.items():
+        lower = name.lower()
+        if lower in _NOT_FORWARDED_UP or lower in connection_named:
+            continue
+        out.add(name, value)
+    # The router reads the stream to measure it: ask for it uncompressed.
+    out["Accept-Encoding"] = "identity"
+    return out
+
+
+def _downstream_headers(upstream: aiohttp.ClientResponse) -> CIMultiDict[str]:
+    out: CIMultiDict[str] = CIMultiDict()
+    connection_named = _connection_tokens(upstream.headers)
+    for name, value in upstream.headers.items():
+        lower = name.lower()
+        if lower in _NOT_FORWARDED_DOWN or lower in connection_named:
+            continue
+        out.add(name, value)
+    return out
+
+
+def _connection_tokens(headers: Mapping[str, str]) -> frozenset[str]:
+    value = headers.get("Connection")
+    if not value:
+        return frozenset()
+    return frozenset(token.strip().lower() for token in value.split(","))
+
+
+def _is_event_stream(headers: Mapping[str, str]) -> bool:
+    return headers.get("Content-Type", "").startswith("text/event-stream")

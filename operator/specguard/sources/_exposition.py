@@ -1,0 +1,211 @@
+"""What specguard reads from a vLLM /metrics page, and how two readings subtract: the one
+parser of vLLM's Prometheus text exposition (sources, evaluate and the tests all use it).
+
+Only ``vllm:request_time_per_output_token_seconds`` (one observation per request, per token)
+is used for latency; ``vllm:inter_token_latency_seconds`` is per engine step and is never
+read (a drafter makes steps slower while making tokens faster).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from specguard.judge import Histogram
+
+TPOT_METRIC = "vllm:request_time_per_output_token_seconds"
+RUNNING_METRIC = "vllm:num_requests_running"
+WAITING_METRIC = "vllm:num_requests_waiting"
+DRAFTS_METRIC = "vllm:spec_decode_num_drafts"
+DRAFT_TOKENS_METRIC = "vllm:spec_decode_num_draft_tokens"
+ACCEPTED_METRIC = "vllm:spec_decode_num_accepted_tokens"
+PER_POSITION_METRIC = "vllm:spec_decode_num_accepted_tokens_per_pos"
+
+# {(sample name, sorted label pairs): value}: every sample of a page, for readers that want
+# more than a Reading (the tests read any vLLM metric through it).
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def parse_samples(text: str) -> Samples:
+    """Every sample of a text exposition (raises ValueError on malformed text)."""
+    out: Samples = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = float(s.value)
+    return out
+
+
+def sample_value(samples: Samples, name: str, **labels: str) -> float:
+    """Sum of the samples named ``name`` whose labels include ``labels`` (0 if none)."""
+    return sum(
+        v
+        for (n, lab), v in samples.items()
+        if n == name and all(dict(lab).get(k) == want for k, want in labels.items())
+    )
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One pod's counters at one moment (summed over label sets, e.g. engines).
+    A spec-decode field is None when the page has no such metric (no drafter)."""
+
+    tpot_buckets: Mapping[float, float] = field(default_factory=dict)  # le → cumulative
+    tpot_count: float = 0.0
+    running: float | None = None
+    drafts: float | None = None
+    accepted: float | None = None
+    draft_tokens: float | None = None
+    waiting: float | None = None
+    # highest ``position`` label + 1 on the per-position acceptance counter: the drafter's k
+    positions: int | None = None
+
+    @property
+    def has_spec_decode(self) -> bool:
+        return self.drafts is not None and self.accepted is not None
+
+
+def _base(name: str) -> str:
+    # Counters are exposed as <name>_total (older exporters: without the suffix).
+    return name[: -len("_total")] if name.endswith("_total") else name
+
+
+def parse_reading(text: str) -> Reading:
+    """Parse Prometheus text exposition (raises ValueError on malformed text)."""
+    buckets: dict[float, float] = {}
+    count = 0.0
+    sums: dict[str, float] = {}
+    positions: int | None = None
+    for (name, labels), value in parse_samples(text).items():
+        if name == f"{TPOT_METRIC}_bucket":
+            le = float(dict(labels)["le"])
+            buckets[le] = buckets.get(le, 0.0) + value
+        elif name == f"{TPOT_METRIC}_count":
+            count += value
+        else:
+            base = _base(name)
+            if base in (RUNNING_METRIC, WAITING_METRIC, DRAFTS_METRIC, DRAFT_TOKENS_METRIC,
+                        ACCEPTED_METRIC):  # fmt: skip
+                sums[base] = sums.get(base, 0.0) + value
+            elif base == PER_POSITION_METRIC:
+                position = dict(labels).get("position", "")
+                if position.isdigit():
+                    positions = max(positions or 0, int(position) + 1)
+    return Reading(
+        buckets,
+        count,
+        running=sums.get(RUNNING_METRIC),
+        drafts=sums.get(DRAFTS_METRIC),
+        accepted=sums.get(ACCEPTED_METRIC),
+        draft_tokens=sums.get(DRAFT_TOKENS_METRIC),
+        waiting=sums.get(WAITING_METRIC),
+        positions=positions,
+    )
+
+
+def counter_delta(before: float | None, after: float | None) -> float | None:
+    if after is None:
+        return None
+    if before is None or after < before:
+        # No earlier reading, or the counter went down: the process restarted in between,
+        # and everything it counted since is new.
+        return after
+    return after - before
+
+
+def bucket_delta(before: Reading, after: Reading) -> dict[float, float]:
+    """Cumulative TPOT bucket increases between two readings of one pod."""
+    reset = after.tpot_count < before.tpot_count or any(
+        after.tpot_buckets.get(le, 0.0) < v for le, v in before.tpot_buckets.items()
+    )
+    if reset or not before.tpot_buckets:
+        return dict(after.tpot_buckets)
+    return {le: v - before.tpot_buckets.get(le, 0.0) for le, v in after.tpot_buckets.items()}
+
+
+def histogram_of(deltas: Iterable[Mapping[float, float]]) -> Histogram:
+    """Sum per-pod cumulative bucket deltas into one histogram; pods whose bucket bounds
+    differ from the first pod's are left out (a mixed rollout) — ValueError if none match."""
+    total: dict[float, float] = {}
+    bounds: tuple[float, ...] | None = None
+    for delta in deltas:
+        if not delta:
+            continue
+        these = tuple(sorted(delta))
+        if bounds is None:
+            bounds = these
+        if these != bounds:
+            continue
+        for le, v in delta.items():
+            total[le] = total.get(le, 0.0) + v
+    if bounds is None:
+        return Histogram((), ())
+    if not math.isinf(bounds[-1]):
+        raise ValueError(f"{TPOT_METRIC}: no +Inf bucket")
+    return Histogram.from_cumulative(total.items())
+
+
+def acceptance_length(drafts: float | None, accepted: float | None) -> float | None:
+    """Mean acceptance length: 1 + accepted / drafts (counts the target's own token)."""
+    if drafts is None or accepted is None or drafts <= 0:
+        return None
+    return 1.0 + accepted / drafts
+
+
+@dataclass(frozen=True, slots=True)
+class Acceptance:
+    """Spec-decode counter increases between two readings of one drafter endpoint."""
+
+    drafts: float
+    draft_tokens: float
+    accepted: float
+
+    @property
+    def length(self) -> float | None:
+        """Mean acceptance length (target token included), None when no step drafted."""
+        return acceptance_length(self.drafts, self.accepted)
+
+    @property
+    def rate(self) -> float | None:
+        """Share of drafted tokens accepted."""
+        if self.draft_tokens <= 0:
+            return None
+        return self.accepted / self.draft_tokens
+
+
+def acceptance_between(before: Reading, after: Reading) -> Acceptance | None:
+    """Counter increase between two readings; None without spec-decode counters, or when a
+    counter went backwards (the server restarted in between: the delta means nothing)."""
+    if not (before.has_spec_decode and after.has_spec_decode):
+        return None
+    values: list[float] = []
+    for name in ("drafts", "draft_tokens", "accepted"):
+        old, new = getattr(before, name) or 0.0, getattr(after, name) or 0.0
+        if new < old:
+            return None
+        values.append(counter_delta(old, new) or 0.0)
+    return Acceptance(drafts=values[0], draft_tokens=values[1], accepted=values[2])
+
+
+__all__ = [
+    "ACCEPTED_METRIC",
+    "DRAFTS_METRIC",
+    "DRAFT_TOKENS_METRIC",
+    "PER_POSITION_METRIC",
+    "RUNNING_METRIC",
+    "TPOT_METRIC",
+    "WAITING_METRIC",
+    "Acceptance",
+    "Reading",
+    "Samples",
+    "acceptance_between",
+    "acceptance_length",
+    "bucket_delta",
+    "counter_delta",
+    "histogram_of",
+    "parse_reading",
+    "parse_samples",
+    "sample_value",
+]
