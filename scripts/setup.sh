@@ -25,8 +25,12 @@ if [ "$want_cluster" = 1 ]; then
   { command -v kubectl && command -v helm; } >/dev/null || bash scripts/install-kube-tools.sh
   # envtest's KUBEBUILDER_ASSETS holds kube-apiserver and etcd but no controller-manager or
   # scheduler: those still come from the cached build.
+  # The Go build (minutes of CPU) runs while pip fetches the venvs below (mostly network).
+  build_pid=""
   if [ ! -x "${KUBEBUILDER_ASSETS:-/nonexistent}/kube-scheduler" ]; then
-    bash scripts/build-control-plane.sh
+    bash scripts/build-control-plane.sh &
+    build_pid=$!
+    trap '[ -n "$build_pid" ] && kill "$build_pid" 2>/dev/null' EXIT  # a failed pip step stops it
   fi
   # aiperf, a real benchmark client the router is tested with, lives in a venv of its own:
   # it pulls ~1.2 GB (scipy, pandas, ...) and pins an older prometheus_client.
@@ -55,5 +59,9 @@ if ! .venv/bin/python -c "import specguard, pytest, matplotlib, rich" 2>/dev/nul
   .venv/bin/pip install -q -U pip >/dev/null
   .venv/bin/pip install -q -e '.[dev,fast,evaluate]'
   touch .venv/.installed
+fi
+if [ -n "${build_pid:-}" ]; then
+  wait "$build_pid" || { build_pid=""; say "the control-plane build failed (see its log above)"; exit 1; }
+  build_pid=""
 fi
 say "ready"
