@@ -506,9 +506,11 @@ class Demo:
             plain(f"  {command}")
 
     def _keep(self) -> None:
+        """Until Ctrl-C (or SIGTERM): the end the user asked for, so not an interruption."""
         self.console.say("the cluster stays up; Ctrl-C tears it down")
-        while True:
-            time.sleep(3600)
+        with contextlib.suppress(KeyboardInterrupt):
+            while True:
+                time.sleep(3600)
 
     def teardown(self) -> None:
         """Stop everything this demo started (Ctrl-C again is ignored meanwhile)."""
