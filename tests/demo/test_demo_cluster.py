@@ -117,13 +117,16 @@ def test_the_demo_deploys_rolls_back_repromotes_and_reports(
     print(out)
     assert "helm install specguard" in out and "operator pod specguard-" in out
     assert "window 10s, consecutiveWindows 2, cooldown 90s, time scale 2" in out
-    assert "Event Warning RolledBack: Regressed" in out
-    assert "Event Normal Repromoted: Improved" in out
     files = tmp_path / "out"
     report: dict[str, Any] = json.loads((files / "summary.json").read_text())
     moves = [(d["to_mode"], d["phase"]) for d in report["decisions"]]
     # Rolled back while the tool calls ran, re-promoted once math came back, nothing else.
-    assert moves == [("baseline", 2), ("speculative", 3)], report["decisions"]
+    assert moves == [("baseline", 2), ("speculative", 3)], (
+        f"decisions {report['decisions']}; mirror share over time {report['mirror_share']}; "
+        f"verdicts of the last phase {[v['reason'][:80] for v in report['verdicts'][-6:]]}"
+    )
+    assert "Event Warning RolledBack: Regressed" in out
+    assert "Event Normal Repromoted: Improved" in out
     assert all(d["swap_done"] is not None for d in report["decisions"])
     overall = report["overall"]
     assert overall["windows"] >= 20 and overall["left_out"] == 0
