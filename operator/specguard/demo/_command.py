@@ -501,7 +501,8 @@ class Demo:
             f"kubectl get sd -n {ns}",
             f"kubectl describe sd {name} -n {ns}",
             f"kubectl specguard history {name} -n {ns}",
-            f"kubectl get events -n {ns} --field-selector involvedObject.name={name}",
+            f"kubectl get events -n {ns} --field-selector "
+            f"involvedObject.kind=SpeculativeDeployment,involvedObject.name={name}",
         ):
             plain(f"  {command}")
 
