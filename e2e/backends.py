@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from specguard import __version__
+from specguard.api import constants as c
 
 ROOT = Path(__file__).resolve().parents[1]
 CHART = ROOT / "charts" / "specguard"
@@ -31,6 +32,7 @@ SPECGUARD_IMAGE = f"ghcr.io/specguard/specguard:{__version__}"
 FAULTY_VLLM_IMAGE = "specguard.local/vllm-sim-faulty-drafter:e2e"
 DRAFTER_ERROR_RATE = "0.6"
 SIM_ARGS = ("--time-scale", "0.05", "--startup-delay", "0")
+ROUTER_PORT = c.ROUTER_PORT
 
 
 def run(argv: list[str], *, stdin: str | None = None, timeout: float = 180,
@@ -47,7 +49,11 @@ class Backend(Protocol):
     vllm_image: str  # a healthy simulator standing in for vLLM
     faulty_vllm_image: str  # the same, with a drafter arm that fails requests
 
+    def pod_address(self, namespace: str, pod: str, port: int) -> tuple[str, int]: ...
+
     def router_address(self, namespace: str, pod: str) -> tuple[str, int]: ...
+
+    def pod_logs(self, namespace: str, pod: str) -> str: ...
 
     def stop(self) -> None: ...
 
@@ -115,10 +121,17 @@ class LocalBackend:
         self.vllm_image = "vllm/vllm-openai:v0.33.0"
         self.faulty_vllm_image = FAULTY_VLLM_IMAGE
 
+    def pod_address(self, namespace: str, pod: str, port: int) -> tuple[str, int]:
+        obj = Tools(self.kubeconfig).json("-n", namespace, "get", "pod", pod)
+        return obj["status"]["podIP"], port
+
     def router_address(self, namespace: str, pod: str) -> tuple[str, int]:
-        tools = Tools(self.kubeconfig)
-        obj = tools.json("-n", namespace, "get", "pod", pod)
-        return obj["status"]["podIP"], 8080
+        return self.pod_address(namespace, pod, ROUTER_PORT)
+
+    def pod_logs(self, namespace: str, pod: str) -> str:
+        kubelet = self.cluster.kubelet
+        assert kubelet is not None
+        return kubelet.logs(namespace, pod)
 
     def stop(self) -> None:
         self.cluster.stop()
@@ -216,21 +229,28 @@ class KindBackend:
                           "--type=json", "-p", patch)  # fmt: skip
 
     def router_address(self, namespace: str, pod: str) -> tuple[str, int]:
+        return self.pod_address(namespace, pod, ROUTER_PORT)
+
+    def pod_address(self, namespace: str, pod: str, port: int) -> tuple[str, int]:
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
-            port = int(sock.getsockname()[1])
+            local = int(sock.getsockname()[1])
         forward = subprocess.Popen(
             ["kubectl", f"--kubeconfig={self.kubeconfig}", "-n", namespace, "port-forward",
-             f"pod/{pod}", f"{port}:8080"],
+             f"pod/{pod}", f"{local}:{port}"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
         self._forwards.append(forward)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
-                return "127.0.0.1", port
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", local), 1):
+                return "127.0.0.1", local
             time.sleep(0.5)
         raise RuntimeError(f"kubectl port-forward to {namespace}/{pod} did not open")
+
+    def pod_logs(self, namespace: str, pod: str) -> str:
+        done = run(["kubectl", f"--kubeconfig={self.kubeconfig}", "-n", namespace, "logs", pod])
+        return done.stdout + done.stderr
 
     def stop(self) -> None:
         for forward in self._forwards:

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
+from pathlib import Path
 
 import pytest
 
 from .backends import Backend, Tools, kind_missing, start_backend
+
+HERE = Path(__file__).parent
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -23,17 +26,56 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )  # fmt: skip
 
 
+# The steps build on each other (e2e/README.md): once one fails, the later ones fail at
+# once, naming it, instead of each waiting out its own timeouts on a broken cluster.
+_FAILED: list[str] = []
+_BACKEND: list[Backend] = []  # the session's, for the logs of a failed step
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    if report.failed and call.when in ("setup", "call") and item.path.parent == HERE:
+        _FAILED.append(item.name)
+        if _BACKEND:
+            report.sections.append(("operator logs", operator_logs(_BACKEND[0])))
+    return report
+
+
+def operator_logs(backend: Backend) -> str:
+    """The last lines of every operator pod's log (what a failed step needs most)."""
+    tools = Tools(backend.kubeconfig)
+    out = []
+    try:
+        pods = tools.json("get", "pods", "-A", "-l", "app.kubernetes.io/component=operator")
+        for pod in pods["items"]:
+            meta = pod["metadata"]
+            text = backend.pod_logs(meta["namespace"], meta["name"])
+            out.append(f"--- {meta['namespace']}/{meta['name']}\n" + text[-6000:])
+    except Exception as error:  # the logs only help; never hide the step's own failure
+        out.append(f"(no operator logs: {error})")
+    return "\n".join(out)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if _FAILED and item.path.parent == HERE:
+        pytest.fail(f"not run: the earlier step {_FAILED[0]} failed", pytrace=False)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Without Docker or kind the kind backend is skipped with one line: the first
     scenario is reported skipped, the others deselected."""
-    if config.getoption("--backend") != "kind" or not items:
+    scenarios = [item for item in items if item.path.parent == HERE]
+    if config.getoption("--backend") != "kind" or not scenarios:
         return
     why = kind_missing()
     if why is None:
         return
-    items[0].add_marker(pytest.mark.skip(reason=f"kind backend not run: {why}"))
-    config.hook.pytest_deselected(items=items[1:])
-    del items[1:]
+    scenarios[0].add_marker(pytest.mark.skip(reason=f"kind backend not run: {why}"))
+    config.hook.pytest_deselected(items=scenarios[1:])
+    items[:] = [item for item in items if item not in scenarios[1:]]
 
 
 @pytest.fixture(scope="session")
@@ -42,7 +84,10 @@ def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
     for tool in ("kubectl", "helm"):
         if shutil.which(tool) is None:
             pytest.fail(f"{tool} is not on PATH: run `bash scripts/install-kube-tools.sh`")
-    yield from start_backend(name)
+    for backend in start_backend(name):
+        _BACKEND.append(backend)
+        yield backend
+        _BACKEND.clear()
 
 
 @pytest.fixture(scope="session")

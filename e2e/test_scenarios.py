@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -138,6 +141,62 @@ def drive_load(backend: Backend, tools: Tools, seconds: float, concurrency: int 
     return asyncio.run(_load(f"http://{host}:{port}", seconds, concurrency, tools_call))
 
 
+@contextmanager
+def watching(tools: Tools) -> Iterator[list[dict[str, Any]]]:
+    """Every version of the resource the API server sends while the block runs
+    (`kubectl get -w -o json`): each status the operator wrote."""
+    seen: list[dict[str, Any]] = []
+    proc = subprocess.Popen(
+        ["kubectl", f"--kubeconfig={tools.kubeconfig}", "-n", WORKLOAD, "get",
+         f"{c.PLURAL}.{c.GROUP}", NAME, "-w", "-o", "json"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+
+    def read() -> None:
+        assert proc.stdout is not None
+        decoder, buffer = json.JSONDecoder(), ""
+        for line in proc.stdout:
+            buffer += line
+            try:
+                obj, end = decoder.raw_decode(buffer.lstrip())
+            except json.JSONDecodeError:
+                continue
+            seen.append(obj)
+            buffer = buffer.lstrip()[end:]
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        yield seen
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        reader.join(10)
+
+
+def swapping(obj: dict[str, Any]) -> bool:
+    status = obj.get("status") or {}
+    return bool((status.get("arms") or {}).get("swapping")) or (
+        status.get("targetMode") not in (None, status.get("mode"))
+    )
+
+
+def operator_metrics(backend: Backend, tools: Tools) -> str:
+    """The operator pod's /metrics, as Prometheus would scrape it."""
+    (pod,) = tools.json("-n", SYSTEM, "get", "pods", "-l",
+                        "app.kubernetes.io/component=operator")["items"]  # fmt: skip
+    host, port = backend.pod_address(SYSTEM, pod["metadata"]["name"], 9090)
+    return httpx.get(f"http://{host}:{port}/metrics", timeout=10).text
+
+
+def source_up(backend: Backend, tools: Tools) -> float:
+    """The operator's specguard_source_up for the resource (the judge-degraded alert's input)."""
+    for line in operator_metrics(backend, tools).splitlines():
+        if line.startswith("specguard_source_up{") and f'name="{NAME}"' in line:
+            return float(line.rpartition(" ")[2])
+    raise AssertionError("no specguard_source_up series for the resource")
+
+
 def apply_as_gitops(tools: Tools, obj: dict[str, Any]) -> None:
     """What Argo CD and Flux do: server-side apply under their own field manager, without
     forcing conflicts (a conflict with the operator's fields would fail here)."""
@@ -177,6 +236,7 @@ def test_operator_rbac_denies_what_it_must_not_do(tools: Tools) -> None:
     for forbidden in (("get", "secrets", "-n", WORKLOAD), ("list", "secrets", "-A"),
                       ("create", "pods/exec", "-n", WORKLOAD),
                       ("update", f"{c.PLURAL}.{c.GROUP}", "-n", WORKLOAD),
+                      ("patch", f"{c.PLURAL}.{c.GROUP}", "-n", WORKLOAD),
                       ("bind", "clusterroles.rbac.authorization.k8s.io"),
                       ("delete", "deployments.apps", "-n", WORKLOAD)):  # fmt: skip
         assert not can(*forbidden), forbidden
@@ -201,6 +261,14 @@ def test_speculative_deployment_serves_and_is_healthy(backend: Backend, tools: T
     obj = sd(tools)
     STATE["generation"] = obj["metadata"]["generation"]
     assert argocd_health(obj)[0] == "Healthy", (argocd_health(obj), obj["status"])
+    # The operator's own series that the chart's dashboard and alerts read, live: the
+    # verdict's ratio with its CI once a window with traffic was judged.
+    wait_for("a verdict with a ratio", lambda: (sd(tools)["status"].get("lastVerdict") or {})
+             .get("ratio") is not None, 60)  # fmt: skip
+    text = operator_metrics(backend, tools)
+    for series in ("specguard_mode{", "specguard_tpot_ratio{", 'bound="lower"', 'bound="upper"',
+                   "specguard_verdicts_total{", "specguard_source_up{"):  # fmt: skip
+        assert series in text, f"{series} not in the operator's /metrics"
 
 
 def test_gitops_reapply_never_conflicts_and_operator_never_writes_spec(
@@ -217,38 +285,78 @@ def test_gitops_reapply_never_conflicts_and_operator_never_writes_spec(
         assert '"f:spec"' not in fields, f"{entry['manager']} owns spec fields: {fields}"
 
 
-def test_rollback_seen_with_kubectl(backend: Backend, tools: Tools) -> None:
-    """A new drafter build that fails requests under traffic: the error-rate guardrail."""
-    apply_as_gitops(tools, manifest(backend.faulty_vllm_image))
-    generation = sd(tools)["metadata"]["generation"]
-    wait_for("the new generation observed",
-             lambda: (sd(tools).get("status") or {}).get("observedGeneration") == generation,
-             120)  # fmt: skip
-    seen: set[str] = set()
+def test_judge_degraded_when_the_sample_source_is_down(backend: Backend, tools: Tools) -> None:
+    """The sample source fails (a Prometheus nobody serves): JudgeDegraded, Degraded in
+    Argo CD, the mode unchanged; back to the router source, an idle window is Healthy."""
+    broken = manifest(backend.vllm_image)
+    broken["spec"]["metricsSource"] = {"type": "prometheus", "prometheusUrl": "http://127.0.0.1:9"}
+    apply_as_gitops(tools, broken)
 
-    def rolled_back() -> bool:
-        drive_load(backend, tools, seconds=10)
+    def degraded() -> dict[str, Any] | None:
         obj = sd(tools)
-        seen.add(argocd_health(obj)[0])
-        return condition(obj, c.CONDITION_ROLLED_BACK).get("status") == "True"
+        judged = condition(obj, c.CONDITION_JUDGE_DEGRADED)
+        return obj if judged.get("reason") == "SourceUnavailable" else None
 
-    wait_for("RolledBack=True", rolled_back, 420, every=0)
-    tools.kubectl("-n", WORKLOAD, "wait", f"{c.PLURAL}.{c.GROUP}/{NAME}",
-                  "--for=condition=RolledBack", "--timeout=60s")  # fmt: skip
+    obj = wait_for("JudgeDegraded SourceUnavailable", degraded, 90)
+    assert condition(obj, c.CONDITION_JUDGE_DEGRADED)["status"] == "True"
+    status, message = argocd_health(obj)
+    assert status == "Degraded" and message.startswith("Judge degraded: "), (status, message)
+    assert obj["status"]["mode"] == c.ARM_SPECULATIVE
+    assert source_up(backend, tools) == 0  # what the SpecguardJudgeDegraded alert reads
+    apply_as_gitops(tools, manifest(backend.vllm_image))
+
+    def idle() -> dict[str, Any] | None:
+        obj = sd(tools)
+        judged = condition(obj, c.CONDITION_JUDGE_DEGRADED)
+        fresh = obj["status"].get("observedGeneration") == obj["metadata"]["generation"]
+        return obj if fresh and judged.get("reason") == "NoSamples" else None
+
+    obj = wait_for("an idle window judged (NoSamples)", idle, 90)
+    status, message = argocd_health(obj)
+    assert status == "Healthy" and "nothing judged" in message, (status, message)
+    assert source_up(backend, tools) == 1  # no traffic is no alert
+
+
+def test_rollback_seen_with_kubectl(backend: Backend, tools: Tools) -> None:
+    """A new drafter build that fails requests under traffic: the error-rate guardrail.
+    Every status the operator writes meanwhile goes through the Argo CD health check."""
+    with watching(tools) as seen:
+        apply_as_gitops(tools, manifest(backend.faulty_vllm_image))
+        generation = sd(tools)["metadata"]["generation"]
+        wait_for("the new generation observed",
+                 lambda: (sd(tools).get("status") or {}).get("observedGeneration") == generation,
+                 120)  # fmt: skip
+
+        def rolled_back() -> bool:
+            drive_load(backend, tools, seconds=10)
+            return condition(sd(tools), c.CONDITION_ROLLED_BACK).get("status") == "True"
+
+        wait_for("RolledBack=True", rolled_back, 420, every=0)
+        tools.kubectl("-n", WORKLOAD, "wait", f"{c.PLURAL}.{c.GROUP}/{NAME}",
+                      "--for=condition=RolledBack", "--timeout=60s")  # fmt: skip
+        obj = wait_for("the swap to finish",
+                       lambda: None if swapping(sd(tools)) else sd(tools), 300)  # fmt: skip
+        time.sleep(2)  # the watch brings the last writes
     events = tools.kubectl("-n", WORKLOAD, "get", "events", "--field-selector",
                            f"involvedObject.name={NAME}", "-o", "json").stdout  # fmt: skip
-    reasons = [event["reason"] for event in json.loads(events)["items"]]
-    assert "RolledBack" in reasons, reasons
-
-    def swapped() -> dict[str, Any] | None:
-        obj = sd(tools)
-        return None if (obj["status"].get("arms") or {}).get("swapping") else obj
-
-    obj = wait_for("the swap to finish", swapped, 300)
+    items = json.loads(events)["items"]
+    reasons = [event["reason"] for event in items]
+    assert "RolledBack" in reasons and "SwapComplete" in reasons, reasons
+    print("\n" + "\n".join(f"Event {e['type']} {e['reason']}: {e['message']}" for e in items
+                            if e["reason"] in ("RolledBack", "SwapComplete")))  # fmt: skip
     assert obj["status"]["mode"] == c.ARM_BASELINE
     status, message = argocd_health(obj)
     assert status == "Degraded" and "Rolled back" in message, (status, message)
-    STATE["health_seen"] = seen | {status}
+    # What Argo CD showed for each status the operator wrote, in order (repeats merged).
+    shown: list[tuple[str, bool]] = []
+    for version in seen:
+        step = (argocd_health(version)[0], swapping(version))
+        if not shown or shown[-1] != step:
+            shown.append(step)
+    print(f"\nArgo CD health over the rollback (status, swapping): {shown}")
+    assert ("Progressing", True) in shown, shown
+    assert all(health == "Progressing" for health, moving in shown if moving), shown
+    assert shown[-1] == ("Degraded", False), shown
     # Still no spec writes by the operator, and a re-apply still does not conflict.
     apply_as_gitops(tools, manifest(backend.faulty_vllm_image))
     assert sd(tools)["metadata"]["generation"] == generation
@@ -271,6 +379,7 @@ def test_router_and_operator_pods_meet_pod_security_restricted(tools: Tools) -> 
 
 
 def test_helm_upgrade_to_namespaced(tools: Tools) -> None:
+    started = time.monotonic()
     tools.helm("upgrade", RELEASE, str(CHART), "-n", SYSTEM, "--reuse-values", "--wait",
                "--timeout", "240s", "--set", f"watchNamespaces={{{WORKLOAD}}}")  # fmt: skip
     (pod,) = wait_for(
@@ -282,23 +391,31 @@ def test_helm_upgrade_to_namespaced(tools: Tools) -> None:
         180,
     )  # fmt: skip
     STATE["operator_pod"] = pod["metadata"]["name"]
+    upgraded = time.monotonic() - started
     can_default = tools.kubectl("auth", "can-i", "patch", "deployments.apps", "-n", "default",
                                 f"--as={SERVICE_ACCOUNT}", check=False)  # fmt: skip
     assert can_default.stdout.strip() == "no"
+    denied = tools.kubectl("-n", "default", "get", "deployments", f"--as={SERVICE_ACCOUNT}",
+                           check=False)  # fmt: skip
+    assert denied.returncode != 0 and "Forbidden" in denied.stderr, denied.stderr
     # Still does its job in the watched namespace: drift on an owned Deployment is repaired.
     serving = c.arm_deployment_name(NAME, sd(tools)["status"]["mode"])
     wanted = tools.json("-n", WORKLOAD, "get", "deployment", serving)["spec"]["replicas"]
     tools.kubectl("-n", WORKLOAD, "scale", "deployment", serving, "--replicas=0")
+    scaled = time.monotonic()
     wait_for("the operator to repair the scaled Deployment",
              lambda: tools.json("-n", WORKLOAD, "get", "deployment", serving)["spec"]["replicas"]
              == wanted, 120)  # fmt: skip
+    print(f"\nhelm upgrade to a new operator pod: {upgraded:.0f}s; drift repaired "
+          f"{time.monotonic() - scaled:.0f}s after the scale")
 
 
 def test_helm_uninstall_leaves_no_orphans_and_keeps_the_crd(tools: Tools) -> None:
     tools.helm("uninstall", RELEASE, "-n", SYSTEM, "--wait", "--timeout", "180s")
     selector = f"app.kubernetes.io/instance={RELEASE}"
     for kinds, scope in (
-        ("deployments,serviceaccounts,roles,rolebindings,leases,services,pods", ["-A"]),
+        ("deployments,serviceaccounts,roles,rolebindings,leases,services,pods,"
+         "networkpolicies,configmaps", ["-A"]),
         ("clusterroles,clusterrolebindings", []),
     ):
         listed = ["get", kinds, "-l", selector, *scope]
@@ -310,8 +427,11 @@ def test_helm_uninstall_leaves_no_orphans_and_keeps_the_crd(tools: Tools) -> Non
     crd = tools.json("get", "crd", c.CRD_NAME)
     assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
     assert sd(tools)["metadata"]["name"] == NAME  # the resources stay with the CRD
-    # Deleting the resource deletes what the operator made (owner references).
-    tools.kubectl("-n", WORKLOAD, "delete", f"{c.PLURAL}.{c.GROUP}", NAME, "--wait=true")
+    # With no operator left, deleting the resource completes (it carries no finalizer)
+    # and deletes what the operator made (owner references).
+    assert "finalizers" not in sd(tools)["metadata"]
+    tools.kubectl("-n", WORKLOAD, "delete", f"{c.PLURAL}.{c.GROUP}", NAME, "--wait=true",
+                  "--timeout=60s")  # fmt: skip
     owned = ["-n", WORKLOAD, "get", "deployments,services,roles", "-l",
              f"{c.LABEL_APP_INSTANCE}={NAME}"]  # fmt: skip
     wait_for("owned objects garbage-collected", lambda: not tools.json(*owned)["items"], 120)

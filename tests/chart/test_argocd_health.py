@@ -106,8 +106,8 @@ def test_progressing_while_swapping() -> None:
         (condition(c.CONDITION_ROLLED_BACK, "True", "DrafterStartupFailed",
                    "drafter pods not ready within 10m"),
          "Rolled back to no drafter: drafter pods not ready within 10m"),
-        (condition(c.CONDITION_JUDGE_DEGRADED, "True", "SourceDown"),
-         "Judge degraded: SourceDown"),
+        (condition(c.CONDITION_JUDGE_DEGRADED, "True", "SourceUnavailable"),
+         "Judge degraded: SourceUnavailable"),
         (condition(c.CONDITION_SPEC_VALID, "False", "InvalidSpec",
                    "spec.replicas: must be at least 1"),
          "Invalid spec: spec.replicas: must be at least 1"),
@@ -115,6 +115,16 @@ def test_progressing_while_swapping() -> None:
 )  # fmt: skip
 def test_degraded(new: Condition, expected: str) -> None:
     assert health(resource(replace_condition(healthy_status(), new))) == ("Degraded", expected)
+
+
+def test_an_idle_window_is_healthy_not_degraded() -> None:
+    """No traffic in the last window (JudgeDegraded NoSamples): nothing is wrong."""
+    quiet = "no samples in the last window (60s)"
+    idle = replace_condition(
+        healthy_status(), condition(c.CONDITION_JUDGE_DEGRADED, "True", "NoSamples", quiet)
+    )
+    expected = f"4/4 speculative pods ready; nothing judged: {quiet}"
+    assert health(resource(idle)) == ("Healthy", expected)
 
 
 def test_progressing_while_pods_start() -> None:

@@ -177,6 +177,62 @@ def test_bad_values_fail_with_the_schema_message(
     assert message in result.stderr, result.stderr
 
 
+# Objects of values.schema.json left open on purpose: Helm's `global`, and Kubernetes
+# types passed through to the pod (the API server validates them).
+OPEN_IN_SCHEMA = {
+    "global",
+    "operator.extraEnv[].valueFrom",
+    "operator.affinity.nodeAffinity", "operator.affinity.podAffinity",
+    "operator.affinity.podAntiAffinity",
+    "networkPolicy.metricsFrom[].podSelector", "networkPolicy.metricsFrom[].namespaceSelector",
+    "networkPolicy.metricsFrom[].ipBlock",
+}  # fmt: skip
+
+
+def test_schema_closes_every_object_of_the_chart() -> None:
+    """additionalProperties is false on every object (or types every key of a map such as
+    podAnnotations), so a typo anywhere fails at install."""
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    open_objects = []
+
+    def walk(node: dict[str, Any], path: str) -> None:
+        if node.get("type") == "object":
+            extra = node.get("additionalProperties")
+            if extra is not False and not isinstance(extra, dict) and path not in OPEN_IN_SCHEMA:
+                open_objects.append(path)
+        for key, child in (node.get("properties") or {}).items():
+            walk(child, f"{path}.{key}" if path else key)
+        if isinstance(node.get("items"), dict):
+            walk(node["items"], f"{path}[]")
+
+    walk(schema, "")
+    assert schema["additionalProperties"] is False
+    assert not open_objects, f"open objects in values.schema.json: {open_objects}"
+
+
+def notes(tmp_path: Path, values: dict[str, Any]) -> str:
+    """NOTES.txt as `helm install` prints it (a client-side dry run: no cluster)."""
+    out = run_helm("install", "sg", str(CHART), "--namespace", "specguard", "--dry-run=client",
+                   values=values, tmp=tmp_path).stdout  # fmt: skip
+    return out.partition("\nNOTES:\n")[2]
+
+
+def test_notes_tell_what_to_do_next(tmp_path: Path) -> None:
+    default = notes(tmp_path, {})
+    assert "It watches every namespace." in default
+    assert "kubectl -n specguard rollout status deployment/sg-specguard" in default
+    assert "helm uninstall keeps the CRD" in default and "crds.install is false" not in default
+    assert "with or without an operator running" in default
+    namespaced = notes(tmp_path, {"watchNamespaces": ["llm", "team-b"], "crds": {"install": False}})
+    assert "It watches the namespaces: llm, team-b" in namespaced
+    assert "crds.install is false" in namespaced
+    assert "kubectl -n specguard rollout restart deployment/sg-specguard" in namespaced
+    assert "helm uninstall keeps the CRD" not in namespaced  # it did not install one
+    monitored = notes(tmp_path, EVERYTHING_ON)
+    assert "Prometheus Operator objects are installed" in monitored
+    assert "ConfigMap sg-specguard-dashboard" in monitored
+
+
 def rules_of(objects: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
     return [rule for obj in by_kind(objects, kind) for rule in obj["rules"]]
 
@@ -254,8 +310,11 @@ def test_rbac_least_privilege(tmp_path: Path) -> None:
         ), rule
         forbidden = {"secrets", "configmaps", "pods/exec", "nodes", "customresourcedefinitions"}
         assert not forbidden & set(rule["resources"]), rule
-    for verb in ("create", "update", "delete"):
-        assert not grants(rules, c.GROUP, c.PLURAL, verb)
+    # Nothing on the resource itself but reading it: it cannot write spec, and puts no
+    # finalizer on it (a `kubectl delete` with no operator left would hang).
+    for verb in ("create", "update", "patch", "delete"):
+        assert not grants(rules, c.GROUP, c.PLURAL, verb), verb
+    assert grants(rules, c.GROUP, f"{c.PLURAL}/status", "patch")
 
 
 def test_rbac_covers_everything_the_renderer_produces(tmp_path: Path) -> None:
@@ -309,34 +368,60 @@ def test_operator_pod_is_restricted(tmp_path: Path) -> None:
     assert container["resources"]["requests"] and container["resources"]["limits"]["memory"]
 
 
+# Labels Prometheus adds to every series it scrapes through the chart's monitors: the
+# target's namespace and pod, and the pods' labels the PodMonitors copy (podTargetLabels).
+TARGET_LABELS = {"namespace", "pod", "container", "instance", "job", "endpoint", "service",
+                 "specguard_io_router", "specguard_io_deployment", "specguard_io_arm"}  # fmt: skip
+
+
 def metric_names(text: str) -> set[str]:
-    """Metric names in PromQL expressions (specguard_* and vllm:*, before a selector or a
-    range; label names such as specguard_io_arm are not followed by either)."""
-    selected = re.findall(r"\b(specguard_[a-z_]+|vllm:[a-z_]+)\s*[{\[]", text)
-    templated = re.findall(r"label_values\((specguard_[a-z_]+|vllm:[a-z_]+)\b", text)
-    return set(selected) | set(templated)
+    """Metric names in PromQL expressions: every specguard_* and vllm:* word that is not
+    one of the target labels the chart's monitors add (specguard_io_arm, ...)."""
+    words = re.findall(r"\b(specguard_[a-z_]+|vllm:[a-z_:]+)", text)
+    return set(words) - TARGET_LABELS
 
 
-def exported_metrics() -> set[str]:
-    """Every series name the router, the simulator (vLLM's names) and the operator expose."""
+def exported_families() -> dict[str, set[str]]:
+    """Every series name the router, the simulator (vLLM's names) and the operator expose,
+    with its labels (from their own registries)."""
     from prometheus_client import CollectorRegistry
 
+    from specguard.controller._metrics import OperatorMetrics
     from specguard.router._metrics import RouterMetrics
     from specguard.sim._exporter import SimMetrics
 
-    registries: list[CollectorRegistry] = [RouterMetrics().registry]
-    registries.append(SimMetrics("m", num_spec_tokens=4, max_model_len=4096).registry)
-    names: set[str] = set()
+    exporters: list[OperatorMetrics | RouterMetrics | SimMetrics] = [
+        OperatorMetrics(), RouterMetrics(), SimMetrics("m", num_spec_tokens=4, max_model_len=4096)
+    ]  # fmt: skip
+    registries: list[CollectorRegistry] = []
+    for exporter in exporters:
+        registries.append(exporter.registry)
+        # A labelled child of every family, so that each shows its label names.
+        for metric in vars(exporter).values():
+            names = getattr(metric, "_labelnames", None)
+            if names and not getattr(metric, "_labelvalues", None):  # a parent, not a child
+                metric.labels(*["x"] * len(names))
+    families: dict[str, set[str]] = {}
     for registry in registries:
         for family in registry.collect():
-            names |= {sample.name for sample in family.samples}
-            names.add(family.name)
-            for suffix in ("_bucket", "_count", "_sum", "_total"):
-                names.add(family.name + suffix)
-    # The operator's (issue 11): namespace and name labels.
-    names |= {"specguard_mode", "specguard_tpot_ratio", "specguard_rollbacks_total",
-              "specguard_promotions_total", "specguard_verdicts_total"}  # fmt: skip
-    return names
+            labels = {label for sample in family.samples for label in sample.labels}
+            for suffix in ("", "_bucket", "_count", "_sum", "_total"):
+                families.setdefault(family.name + suffix, set()).update(labels)
+            for sample in family.samples:
+                families.setdefault(sample.name, set()).update(labels)
+    return families
+
+
+def exported_metrics() -> set[str]:
+    return set(exported_families())
+
+
+def selector_labels(expr: str) -> list[tuple[str, str]]:
+    """(metric, label) for each label matcher in ``metric{...}`` selectors."""
+    pairs = []
+    for metric, inner in re.findall(r"\b(specguard_[a-z_]+|vllm:[a-z_]+)\s*\{([^}]*)\}", expr):
+        pairs += [(metric, label) for label in re.findall(r"(\w+)\s*(?:=~|!~|!=|=)", inner)]
+    return pairs
 
 
 def test_dashboard_and_alerts_use_exported_metric_names(tmp_path: Path) -> None:
@@ -349,7 +434,13 @@ def test_dashboard_and_alerts_use_exported_metric_names(tmp_path: Path) -> None:
     (rule,) = by_kind(objects, "PrometheusRule")
     exprs += [r["expr"] for group in rule["spec"]["groups"] for r in group["rules"]]
     used = set().union(*(metric_names(expr) for expr in exprs))
-    assert {"specguard_router_tpot_seconds_bucket", "specguard_mode",
+    assert {"specguard_router_tpot_seconds_bucket", "specguard_mode", "specguard_source_up",
             "vllm:spec_decode_num_accepted_tokens_total"} <= used  # fmt: skip
+    assert "specguard_tpot_ratio_ci" in used, "the ratio panel shows the verdict's CI"
     unknown = used - exported_metrics()
     assert not unknown, f"dashboard or alerts use metrics nobody exports: {sorted(unknown)}"
+    families = exported_families()
+    wrong = sorted({f"{metric}{{{label}}}" for expr in exprs
+                    for metric, label in selector_labels(expr)
+                    if label not in families[metric] | TARGET_LABELS})  # fmt: skip
+    assert not wrong, f"dashboard or alerts select on labels those metrics lack: {wrong}"

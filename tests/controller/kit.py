@@ -244,8 +244,7 @@ def operator(cluster: LocalCluster, ns: str, log_dir: Path, *extra: str) -> Iter
 
 
 def delete_all(cluster: LocalCluster, ns: str) -> None:
-    """Delete the namespace's resources while an operator still runs to take kopf's
-    finalizer off them (a namespace would otherwise stay Terminating)."""
+    """Delete the namespace's resources (while an operator still runs: its loops stop)."""
     path = SD_PATH.format(ns=ns)
     for item in api(cluster, "GET", path)["items"]:
         api(cluster, "DELETE", f"{path}/{item['metadata']['name']}", ok=False)

@@ -8,7 +8,11 @@
 --   Progressing  no status yet, a new generation not acted on, a swap between the arms,
 --                or pods still starting
 --   Degraded     rolled back (the drafter is off because it made latency worse, or never
---                became ready), the judge cannot judge (JudgeDegraded), or an invalid spec
+--                became ready), the judge cannot judge (JudgeDegraded: its sample source
+--                fails), or an invalid spec
+--
+-- A window without traffic (JudgeDegraded with reason NoSamples) is not Degraded: an idle
+-- deployment is healthy; the message says that nothing was judged.
 local hs = {}
 
 local function condition(kind)
@@ -72,7 +76,8 @@ if rolledBack ~= nil and rolledBack.status == "True" then
 end
 
 local judge = condition("JudgeDegraded")
-if judge ~= nil and judge.status == "True" then
+local idle = judge ~= nil and judge.status == "True" and judge.reason == "NoSamples"
+if judge ~= nil and judge.status == "True" and not idle then
   hs.status = "Degraded"
   hs.message = "Judge degraded: " .. say(judge, "JudgeDegraded")
   return hs
@@ -82,6 +87,9 @@ local ready = condition("Ready")
 if ready ~= nil and ready.status == "True" then
   hs.status = "Healthy"
   hs.message = say(ready, "Ready")
+  if idle then
+    hs.message = hs.message .. "; nothing judged: " .. say(judge, "no samples")
+  end
   return hs
 end
 

@@ -59,11 +59,12 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 Verbs are what `specguard run` does: server-side apply (patch; create when the object is
 new) of what the renderer produces, status patches, Events, and watches. */ -}}
 {{- define "specguard.operatorRules" -}}
-# The resource: watch it, patch its metadata (kopf's finalizer and progress annotations)
-# and its status. Never spec: manual controls are annotations that people set.
+# The resource: watch it and write its status, nothing else. The operator puts no
+# finalizer or annotation on it, so it holds no patch or update on the resource itself:
+# it cannot write spec (GitOps owns it; manual controls are annotations people set).
 - apiGroups: [specguard.io]
   resources: [speculativedeployments]
-  verbs: [get, list, watch, patch]
+  verbs: [get, list, watch]
 - apiGroups: [specguard.io]
   resources: [speculativedeployments/status]
   verbs: [get, patch]

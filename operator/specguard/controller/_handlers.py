@@ -1,12 +1,21 @@
-"""kopf registration: watch caches (indexes) of the owned objects and one daemon per
+"""kopf registration: watch caches (indexes) of the owned objects and one task per
 SpeculativeDeployment that runs its :class:`~specguard.controller._loop.ResourceLoop`.
 
-Why a daemon and indexes rather than on.create/on.update handlers: kopf's change handlers
+Why a loop and indexes rather than on.create/on.update handlers: kopf's change handlers
 keep their bookkeeping in annotations on the resource (a write per change, on an object a
 GitOps tool owns), and a drift or a swap needs the cluster's state between changes anyway.
-The daemon starts when the resource appears (create, or resume after an operator restart),
-sees every change of its spec and annotations at its next tick through kopf's live ``body``,
-and is cancelled when the resource goes (its owned objects go by owner reference).
+The loop starts when the resource appears (created, or listed when the operator starts),
+sees every change of its spec and annotations at its next tick (the newest body its watch
+events brought), and is cancelled when the resource goes.
+
+Why not ``kopf.daemon``: kopf puts a finalizer on every resource a daemon serves, with no
+option to leave it out (nolar/kopf#896), so that it can stop the daemon before the object
+disappears. Here nothing must happen before it disappears (what the loop made goes by owner
+reference, with the garbage collector), and a finalizer makes ``kubectl delete`` hang
+whenever no operator runs: after ``helm uninstall``, or with the operator scaled to 0. So the
+resource carries no finalizer; its loop stops on the resource's ``DELETED`` event, or as soon
+as a ``deletionTimestamp`` appears (a foreground or orphan deletion), before it could put
+back an owned object the garbage collector removes.
 """
 
 from __future__ import annotations
@@ -90,33 +99,68 @@ def _values(index: Any, key: Any) -> list[Mapping[str, Any]]:
     return list(store) if store is not None else []
 
 
-@kopf.daemon(c.GROUP, c.VERSION, c.PLURAL, cancellation_timeout=10.0)
+@dataclass
+class _Running:
+    body: Any  # the newest body the resource's watch events brought
+    task: asyncio.Task[None] | None = None
+
+
+_LOOPS: dict[str, _Running] = {}  # by the resource's uid
+
+
+@kopf.on.event(c.GROUP, c.VERSION, c.PLURAL)
 async def speculative_deployment(
     *,
+    type: str | None,
     body: Any,
+    uid: str,
     namespace: str | None,
     name: str,
-    stopped: Any,
     sg_deployments: Any = None,
     sg_pods: Any = None,
     sg_services: Any = None,
     **_: Any,
 ) -> None:
+    running = _LOOPS.get(uid)
+    if type == "DELETED" or body.get("metadata", {}).get("deletionTimestamp"):
+        if running is not None:
+            del _LOOPS[uid]
+            if running.task is not None:
+                running.task.cancel()
+            log.info("%s/%s: deleted, its loop stopped", namespace, name)
+        return
+    if running is not None:
+        running.body = body
+        return
     ctx = CONTEXT
     if ctx is None:
         raise kopf.PermanentError("specguard run did not set up the controller context")
-    namespace = namespace or "default"
+    holder = _LOOPS[uid] = _Running(body)
+    indexes = (sg_deployments, sg_pods, sg_services)
+    holder.task = asyncio.create_task(_run(ctx, holder, namespace or "default", name, indexes))
+
+    def forget(_: object) -> None:  # a loop that ended by itself starts again on the next event
+        if _LOOPS.get(uid) is holder:
+            del _LOOPS[uid]
+
+    holder.task.add_done_callback(forget)
+
+
+async def _run(
+    ctx: Context, holder: _Running, namespace: str, name: str, indexes: tuple[Any, Any, Any]
+) -> None:
+    deployments, pods, services = indexes
     loop = ResourceLoop(ctx.kube, ctx.metrics, namespace, name)
     key = (namespace, name)
     try:
-        while not stopped:
+        while True:
             observed = Observed(
-                deployments=_values(sg_deployments, key),
-                pods=_values(sg_pods, key),
-                services=_values(sg_services, key),
+                deployments=_values(deployments, key),
+                pods=_values(pods, key),
+                services=_values(services, key),
             )
             try:
-                await loop.tick(body, observed)
+                await loop.tick(holder.body, observed)
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -126,11 +170,30 @@ async def speculative_deployment(
         await loop.aclose()
 
 
+@kopf.on.cleanup()
+async def stop_loops(**_: Any) -> None:
+    """The operator exits: stop every loop (they continue where they were in the next
+    operator, from what the cluster and the status show)."""
+    tasks = [running.task for running in _LOOPS.values() if running.task is not None]
+    _LOOPS.clear()
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
 @kopf.on.startup()
 def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     # Only warnings of kopf's own become Events; ours are posted by the loop with numbers.
     settings.posting.level = logging.WARNING
-    settings.persistence.finalizer = "specguard.io/finalizer"
+    # No dynamic scanning of CRDs and namespaces: the operator serves the CRD it finds at
+    # start, in the namespaces it was given, and needs no cluster-wide read of either (the
+    # chart grants none). With scanning on and no grant, kopf retried the namespace list for
+    # about a minute before a namespaced operator acted at all.
+    settings.scanning.disabled = True
+    # kopf logs every handled watch event at INFO ("Handler ... succeeded"): a line per
+    # status write. Its warnings and errors stay.
+    if not logging.getLogger().isEnabledFor(logging.DEBUG):
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.networking.request_timeout = 60

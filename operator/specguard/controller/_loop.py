@@ -1,9 +1,10 @@
 """One SpeculativeDeployment's loop: reconcile, swap, collect, judge, decide, report.
 
-``ResourceLoop.tick`` runs every ``TICK_S`` (and is all the kopf daemon does). It reads the
-cluster from the operator's watch caches (kopf indexes), so a tick makes no API request;
-it writes only when something must change: an owned object differs from the desired one
-(missing, scaled, edited: drift), a swap step, or a status that differs from the one stored.
+``ResourceLoop.tick`` runs every ``TICK_S`` (all that the resource's task in _handlers.py
+does). It reads the cluster from the operator's watch caches (kopf indexes), so a tick makes
+no API request; it writes only when something must change: an owned object differs from the
+desired one (missing, scaled, edited: drift), a swap step, or a status that differs from the
+one stored.
 """
 
 from __future__ import annotations
@@ -298,7 +299,9 @@ class ResourceLoop:
             assert verdict is not None
             last_verdict = _keep_idle(prev, cond.status_verdict(verdict, rfc3339(now)))
             degraded = _degraded(evidence, spec.evaluation.window)
-            self._count_verdict(verdict.outcome, verdict.ratio)
+            self._count_verdict(verdict.outcome, verdict.ratio, (verdict.ci_low, verdict.ci_high))
+            up = 0.0 if evidence.error is not None else 1.0  # JudgeDegraded SourceUnavailable
+            self.metrics.source_up.labels(self.namespace, self.name).set(up)
         evaluating = _evaluating(sd, plan, active, pinned_mode(annotations), swapping)
         new = build_status(
             prev,
@@ -417,10 +420,15 @@ class ResourceLoop:
             except KubeError as exc:
                 log.warning("%s/%s: event failed: %s", self.namespace, self.name, exc)
 
-    def _count_verdict(self, outcome: str, ratio: float | None) -> None:
+    def _count_verdict(
+        self, outcome: str, ratio: float | None, ci: tuple[float | None, float | None]
+    ) -> None:
         self.metrics.verdicts.labels(self.namespace, self.name, outcome).inc()
         if ratio is not None:
             self.metrics.tpot_ratio.labels(self.namespace, self.name).set(ratio)
+        for bound, value in zip(("lower", "upper"), ci, strict=True):
+            if ratio is not None and value is not None:
+                self.metrics.tpot_ratio_ci.labels(self.namespace, self.name, bound).set(value)
 
 
 async def read_drafters(pods: Mapping[str, list[str]]) -> dict[str, Reading]:

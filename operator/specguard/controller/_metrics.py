@@ -27,6 +27,19 @@ class OperatorMetrics:
             LABELS,
             registry=r,
         )
+        self.tpot_ratio_ci = Gauge(
+            "specguard_tpot_ratio_ci",
+            "Confidence bounds (bound=lower|upper) of the last verdict's per-token latency ratio",
+            [*LABELS, "bound"],
+            registry=r,
+        )
+        self.source_up = Gauge(
+            "specguard_source_up",
+            "1 when the last window's sample source answered, 0 when it failed "
+            "(JudgeDegraded SourceUnavailable); a window without traffic is 1",
+            LABELS,
+            registry=r,
+        )
         self.rollbacks = Counter(
             "specguard_rollbacks", "Rollbacks decided (drafter → no drafter)", LABELS, registry=r
         )
@@ -52,8 +65,12 @@ class OperatorMetrics:
             self.mode.labels(namespace, name, arm).set(1.0 if arm == mode else 0.0)
 
     def forget(self, namespace: str, name: str) -> None:
-        with contextlib.suppress(KeyError):
-            self.tpot_ratio.remove(namespace, name)
+        for gauge in (self.tpot_ratio, self.source_up):
+            with contextlib.suppress(KeyError):
+                gauge.remove(namespace, name)
+        for bound in ("lower", "upper"):
+            with contextlib.suppress(KeyError):
+                self.tpot_ratio_ci.remove(namespace, name, bound)
         for arm in c.ARMS:
             with contextlib.suppress(KeyError):
                 self.mode.remove(namespace, name, arm)
