@@ -28,6 +28,7 @@ SUBCOMMANDS = {
     "judge": "specguard.commands.judge:build_parser",
     "evaluate": "specguard.evaluate._command:build_parser",
     "run": "specguard.controller._command:build_parser",
+    "demo": "specguard.demo._command:build_parser",
 }
 
 # name -> (a bad command line, the flag its one-line error must name)
@@ -39,6 +40,7 @@ BAD_FLAGS = {
     "judge": (["x.jsonl", "--tolerance", "wide"], "--tolerance"),
     "evaluate": (["--requests", "lots"], "--requests"),
     "run": (["--metrics-port", "nine"], "--metrics-port"),
+    "demo": (["--window", "ten"], "--window"),
 }
 
 # The simulator passes unknown flags on as vLLM's (ignored with a warning), so an unknown flag

@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "router": ("specguard.router", "run the shadow router"),
     "judge": ("specguard.commands.judge", "judge recorded per-request samples"),
     "evaluate": ("specguard.evaluate", "A/B sweep of a drafter against no drafter"),
+    "demo": ("specguard.demo", "the operator's whole job on a local cluster, in minutes"),
 }
 
 # Libraries that come with an optional extra (pyproject.toml), so that the operator image can
@@ -73,6 +74,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         result: int = module.main(rest)
     except UsageError as error:  # a bad command line the subcommand did not print itself
         print(f"specguard {name}: {error}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as error:  # an extra the command imports once it runs
+        message = missing_extra(name, error)
+        if message is None:
+            raise
+        print(message, file=sys.stderr)
         return 2
     return result
 

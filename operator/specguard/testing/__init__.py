@@ -3,17 +3,28 @@
 LocalCluster (etcd, kube-apiserver, kube-controller-manager, kube-scheduler as local
 processes), fake GPU nodes, a process kubelet that runs pods as local processes (the vLLM
 image as the simulator), and a real Prometheus scraping them. See docs/local-cluster.md.
+Also what `specguard demo` runs on it: where the binaries come from and the build script,
+free ports, process-group inspection, and the streaming client of the tests.
 """
 
-from specguard.testing._binaries import MissingBinariesError, find_binaries
+from specguard.testing._binaries import (
+    MissingBinariesError,
+    build_script,
+    cache_bin_dir,
+    find_binaries,
+)
 from specguard.testing._cluster import LocalCluster
-from specguard.testing._images import HOST_IMAGE, Launch
+from specguard.testing._images import HOST_IMAGE, ImageRunner, Launch
 from specguard.testing._kubelet import KubeletConfig, ProcessKubelet
+from specguard.testing._loadclient import StreamRecord, stream_once
 from specguard.testing._nodes import NodeSpec
+from specguard.testing._ports import free_port
+from specguard.testing._procs import group_members, proc_stat
 from specguard.testing._prometheus import PrometheusServer
 
 __all__ = [
     "HOST_IMAGE",
+    "ImageRunner",
     "KubeletConfig",
     "Launch",
     "LocalCluster",
@@ -21,5 +32,12 @@ __all__ = [
     "NodeSpec",
     "ProcessKubelet",
     "PrometheusServer",
+    "StreamRecord",
+    "build_script",
+    "cache_bin_dir",
     "find_binaries",
+    "free_port",
+    "group_members",
+    "proc_stat",
+    "stream_once",
 ]

@@ -135,11 +135,14 @@ async def stream_once(
     payload: bytes,
     headers: dict[str, str],
     record: StreamRecord | None = None,
+    *,
+    path: str = "/v1/completions",
 ) -> StreamRecord:
-    """POST a streaming completion and time every chunk that carries tokens (filling
+    """POST a streaming completion (``path``: ``/v1/chat/completions`` for chat; the payload
+    asks for continuous usage stats) and time every chunk that carries tokens (filling
     ``record`` as chunks arrive, so a cancelled stream keeps what it received)."""
     record = record or StreamRecord(time.monotonic())
-    async with session.post(url + "/v1/completions", data=payload, headers=headers) as resp:
+    async with session.post(url + path, data=payload, headers=headers) as resp:
         resp.raise_for_status()
         seen = 0
         async for line in resp.content:

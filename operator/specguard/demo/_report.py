@@ -1,0 +1,237 @@
+"""The demo's summary: the decisions and how long each took, the accounting's figures, and
+the text and JSON the demo prints and writes (pure: no I/O)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from specguard.api import constants as c
+from specguard.demo._accounting import Totals, Window, served_ratios, totals
+from specguard.demo._schedule import Span
+
+GOAL_REGRET = 0.05  # within 5% of the per-window best
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """One mode change the operator decided while the schedule ran."""
+
+    to_mode: str
+    reason: str
+    at: float  # epoch seconds (the transition's time in status)
+    phase: int  # the phase it was decided in
+    windows: float  # evaluation windows from that phase's start to the decision
+    swap_done: float | None  # when the new mode served with every pod ready
+    swap_windows: float | None  # windows from the phase's start to that
+
+    @property
+    def rollback(self) -> bool:
+        return self.to_mode == c.ARM_BASELINE
+
+
+def decisions(
+    transitions: Sequence[tuple[float, str, str]],
+    settled: Sequence[tuple[float, str]],
+    spans: Sequence[Span],
+    t0: float,
+    window_s: float,
+) -> list[Decision]:
+    """Mode changes during the schedule: ``transitions`` (time, to mode, reason) from status,
+    ``settled`` (time, mode) whenever the resource was seen settled (no swap) in a mode."""
+    out = []
+    end = t0 + (spans[-1].end if spans else 0.0)
+    for at, to_mode, reason in sorted(transitions):
+        if not t0 <= at <= end:
+            continue
+        span = next((s for s in spans if t0 + s.start <= at < t0 + s.end), spans[-1])
+        start = t0 + span.start
+        done = next((t for t, mode in sorted(settled) if t >= at and mode == to_mode), None)
+        out.append(
+            Decision(
+                to_mode,
+                reason,
+                at,
+                span.index,
+                (at - start) / window_s,
+                done,
+                None if done is None else (done - start) / window_s,
+            )
+        )
+    return out
+
+
+def in_swaps(times: Sequence[float], found: Sequence[Decision], margin: float = 2.0) -> int:
+    """How many of ``times`` (e.g. when failed requests ended) fall in a swap: from a decision
+    to ``margin`` seconds after its new mode served (to the end, if it never did)."""
+    spans_ = [(d.at, math.inf if d.swap_done is None else d.swap_done + margin) for d in found]
+    return sum(any(a <= t <= b for a, b in spans_) for t in times)
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    overall: Totals | None
+    phases: tuple[tuple[Span, Totals | None], ...]
+    decisions: tuple[Decision, ...]
+    requests: int
+    errors: int
+    pairs: int
+    errors_in_swaps: int = 0
+    # The same figures with each phase's served ratio (accounting.served_ratios)
+    served: Totals | None = None
+
+    @property
+    def goal(self) -> dict[str, bool] | None:
+        """The issue's goal by the pairs' figures (``goal_served``: by the served windows')."""
+        return None if self.overall is None else _goal(self.overall)
+
+    @property
+    def goal_served(self) -> dict[str, bool] | None:
+        return None if self.served is None else _goal(self.served)
+
+
+def summarize(
+    windows: Sequence[Window],
+    spans: Sequence[Span],
+    found: Sequence[Decision],
+    *,
+    requests: int,
+    errors: int,
+    errors_in_swaps: int = 0,
+) -> Summary:
+    phases = tuple((s, totals(w for w in windows if w.phase == s.index)) for s in spans)
+    return Summary(
+        totals(windows), phases, tuple(found), requests, errors, sum(w.pairs for w in windows),
+        errors_in_swaps, totals(served_ratios(windows)),
+    )  # fmt: skip
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:.2f} ms"
+
+
+def _change(a: float, b: float) -> str:
+    change = (a / b - 1.0) * 100.0
+    return f"{'+' if change >= 0 else '−'}{abs(change):.1f}%"
+
+
+def _goal(t: Totals) -> dict[str, bool]:
+    return {
+        "within_5pct_of_best": t.regret <= GOAL_REGRET,
+        "better_than_always": t.realized_s < t.always_s,
+        "better_than_never": t.realized_s < t.never_s,
+    }
+
+
+def _goal_text(t: Totals) -> str:
+    g = _goal(t)
+    yes = {True: "yes", False: "no"}
+    return (
+        f"within {GOAL_REGRET:.0%} of the best {yes[g['within_5pct_of_best']]}, better than "
+        f"always {yes[g['better_than_always']]}, better than never {yes[g['better_than_never']]}"
+    )
+
+
+def summary_lines(s: Summary, *, time_scale: float, window_s: float) -> list[str]:
+    lines = [
+        "Per-token latency over the schedule, token-weighted over the client's requests "
+        f"(wall-clock ms; the simulator runs at time scale {time_scale:g}). The other arm's "
+        "figure comes from the mirrored pairs (the shadow at a serving pod's arrivals), or "
+        "from the windows that arm served the client itself (at the client's concurrency):"
+    ]
+    t, v = s.overall, s.served
+    if t is None:
+        return [*lines, "  no window has both client tokens and paired measurements"]
+
+    def row(label: str, a: float, b: float | None, note: str = "") -> str:
+        second = "" if b is None else f"{b * 1000:>10.2f}"
+        return f"  {label:<22}{a * 1000:>10.2f}{second:>16}  {note}".rstrip()
+
+    lines.append(f"  {'':<22}{'pairs':>10}{'served':>16}")
+    lines.append(row("specguard (realized)", t.realized_s, None if v is None else v.realized_s))
+    for label, a, b in (
+        ("always drafter", t.always_s, None if v is None else v.always_s),
+        ("never drafter", t.never_s, None if v is None else v.never_s),
+    ):
+        lines.append(row(label, a, b, f"specguard {_change(t.realized_s, a)}"
+                         + ("" if b is None else f" / {_change(t.realized_s, b)}")))  # fmt: skip
+    lines.append(row("per-window best", t.best_s, None if v is None else v.best_s,
+                     f"regret {_change(t.realized_s, t.best_s)}"
+                     + ("" if v is None else f" / {_change(v.realized_s, v.best_s)}")))  # fmt: skip
+    for span, pt in s.phases:
+        if pt is None:
+            continue
+        p = span.phase
+        lines.append(
+            f"  phase {span.index + 1} {p.label()} ({p.per_pod}/pod, {p.seconds:g}s), pairs: "
+            f"realized {_ms(pt.realized_s)}, always {_ms(pt.always_s)}, never "
+            f"{_ms(pt.never_s)}, best {_ms(pt.best_s)}"
+        )
+    lines.append(
+        f"  {t.windows} windows of {window_s:g}s ({t.borrowed} during swaps with the phase's "
+        f"nearest measured ratio, {t.left_out} left out); {s.pairs} mirrored pairs; "
+        f"{s.requests} client requests, {s.errors} errors ({s.errors_in_swaps} of them ended "
+        "during a swap)"
+    )
+    lines.append("Decisions:")
+    if not s.decisions:
+        lines.append("  none: the operator did not change the mode during the schedule")
+    for d in s.decisions:
+        what = "rolled back to baseline" if d.rollback else "re-promoted the drafter"
+        done = "" if d.swap_windows is None else f", serving after {d.swap_windows:.1f}"
+        lines.append(
+            f"  {what} ({d.reason}): decided {d.windows:.1f} windows after phase {d.phase + 1} "
+            f"began{done}"
+        )
+    lines.append(f"Goal, by the pairs: {_goal_text(t)}")
+    if v is not None:
+        lines.append(f"Goal, by the served windows: {_goal_text(v)}")
+    return lines
+
+
+def summary_json(s: Summary, settings: Mapping[str, Any]) -> dict[str, Any]:
+    def figures(t: Totals | None) -> dict[str, Any] | None:
+        if t is None:
+            return None
+        return {**asdict(t), "regret": t.regret, "vs_always": t.vs_always, "vs_never": t.vs_never}
+
+    return {
+        "settings": dict(settings),
+        "aggregation": "token-weighted per-token latency over the client's requests "
+        "(Σ decode time ÷ Σ decode tokens); always/never from the mirrored pairs' ratio per "
+        "window (overall), or from the phase's windows each arm served (served); best = "
+        "per-window minimum",
+        "overall": figures(s.overall),
+        "served": figures(s.served),
+        "errors_in_swaps": s.errors_in_swaps,
+        "phases": [
+            {
+                "phase": span.index + 1,
+                "domain": span.phase.domain,
+                "per_pod": span.phase.per_pod,
+                "seconds": span.phase.seconds,
+                "figures": figures(pt),
+            }
+            for span, pt in s.phases
+        ],
+        "decisions": [{**asdict(d), "phase": d.phase + 1} for d in s.decisions],
+        "requests": s.requests,
+        "errors": s.errors,
+        "pairs": s.pairs,
+        "goal": s.goal,
+        "goal_served": s.goal_served,
+    }
+
+
+__all__ = [
+    "GOAL_REGRET",
+    "Decision",
+    "Summary",
+    "decisions",
+    "in_swaps",
+    "summarize",
+    "summary_json",
+    "summary_lines",
+]

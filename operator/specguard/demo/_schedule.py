@@ -1,0 +1,106 @@
+"""The demo's traffic schedule: phases of one domain at one concurrency for a while (pure).
+
+A phase is written ``DOMAIN:PER_POD:SECONDS``, e.g. ``tool_call:144:100``: ``PER_POD`` closed-loop
+streams for every serving pod (the client runs ``PER_POD × replicas`` streams), so the
+concurrency each engine sees is the one the simulator's crossover is stated in. Phases are
+separated by commas.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from specguard._args import UsageError
+
+DOMAINS = ("math", "tool_call")
+# Low-concurrency math, tool calls past the DeepSeek-V4 profile's fixed-k=7 crossover (on tool
+# calls the drafter loses from between 96 and 128 streams per engine: docs/demo.md), math again.
+# The demo's cooldown (90 s) outlasts the tool-call phase, and the last phase leaves room for
+# the cooldown after a late rollback plus three improved windows and a swap.
+DEFAULT_SCHEDULE = "math:4:30,tool_call:144:90,math:4:100"
+MAX_PER_POD = 512
+MAX_PHASE_S = 3600
+
+
+@dataclass(frozen=True, slots=True)
+class Phase:
+    domain: str
+    per_pod: int
+    seconds: float
+
+    def streams(self, serving_pods: int) -> int:
+        return self.per_pod * serving_pods
+
+    def label(self) -> str:
+        return "tool calls" if self.domain == "tool_call" else self.domain
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """A phase placed in time (seconds since the schedule's start)."""
+
+    index: int
+    phase: Phase
+    start: float
+    end: float
+
+
+def parse_schedule(text: str, flag: str = "--schedule") -> tuple[Phase, ...]:
+    """``DOMAIN:PER_POD:SECONDS[,...]`` → phases; UsageError naming ``flag`` otherwise."""
+    phases = []
+    for number, part in enumerate(text.split(","), start=1):
+        fields = part.strip().split(":")
+        if len(fields) != 3:
+            raise UsageError(
+                f"{flag}: phase {number} {part.strip()!r}: expected DOMAIN:PER_POD:SECONDS"
+            )
+        domain, per_pod, seconds = fields
+        if domain not in DOMAINS:
+            raise UsageError(
+                f"{flag}: phase {number}: domain must be one of {', '.join(DOMAINS)}, "
+                f"got {domain!r}"
+            )
+        if not per_pod.isdigit() or not 1 <= int(per_pod) <= MAX_PER_POD:
+            raise UsageError(
+                f"{flag}: phase {number}: streams per pod must be 1..{MAX_PER_POD}, got {per_pod!r}"
+            )
+        try:
+            length = float(seconds)
+        except ValueError:
+            length = -1.0
+        if not 1 <= length <= MAX_PHASE_S:
+            raise UsageError(
+                f"{flag}: phase {number}: seconds must be 1..{MAX_PHASE_S}, got {seconds!r}"
+            )
+        phases.append(Phase(domain, int(per_pod), length))
+    return tuple(phases)
+
+
+def spans(phases: Sequence[Phase]) -> tuple[Span, ...]:
+    out = []
+    at = 0.0
+    for index, phase in enumerate(phases):
+        out.append(Span(index, phase, at, at + phase.seconds))
+        at += phase.seconds
+    return tuple(out)
+
+
+def format_schedule(phases: Sequence[Phase]) -> str:
+    return ",".join(f"{p.domain}:{p.per_pod}:{p.seconds:g}" for p in phases)
+
+
+def total_seconds(phases: Sequence[Phase]) -> float:
+    return sum(p.seconds for p in phases)
+
+
+__all__ = [
+    "DEFAULT_SCHEDULE",
+    "DOMAINS",
+    "Phase",
+    "Span",
+    "format_schedule",
+    "parse_schedule",
+    "spans",
+    "total_seconds",
+]
