@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Set up a development environment in .venv.
 #   scripts/setup.sh            Python environment only (enough for render, sim, router, judge, evaluate)
+#   scripts/setup.sh --demo     also kubectl and helm: what `specguard demo` needs besides the control
+#                               plane, which the demo builds itself on first use (with a progress line)
 #   scripts/setup.sh --cluster  also Prometheus (Debian), kubectl and helm, and the local control plane
 #                               (Kubernetes and etcd built once from the Go modules; needs Go >= 1.26)
 # Idempotent; heavy builds are cached under ~/.cache/specguard.
@@ -8,7 +10,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 want_cluster=0
-[ "${1:-}" = "--cluster" ] && want_cluster=1
+want_demo=0
+case "${1:-}" in
+  --cluster) want_cluster=1 ;;
+  --demo) want_demo=1 ;;
+  "") ;;
+  *) echo "setup: unknown option ${1}; use --demo, --cluster or nothing" >&2; exit 2 ;;
+esac
 
 say() { echo "setup: $*" >&2; }
 
@@ -48,6 +56,10 @@ if [ "$want_cluster" = 1 ]; then
     python3 -m venv "$checkov_venv"
     "$checkov_venv/bin/pip" install -q "checkov==3.3.30" >/dev/null
   fi
+fi
+
+if [ "$want_demo" = 1 ]; then
+  { command -v kubectl && command -v helm; } >/dev/null || bash scripts/install-kube-tools.sh
 fi
 
 if [ ! -x .venv/bin/python ]; then
