@@ -116,7 +116,7 @@ def test_the_demo_deploys_rolls_back_repromotes_and_reports(
     out = demo.text()
     print(out)
     assert "helm install specguard" in out and "operator pod specguard-" in out
-    assert "window 10s, consecutiveWindows 2, cooldown 90s, time scale 2" in out
+    assert "window 10s, consecutiveWindows 2, cooldown 30s, time scale 2" in out
     files = tmp_path / "out"
     report: dict[str, Any] = json.loads((files / "summary.json").read_text())
     moves = [(d["to_mode"], d["phase"]) for d in report["decisions"]]
@@ -127,6 +127,16 @@ def test_the_demo_deploys_rolls_back_repromotes_and_reports(
     )
     assert "Event Warning RolledBack: Regressed" in out
     assert "Event Normal Repromoted: Improved" in out
+    # The cooldown ran out well inside the tool calls: what kept the drafter off there was the
+    # verdicts — with the drafter as the shadow, held at the serving pods' in-flight count, it
+    # was still judged slower (never "improved" while the tool calls ran).
+    window, cooldown = report["settings"]["window_s"], report["settings"]["cooldown_s"]
+    tool_start, math_again = 30.0, 120.0  # the default schedule's phase boundaries
+    cooldown_over = tool_start + report["decisions"][0]["windows"] * window + cooldown
+    assert cooldown_over + 2 * window <= math_again, report["decisions"]
+    after = [v for v in report["verdicts"] if cooldown_over < v["end_s"] <= math_again]
+    assert len(after) >= 2 and not [v for v in after if v["outcome"] == "improved"], after
+    assert sum(v["outcome"] == "regressed" for v in after) >= 2, after
     assert all(d["swap_done"] is not None for d in report["decisions"])
     overall = report["overall"]
     assert overall["windows"] >= 20 and overall["left_out"] == 0

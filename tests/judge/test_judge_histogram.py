@@ -94,10 +94,20 @@ def test_missing_and_mismatched_inputs_are_inconclusive() -> None:
         v = judge_histograms(spec, base, concurrency=MATCHED, pod_concurrency=PODS)
         assert v.outcome == "inconclusive"
     v = judge_histograms(some, some)
+    assert v.outcome == "inconclusive" and "concurrency of an arm is unknown" in v.reasons[0]
+    load = JudgeSettings(concurrency_match="load")
+    v = judge_histograms(some, some, load)
     assert v.outcome == "inconclusive" and "load of an arm is unknown" in v.reasons[0]
     four = {"speculative": {"s": 1.0}, "baseline": {"b0": 1.0, "b1": 1.0, "b2": 1.0, "b3": 1.0}}
-    v = judge_histograms(some, some, concurrency=MATCHED, pod_concurrency=four)
+    v = judge_histograms(some, some, load, concurrency=MATCHED, pod_concurrency=four)
     assert v.outcome == "inconclusive" and "mismatched load" in v.reasons[0]
+    # In flight per pod: the baseline pods ran at 10 against the drafter pod's 40, with a
+    # quarter of its requests per pod — underfed, not judged.
+    heavy = {"speculative": 40.0, "baseline": 10.0}
+    four_idle = {"speculative": {"s": 40.0}, "baseline": {f"b{i}": 10.0 for i in range(4)}}
+    v = judge_histograms(some, some, concurrency=heavy, pod_concurrency=four_idle)
+    assert v.outcome == "inconclusive" and "mismatched concurrency" in v.reasons[0]
+    assert "125 vs 500 requests per pod" in v.reasons[0]
     coarse = histogram(lognormal(0.03, 500, 7), VLLM_BUCKETS)
     v = judge_histograms(some, coarse, concurrency=MATCHED, pod_concurrency=PODS)
     assert "buckets differ" in " ".join(v.reasons)

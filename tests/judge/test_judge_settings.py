@@ -47,7 +47,7 @@ def test_each_field_maps_to_its_setting() -> None:
     judge, policy = settings_from_spec(validate_spec(raw))
     assert (judge.min_requests_per_arm, judge.min_output_tokens) == (2, 2)
     assert (judge.tolerance, judge.confidence) == (0.5, 0.999)
-    assert (judge.concurrency_match, judge.concurrency_tolerance) == ("load", 1.0)
+    assert (judge.concurrency_match, judge.concurrency_tolerance) == ("in_flight", 1.0)
     assert (policy.policy, policy.repromote, policy.consecutive_windows) == ("notify", "manual", 7)
     assert (policy.cooldown_s, policy.startup_deadline_s, policy.max_flaps) == (0.0, 3600.0, 9)
 

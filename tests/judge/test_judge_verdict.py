@@ -184,30 +184,53 @@ def test_duplicate_pair_ids_are_not_paired(arm: str) -> None:
     assert judge(doubled, SMALL).n_pairs == 0
 
 
-def test_mismatched_load_per_pod_is_inconclusive_with_the_numbers() -> None:
-    # A wrong mirror share: the shadow's single pod gets a quarter of a serving pod's traffic.
+def test_an_underfed_arm_is_inconclusive_with_the_numbers() -> None:
+    """The default check: the shadow ran far lighter in flight AND got fewer requests per pod
+    (mirrors dropped: a full shadow budget, a share too small) — not the load clients see."""
     rng = np.random.default_rng(15)
-    spec = samples("speculative", 0.03 * np.exp(rng.normal(0, 0.1, 800)), pods=2)
-    base = samples("baseline", 0.02 * np.exp(rng.normal(0, 0.1, 200)), pods=2)
+    spec = samples("speculative", 0.03 * np.exp(rng.normal(0, 0.1, 800)), pods=2, concurrency=40)
+    base = samples("baseline", 0.02 * np.exp(rng.normal(0, 0.1, 200)), pods=2, concurrency=10)
     v = judge(spec + base)
     assert v.outcome == "inconclusive"
     assert v.ratio is None and v.ci_low is None
-    assert any("mismatched load" in r for r in v.reasons)
+    reason = next(r for r in v.reasons if "mismatched concurrency" in r)
+    assert "speculative 40 vs baseline 10 in flight per pod" in reason
+    assert "100 vs 400 requests per pod" in reason and "underfed" in reason
     assert v.requests_per_pod == {"speculative": 400.0, "baseline": 100.0}
     assert "400" in v.sentence() and "100" in v.sentence()
 
 
-def test_load_is_matched_on_arrivals_not_on_the_shadows_completions() -> None:
-    """Right after the load rises, a slow serving arm (the drafter at high concurrency)
-    completes fewer requests in the window than the fast shadow, which also finishes copies
-    of requests whose serving twins are still running: 200 serving vs 300 shadow requests
-    ended, although every request was mirrored (same arrivals). The load check counts
-    arrivals (the mirrored serving requests), so the window is judged (regressed), not
-    called "mismatched load"; a share that really is off is still caught."""
+def test_a_shadow_held_at_the_serving_concurrency_is_judged_whatever_its_arrivals() -> None:
+    """What the routers produce: the shadow copies only while it holds no more in flight per
+    pod than a serving pod. A slower shadow then gets fewer copies than a serving pod gets
+    requests (here a third as many per pod), at the same concurrency: judged. The arrivals
+    rule ("load") would call that a mismatch."""
+    rng = np.random.default_rng(17)
+    spec = samples("speculative", 0.02 * np.exp(rng.normal(0, 0.1, 600)), pods=2, concurrency=140)
+    spec = [replace(x, pair_id=f"q{i}" if i % 3 == 0 else None) for i, x in enumerate(spec)]
+    base = samples("baseline", 0.03 * np.exp(rng.normal(0, 0.1, 200)), pods=1, concurrency=137)
+    base = [replace(x, pair_id=f"q{3 * i}") for i, x in enumerate(base)]
+    v = judge(spec + base, SMALL)
+    assert v.requests_per_pod == {"speculative": 300.0, "baseline": 200.0}
+    assert (v.outcome, v.method, v.n_pairs) == ("improved", "paired", 200)
+    assert v.concurrency == {"speculative": 140.0, "baseline": 137.0}
+    assert not v.reasons
+    by_load = judge(spec + base, replace(SMALL, concurrency_match="load"))
+    assert by_load.outcome == "inconclusive"
+    assert any("mismatched load" in r for r in by_load.reasons)
+
+
+def test_the_arrivals_rule_counts_copies_not_the_shadows_completions() -> None:
+    """``concurrency_match="load"``: right after the load rises, a slow serving arm completes
+    fewer requests in the window than the fast shadow, which also finishes copies of requests
+    whose serving twins are still running: 200 serving vs 300 shadow requests ended, although
+    every request was mirrored (same arrivals). The rule counts arrivals (the mirrored serving
+    requests), so the window is judged; a share that really is off is still caught."""
+    load = replace(SMALL, concurrency_match="load")
     rng = np.random.default_rng(16)
     spec = samples("speculative", 0.05 * np.exp(rng.normal(0, 0.1, 200)), pods=1, pair_prefix="p")
     base = samples("baseline", 0.02 * np.exp(rng.normal(0, 0.1, 300)), pods=1, pair_prefix="p")
-    v = judge(spec + base, SMALL)
+    v = judge(spec + base, load)
     assert v.requests_per_pod == {"speculative": 200.0, "baseline": 200.0}
     assert (v.outcome, v.method, v.n_pairs) == ("regressed", "paired", 200)
     # Two serving pods, one shadow pod, a quarter of the requests mirrored: the shadow pod
@@ -216,31 +239,42 @@ def test_load_is_matched_on_arrivals_not_on_the_shadows_completions() -> None:
     spec2 = [replace(x, pair_id=f"q{i}" if i % 4 == 0 else None) for i, x in enumerate(spec2)]
     base2 = samples("baseline", 0.02 * np.exp(rng.normal(0, 0.1, 100)), pods=1, pair_prefix="q")
     base2 = [replace(x, pair_id=f"q{4 * i}") for i, x in enumerate(base2)]
-    v2 = judge(spec2 + base2, SMALL)
+    v2 = judge(spec2 + base2, load)
     assert v2.requests_per_pod == {"speculative": 200.0, "baseline": 100.0}
     assert v2.outcome == "inconclusive" and any("mismatched load" in r for r in v2.reasons)
+    # Four times a serving pod's arrivals for the speculative arm, unpaired: caught too.
+    spec3 = samples("speculative", 0.03 * np.exp(rng.normal(0, 0.1, 800)), pods=2)
+    base3 = samples("baseline", 0.02 * np.exp(rng.normal(0, 0.1, 200)), pods=2)
+    v3 = judge(spec3 + base3, load)
+    assert v3.outcome == "inconclusive" and any("mismatched load" in r for r in v3.reasons)
 
 
 def test_a_slower_arm_holds_more_in_flight_and_is_still_judged() -> None:
     # Same arrivals per pod, the drafter 40% slower: Little's law puts 40% more of its
-    # requests in flight. The default (load) rule judges it; the in-flight rule cannot.
+    # requests in flight. The lighter arm (baseline) got as many requests per pod: it is
+    # faster at this load, and the window is judged, saying so. A rule that wanted equal
+    # in-flight counts whatever the arrivals would silence exactly this regression.
     rng = np.random.default_rng(15)
     spec = samples("speculative", 0.042 * np.exp(rng.normal(0, 0.1, 300)), concurrency=70)
     base = samples("baseline", 0.030 * np.exp(rng.normal(0, 0.1, 300)), concurrency=50)
     v = judge(spec + base)
     assert v.outcome == "regressed"
     assert v.concurrency == {"speculative": 70.0, "baseline": 50.0}
-    strict = judge(spec + base, JudgeSettings(concurrency_match="in_flight"))
-    assert strict.outcome == "inconclusive"
-    assert any("mismatched concurrency" in r for r in strict.reasons)
+    assert any("compared at equal arrivals" in r for r in v.reasons), v.reasons
+    assert judge(spec + base, JudgeSettings(concurrency_match="load")).outcome == "regressed"
     assert judge(spec + base, JudgeSettings(concurrency_match="off")).outcome == "regressed"
+    # The same in-flight gap with the lighter arm underfed (a third of the arrivals per pod)
+    # is not judged.
+    v2 = judge(spec + base[:100], JudgeSettings(min_requests_per_arm=100))
+    assert v2.outcome == "inconclusive"
+    assert any("mismatched concurrency" in r for r in v2.reasons)
 
 
 def test_small_in_flight_difference_within_slack_is_accepted() -> None:
     rng = np.random.default_rng(16)
     spec = samples("speculative", 0.03 * np.exp(rng.normal(0, 0.1, 250)), concurrency=3)
     base = samples("baseline", 0.03 * np.exp(rng.normal(0, 0.1, 250)), concurrency=1)
-    assert judge(spec + base, JudgeSettings(concurrency_match="in_flight")).outcome == "neutral"
+    assert judge(spec + base).outcome == "neutral"
 
 
 def test_strata_and_pod_concurrency_are_reported() -> None:

@@ -63,7 +63,11 @@ def test_bad_input_through_the_specguard_command() -> None:
 def test_static_topology_defaults() -> None:
     args, _ = parse(["--serving", "http://a:1", "http://b:2", "--shadow", "http://c:3"])
     top = static_topology(args.serving, args.shadow, args.mirror_share, args.serving_arm)
-    assert top.mode == "speculative" and top.mirror_share == 0.5
+    assert top.mode == "speculative" and top.mirror_share == 1.0  # in-flight matching caps it
+    top = static_topology(
+        args.serving, args.shadow, args.mirror_share, args.serving_arm, match_in_flight=False
+    )
+    assert top.mirror_share == 0.5  # a serving pod's arrivals per shadow pod
     assert [p.name for p in top.pods["baseline"]] == ["c:3"]
     args, _ = parse(["--serving", "http://a:1", "--serving-arm", "baseline"])
     top = static_topology(args.serving, args.shadow, args.mirror_share, args.serving_arm)

@@ -48,7 +48,9 @@ async def test_mirror_share_is_exact_and_spread(
     upstream: UpstreamFactory, start_router: RouterFactory, h: type[Helpers]
 ) -> None:
     serve, shadow = await upstream(), await upstream()
-    rt = await start_router(h.topology([serve.url], [shadow.url], share=0.25))
+    rt = await start_router(
+        h.topology([serve.url], [shadow.url], share=0.25), RouterConfig(match_in_flight=False)
+    )
     for _ in range(12):
         await post(rt.url + "/v1/completions", {"model": "m", "prompt": "p", "max_tokens": 1})
     await h.wait_for(lambda: shadow.finished == 3)
@@ -63,7 +65,8 @@ async def test_hanging_shadow_does_not_delay_and_budget_drops(
 ) -> None:
     serve, hang = await upstream(), await upstream("hang")
     rt = await start_router(
-        h.topology([serve.url], [hang.url], share=1.0), RouterConfig(shadow_max_in_flight=2)
+        h.topology([serve.url], [hang.url], share=1.0),
+        RouterConfig(shadow_max_in_flight=2, match_in_flight=False),
     )
     for _ in range(5):
         status, _, took = await post(rt.url + "/v1/chat/completions", {**CHAT, "stream": True})
@@ -128,3 +131,51 @@ async def test_shadow_concurrency_is_its_pods_in_flight(
     await h.wait_for(lambda: len(rt.router.feed) == 6)
     shadows = [s for s in rt.router.feed.read(None, 10).samples if s.role == "shadow"]
     assert sorted(s.concurrency for s in shadows) == [1, 2, 3]
+
+
+async def test_the_shadow_holds_no_more_in_flight_than_a_serving_pod(
+    upstream: UpstreamFactory, start_router: RouterFactory, h: type[Helpers]
+) -> None:
+    """In-flight matching over real HTTP: three requests at once are all copied (the shadow
+    then runs three, as the serving pod does); once they are answered, the shadow (hanging)
+    still holds three, so the next request is not copied and the skip is counted."""
+    serve, hang = await upstream(gap_s=0.02), await upstream("hang")
+    rt = await start_router(h.topology([serve.url], [hang.url], share=1.0))
+    body = {**CHAT, "stream": True, "max_tokens": 20}
+    await asyncio.gather(*(post(rt.url + "/v1/chat/completions", body) for _ in range(3)))
+    assert rt.router.shadow_in_flight == 3
+    status, _, _ = await post(rt.url + "/v1/chat/completions", body)
+    assert status == 200 and rt.router.shadow_in_flight == 3
+    async with aiohttp.ClientSession() as s, s.get(rt.url + "/metrics") as r:
+        metrics = await r.text()
+    assert 'specguard_router_mirror_dropped_total{reason="in_flight"} 1.0' in metrics
+    assert 'specguard_router_in_flight{arm="baseline",role="shadow"} 3.0' in metrics
+    serving = [s for s in rt.router.feed.read(None, 10).samples if s.role == "serving"]
+    assert sorted(s.pair_id is not None for s in serving) == [False, True, True, True]
+
+
+def test_room_is_per_pod_and_rounds_to_the_nearest_request() -> None:
+    from specguard.router import Endpoint, Topology
+
+    top = Topology()
+    top.set_roles("speculative", 1.0)
+    top.set_endpoints(
+        [Endpoint(f"s{i}", f"s{i}", "speculative") for i in range(2)]
+        + [Endpoint("b0", "b0", "baseline")]
+    )
+    serving, (shadow,) = top.pods["speculative"], top.pods["baseline"]
+    # 2 serving pods, 1 shadow pod: the shadow may hold half the serving requests (with the
+    # one being routed), rounded to the nearest.
+    for in_serving, in_shadow, room in (
+        (0, 0, True), (1, 0, True), (1, 1, False), (2, 1, True), (3, 2, False), (4, 2, True),
+        (279, 139, True), (279, 140, False),
+    ):  # fmt: skip
+        serving[0].in_flight, serving[1].in_flight = in_serving - in_serving // 2, in_serving // 2
+        shadow.in_flight = in_shadow
+        assert top.shadow_has_room() is room, (in_serving, in_shadow)
+    top.set_roles("speculative", 1.0, swapping=True)
+    shadow.in_flight = 0
+    assert not top.shadow_has_room()  # no copies during a swap
+    top.set_roles("speculative", 1.0)
+    top.set_endpoints([Endpoint("s0", "s0", "speculative")])
+    assert not top.shadow_has_room()  # no shadow pod

@@ -463,10 +463,11 @@ class Evaluation(SpecModel):
         default=0.25,
         gt=0.0,
         le=1.0,
-        description="Load check: largest relative difference of requests per pod (the arrival "
-        "rate per pod) between the arms for a window to count; beyond it the window is "
-        "inconclusive (is the mirror share right?). In-flight concurrency is not compared: a "
-        "slower arm holds more requests in flight at the same rate.",
+        description="Load check: largest relative difference of in-flight requests per pod "
+        "between the arms for a window to count (at least 2 requests apart). The routers hold "
+        "the shadow at the serving pods' in-flight count; an arm that ran lighter with as many "
+        "requests per pod is faster at that load and is judged; one that ran lighter with "
+        "fewer was underfed and the window is inconclusive.",
     )
 
 

@@ -55,7 +55,10 @@ class Arms(WireModel):
     serving: ArmStatus = Field(description="The arm that answers clients.")
     shadow: ArmStatus = Field(description="The arm that gets the mirrored share.")
     mirror_share: float = Field(
-        ge=0.0, le=1.0, description="Share of requests the router mirrors to the shadow arm."
+        ge=0.0,
+        le=1.0,
+        description="Largest share of requests the routers copy to the shadow arm; they copy "
+        "fewer while it holds as many requests in flight per pod as the serving arm.",
     )
     swapping: bool = Field(
         default=False,

@@ -19,9 +19,9 @@ from typing import Any
 from specguard.api import PolicyMemory, SpecError, SpeculativeDeployment, Status, parse_resource
 from specguard.api import constants as c
 from specguard.controller import _conditions as cond
-from specguard.controller import _mirror as mirror
 from specguard.controller._kube import Kube, KubeError
 from specguard.controller._metrics import OperatorMetrics
+from specguard.controller._mirror import mirror_share
 from specguard.controller._observe import (
     drafter_startup,
     observe_arms,
@@ -34,7 +34,7 @@ from specguard.controller._schedule import shadow_active, shadow_replicas
 from specguard.controller._settings import judge_settings
 from specguard.controller._source import Collector, WindowEvidence
 from specguard.controller._speculation import draft_counters, speculation_guardrail
-from specguard.controller._swap import ArmObserved, SwapPlan, plan_swap
+from specguard.controller._swap import SwapPlan, plan_swap
 from specguard.controller._window import (
     Decided,
     Degraded,
@@ -133,8 +133,6 @@ class ResourceLoop:
         self.trace: list[tuple[float, dict[str, int]]] = []
         self._draft_start: dict[str, Reading] | None = None
         self._speculation: tuple[str, str] | None = None
-        self._share_since = time.time()  # when the mirror share last changed (or we started)
-        self._mirror_seen = mirror.NO_EVIDENCE  # what the routers mirrored since then
 
     async def aclose(self) -> None:
         await self.collector.aclose()
@@ -242,7 +240,6 @@ class ResourceLoop:
                     pods,
                     start=self._window_start,
                     end=now,
-                    mirror_since=self._share_since,
                 ),
                 read_drafters(pods),
             )
@@ -301,15 +298,12 @@ class ResourceLoop:
             await self._reconcile(sd, plan, observed, now)
 
         # -- status --------------------------------------------------------------------
-        if evidence is not None and evidence.mirror is not None:
-            self._mirror_seen += evidence.mirror
-        share = _mirror_share(
-            prev, arms, plan, self._mirror_seen if evidence is not None else None,
-            new_roles=plan.done and plan.mode != mode,
-        )  # fmt: skip
-        if prev.arms is None or share != prev.arms.mirror_share or plan.swapping:
-            self._share_since = now
-            self._mirror_seen = mirror.NO_EVIDENCE
+        shadow_arm = c.ARM_BASELINE if plan.mode == c.ARM_SPECULATIVE else c.ARM_SPECULATIVE
+        share = mirror_share(
+            shadow_ready=arms[shadow_arm].ready,
+            serving_ready=arms[plan.mode].ready,
+            judging=active and not plan.swapping,
+        )
         last_verdict = prev.last_verdict
         degraded: Degraded | None = None
         if evidence is not None:
@@ -362,13 +356,19 @@ class ResourceLoop:
             elif (kind, name) in self._static_done and (kind != "Service" or name in services):
                 continue  # applied (a Service the watch no longer shows is re-created)
             todo.append(obj)
-        # RBAC and Services first (a pod's ServiceAccount must exist), then the Deployments;
-        # each group at once. What was applied is kept; a failure waits, doubling, before
-        # the rest is tried again (never a hot retry loop), and is shown in Ready.
+        # The ServiceAccount, Role and Services first (a pod's ServiceAccount must exist),
+        # then the RoleBinding (the API server reads the Role it binds, to check that the
+        # binding grants no more than the operator holds: created together, it may find no
+        # Role yet), then the Deployments; each group at once. What was applied is kept; a
+        # failure waits, doubling, before the rest is tried again (never a hot retry loop),
+        # and is shown in Ready.
         for group in (
-            [o for o in todo if o["kind"] != "Deployment"],
+            [o for o in todo if o["kind"] not in ("RoleBinding", "Deployment")],
+            [o for o in todo if o["kind"] == "RoleBinding"],
             [o for o in todo if o["kind"] == "Deployment"],
         ):
+            if not group:
+                continue
             results = await asyncio.gather(
                 *(self.kube.apply(o) for o in group), return_exceptions=True
             )
@@ -492,29 +492,6 @@ def _keep_idle(prev: Status, new: Any) -> Any:
     if idle and was_idle and new.reason == old.reason:
         return old
     return new
-
-
-def _mirror_share(
-    prev: Status,
-    observed: Mapping[str, ArmObserved],
-    plan: SwapPlan,
-    evidence: mirror.MirrorEvidence | None,
-    *,
-    new_roles: bool,
-) -> float:
-    """``mirror.next_share`` from the stored status, the ready pods now and the evidence
-    since the share last changed (None: no window ended now)."""
-    serving = plan.mode
-    shadow = c.ARM_BASELINE if serving == c.ARM_SPECULATIVE else c.ARM_SPECULATIVE
-    stored: tuple[int, int] | None = None
-    if prev.arms is not None and not prev.arms.swapping and not new_roles:
-        stored = (prev.arms.shadow.ready_replicas, prev.arms.serving.ready_replicas)
-    return mirror.next_share(
-        prev.arms.mirror_share if prev.arms is not None else 0.0,
-        stored,
-        (observed[shadow].ready, observed[serving].ready),
-        evidence,
-    )
 
 
 def _degraded(evidence: WindowEvidence, window_s: int) -> Degraded:

@@ -16,7 +16,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from specguard.api import Spec
-from specguard.controller._mirror import MIRROR_SETTLE_S, MirrorEvidence, mirror_evidence
 from specguard.judge import JudgeSettings, Verdict, judge
 from specguard.sources import (
     ArmSelectors,
@@ -33,9 +32,6 @@ class WindowEvidence:
     verdict: Verdict
     error: str | None  # the source is down: the message says how
     samples: int  # samples (or histogram observations) that arrived
-    # What the routers mirrored of the serving requests (router feed only; the other
-    # sources carry no pair ids, and the mirror share then stays open-loop).
-    mirror: MirrorEvidence | None = None
 
 
 class Collector:
@@ -69,17 +65,14 @@ class Collector:
         *,
         start: float,
         end: float,
-        mirror_since: float = 0.0,
     ) -> WindowEvidence:
-        """``mirror_since``: when the mirror share last changed (``MirrorEvidence`` counts
-        the serving requests that started ``MIRROR_SETTLE_S`` after it)."""
         kind = spec.metrics_source.type
         try:
             if kind == "prometheus":
                 return await self._prometheus(spec, settings)
             if kind == "scrape":
                 return await self._scrape(settings, pods)
-            return await self._router(settings, routers, start, end, mirror_since)
+            return await self._router(settings, routers, start, end)
         finally:
             self.reset()
 
@@ -89,7 +82,6 @@ class Collector:
         routers: Sequence[str],
         start: float,
         end: float,
-        mirror_since: float,
     ) -> WindowEvidence:
         if not routers:
             return WindowEvidence(
@@ -100,12 +92,7 @@ class Collector:
         verdict = window.verdict(settings)
         if window.state == "down":
             return WindowEvidence(verdict, window.problem or "router sample feed unreachable", 0)
-        return WindowEvidence(
-            verdict,
-            None,
-            len(window.samples),
-            mirror_evidence(window.samples, mirror_since + MIRROR_SETTLE_S),
-        )
+        return WindowEvidence(verdict, None, len(window.samples))
 
     async def _prometheus(self, spec: Spec, settings: JudgeSettings) -> WindowEvidence:
         url = spec.metrics_source.prometheus_url or ""

@@ -82,9 +82,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--cooldown",
         type=int,
-        default=90,
+        default=30,
         metavar="SECONDS",
-        help="spec.rollback.cooldown (longer than the tool-call phase: docs/demo.md)",
+        help="spec.rollback.cooldown (it ends inside the tool-call phase: the drafter then "
+        "stays off on its verdicts alone)",
     )
     p.add_argument(
         "--consecutive-windows",

@@ -138,7 +138,8 @@ def summary_lines(s: Summary, *, time_scale: float, window_s: float) -> list[str
     lines = [
         "Per-token latency over the schedule, token-weighted over the client's requests "
         f"(wall-clock ms; the simulator runs at time scale {time_scale:g}). The other arm's "
-        "figure comes from the mirrored pairs (the shadow at a serving pod's arrivals), or "
+        "figure comes from the mirrored pairs (the shadow at the serving pods' in-flight "
+        "count), or "
         "from the windows that arm served the client itself (at the client's concurrency):"
     ]
     t, v = s.overall, s.served

@@ -16,8 +16,9 @@ from specguard._args import UsageError
 DOMAINS = ("math", "tool_call")
 # Low-concurrency math, tool calls past the DeepSeek-V4 profile's fixed-k=7 crossover (on tool
 # calls the drafter loses from between 96 and 128 streams per engine: docs/demo.md), math again.
-# The demo's cooldown (90 s) outlasts the tool-call phase, and the last phase leaves room for
-# the cooldown after a late rollback plus three improved windows and a swap.
+# The demo's cooldown (30 s) ends well inside the tool-call phase after the rollback (the
+# drafter must stay off there on its verdicts, not on the cooldown), and the last phase leaves
+# room for the re-promotion's three improved windows and a swap.
 DEFAULT_SCHEDULE = "math:4:30,tool_call:144:90,math:4:100"
 MAX_PER_POD = 512
 MAX_PHASE_S = 3600

@@ -191,9 +191,8 @@ def _row(
         verdict = judge(
             samples,
             # The sweep is a closed loop at a fixed number of workers per arm: in-flight
-            # requests are what stay equal. Requests per pod are not: in --duration mode the
-            # faster arm completes more, and the judge's default load check would call a
-            # clear win "mismatched load".
+            # requests are what stay equal (the judge's default check). Requests per pod are
+            # not: in --duration mode the faster arm completes more.
             dataclasses.replace(settings, concurrency_match="in_flight"),
             acceptance_length=acceptance,
             basis="evaluate sweep (per-request TPOT)",

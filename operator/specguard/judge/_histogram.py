@@ -150,7 +150,7 @@ def judge_histograms(
         for arm in ("speculative", "baseline")
     }
     common["requests_per_pod"] = requests_per_pod
-    reasons = _insufficient(n, conc, requests_per_pod, settings)
+    reasons, notes = _insufficient(n, conc, requests_per_pod, settings)
     if spec.total and base.total and spec.bounds != base.bounds:
         reasons.append("the arms' histogram buckets differ")
     for arm in ("speculative", "baseline"):
@@ -176,7 +176,6 @@ def judge_histograms(
     ci_high = float(np.quantile(np.nan_to_num(high, nan=np.inf), 1 - alpha / 2))
     ci_low, ci_high = min(ci_low, ratio), max(ci_high, ratio)
     outcome = classify(ci_low, ci_high, settings.tolerance)
-    notes: list[str] = []
     widths = [
         float(upper[i] / lower[i]) if lower[i] > 0 else math.inf
         for i in (int(median_bucket(np.asarray(h.counts))) for h in (spec, base))

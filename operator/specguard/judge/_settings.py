@@ -16,7 +16,8 @@ resource                               judge / policy
 ``evaluation.minRequestsPerArm``       ``JudgeSettings.min_requests_per_arm``
 ``evaluation.minOutputTokens``         ``JudgeSettings.min_output_tokens``
 ``evaluation.concurrencyMatch``        ``JudgeSettings.concurrency_tolerance`` (the load
-                                       check: requests per pod, ``concurrency_match="load"``)
+                                       check: in-flight requests per pod,
+                                       ``concurrency_match="in_flight"``)
 ``evaluation.consecutiveWindows``      ``PolicySettings.consecutive_windows``
 ``rollback.policy``                    ``PolicySettings.policy``
 ``rollback.repromote``                 ``PolicySettings.repromote``
@@ -45,7 +46,7 @@ def judge_settings(evaluation: Evaluation) -> JudgeSettings:
         confidence=evaluation.confidence,
         min_requests_per_arm=evaluation.min_requests_per_arm,
         min_output_tokens=evaluation.min_output_tokens,
-        concurrency_match="load",
+        concurrency_match="in_flight",
         concurrency_tolerance=evaluation.concurrency_match,
     )
 

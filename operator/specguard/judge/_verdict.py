@@ -53,7 +53,7 @@ from specguard.judge._sample import ARMS, MEASUREMENTS, Arm, Sample
 
 Outcome = Literal["regressed", "improved", "neutral", "inconclusive"]
 Method = Literal["paired", "stratified", "histogram", "none"]
-ConcurrencyMatch = Literal["load", "in_flight", "off"]
+ConcurrencyMatch = Literal["in_flight", "load", "off"]
 
 QUANTITY_PAIRED = "median per-request ratio of paired requests"
 QUANTITY_MEDIANS = "ratio of median per-token latency"
@@ -81,28 +81,29 @@ class JudgeSettings:
 
     ``concurrency_match`` — when are the two arms under the same load?
 
-    - ``"load"`` (default): the arms' arrivals per pod in the window (all requests, errors
-      included) differ by at most ``concurrency_tolerance`` (relative). This is the check a
-      mirror needs: a wrong mirror share gives the shadow pod a lighter or heavier load than a
-      serving pod. With mirrored samples (the router's: serving and shadow roles, pair ids)
-      arrivals are counted on the serving arm's requests, which end at the client's pace:
-      per serving pod, the serving requests; per shadow pod, those of them that were mirrored
-      (they carry a ``pair_id``: each was copied to the shadow when it arrived). Counting the
-      shadow's own completions instead would read a slower or backlogged shadow (its
-      completions lag its arrivals, most of all right after the load changes) as a lighter
-      load. Without mirrored samples (independent arms): each arm's requests per pod, as
-      both then run their own load. In-flight requests are NOT compared by
-      default, because at the same arrival rate a slower arm holds more requests in flight
-      (Little's law: in flight = rate × latency); a drafter 40% slower per request has ~40%
-      more in flight, and an in-flight rule would call exactly the regressions worth catching
-      "mismatched".
-    - ``"in_flight"``: the arms' median in-flight requests per pod (``Sample.concurrency``)
-      differ by at most ``max(concurrency_slack, concurrency_tolerance × the larger)`` —
-      for closed-loop clients with a fixed number of workers, where in-flight is what stays
-      fixed.
+    - ``"in_flight"`` (default): the arms' median in-flight requests per pod
+      (``Sample.concurrency``, counted over every router) differ by at most
+      ``max(concurrency_slack, concurrency_tolerance × the larger)``: both arms were measured
+      at one concurrency. This is what specguard's routers hold: they copy a request to the
+      shadow arm only while it has no more requests in flight per pod than the serving arm
+      (``router.Topology.shadow_has_room``). One exception, from Little's law (in flight =
+      arrival rate × latency): when the arm with fewer requests in flight received at least
+      as many requests per pod (within ``concurrency_tolerance``), it is simply faster at
+      that load — a shadow that every request was copied to and still ran lighter, or a
+      regression that lifts the slower arm's in-flight count at one arrival rate — and the
+      window is judged (compared at equal arrivals; a reason says so). A lighter arm that
+      also got fewer requests per pod is "mismatched concurrency": it was underfed (mirrors
+      dropped by a full shadow budget, a share below what matching needs).
+    - ``"load"``: the arms' arrivals per pod in the window (all requests, errors included)
+      differ by at most ``concurrency_tolerance`` (relative): for clients that arrive at
+      their own pace (open loop) and routers that copy a fixed share of them. With mirrored
+      samples (serving and shadow roles, pair ids) arrivals are counted on the serving
+      arm's requests: per serving pod, the serving requests; per shadow pod, those of them
+      that were copied (they carry a ``pair_id``) — a slower or backlogged shadow's own
+      completions lag its arrivals. Without mirrored samples: each arm's requests per pod.
     - ``"off"``: no check.
 
-    Either way the verdict reports both (``concurrency`` and ``requests_per_pod``).
+    Whatever the mode, the verdict reports both (``concurrency`` and ``requests_per_pod``).
 
     ``min_requests_per_stratum`` is the minimum evidence per group of in-flight levels, of
     *both* arms, for the matched comparison: thinner levels are merged with their neighbours.
@@ -118,7 +119,7 @@ class JudgeSettings:
     confidence: float = 0.99
     min_requests_per_arm: int = 200
     min_output_tokens: int = 16
-    concurrency_match: ConcurrencyMatch = "load"
+    concurrency_match: ConcurrencyMatch = "in_flight"
     concurrency_tolerance: float = 0.25
     concurrency_slack: float = 2.0
     resamples: int = 2000
@@ -134,8 +135,8 @@ class JudgeSettings:
             ("min_output_tokens", self.min_output_tokens >= 2, "must be at least 2"),
             (
                 "concurrency_match",
-                self.concurrency_match in ("load", "in_flight", "off"),
-                "must be load, in_flight or off",
+                self.concurrency_match in ("in_flight", "load", "off"),
+                "must be in_flight, load or off",
             ),
             ("concurrency_tolerance", self.concurrency_tolerance >= 0, "must be >= 0"),
             ("concurrency_slack", self.concurrency_slack >= 0, "must be >= 0"),
@@ -397,7 +398,7 @@ def judge(
 
     requests_per_pod = arrivals.per_pod(requests, pods)
     base["requests_per_pod"] = requests_per_pod
-    reasons = _insufficient(n, concurrency, requests_per_pod, settings)
+    reasons, load_notes = _insufficient(n, concurrency, requests_per_pod, settings)
     if mismatch:
         reasons.insert(0, mismatch)
     if not any(requests.values()):
@@ -413,7 +414,7 @@ def judge(
     if reasons or med_s is None or med_b is None:
         return inconclusive(reasons, base)
     rng = _rng(settings.seed, values)
-    notes: list[str] = []
+    notes: list[str] = list(load_notes)
     matched: dict[str, int] = dict(n)
     if paired:
         log_ratios = np.log(values["speculative"]) - np.log(values["baseline"])
@@ -577,37 +578,57 @@ def _insufficient(
     concurrency: Mapping[str, float | None],
     requests_per_pod: Mapping[str, float | None],
     settings: JudgeSettings,
-) -> list[str]:
+) -> tuple[list[str], list[str]]:
+    """(why the window is inconclusive, notes a verdict carries): the sample counts and the
+    load check of ``settings.concurrency_match``."""
     reasons: list[str] = []
+    notes: list[str] = []
     short = [f"{arm} {n[arm]}" for arm in ARMS if n[arm] < settings.min_requests_per_arm]
     if short:
         reasons.append(
             f"too few usable requests ({', '.join(short)}; need {settings.min_requests_per_arm}"
             " per arm)"
         )
+    spec_l, base_l = requests_per_pod["speculative"], requests_per_pod["baseline"]
+    tolerance = settings.concurrency_tolerance
     if settings.concurrency_match == "load":
-        spec_l, base_l = requests_per_pod["speculative"], requests_per_pod["baseline"]
         if spec_l and base_l:
-            if max(spec_l, base_l) / min(spec_l, base_l) - 1 > settings.concurrency_tolerance:
+            if max(spec_l, base_l) / min(spec_l, base_l) - 1 > tolerance:
                 reasons.append(
                     f"mismatched load (speculative {_num(spec_l)} vs baseline {_num(base_l)}"
-                    f" requests per pod; allowed ±{settings.concurrency_tolerance:.0%}: is the"
-                    " mirror share right?)"
+                    f" requests per pod; allowed ±{tolerance:.0%}: is the mirror share right?)"
                 )
         elif n["speculative"] and n["baseline"]:
             reasons.append("per-pod load of an arm is unknown")
     elif settings.concurrency_match == "in_flight":
         spec_c, base_c = concurrency["speculative"], concurrency["baseline"]
         if spec_c is not None and base_c is not None:
-            allowed = max(
-                settings.concurrency_slack, settings.concurrency_tolerance * max(spec_c, base_c)
-            )
+            allowed = max(settings.concurrency_slack, tolerance * max(spec_c, base_c))
             if abs(spec_c - base_c) > allowed:
-                reasons.append(
-                    f"mismatched concurrency (speculative {_num(spec_c)} vs baseline"
-                    f" {_num(base_c)} in flight per pod; allowed difference {_num(allowed)})"
+                light: Arm = "speculative" if spec_c < base_c else "baseline"
+                heavy: Arm = "baseline" if light == "speculative" else "speculative"
+                light_l, heavy_l = requests_per_pod[light], requests_per_pod[heavy]
+                in_flight = (
+                    f"speculative {_num(spec_c)} vs baseline {_num(base_c)} in flight per pod"
                 )
-    return reasons
+                if light_l and heavy_l and light_l >= (1.0 - tolerance) * heavy_l:
+                    notes.append(
+                        f"{light} held fewer requests in flight ({in_flight}) with as many "
+                        f"requests per pod ({_num(light_l)} vs {_num(heavy_l)}): it is faster "
+                        "at this load, compared at equal arrivals (Little's law)"
+                    )
+                else:
+                    arrivals = (
+                        f"; {_num(light_l)} vs {_num(heavy_l)} requests per pod"
+                        if light_l and heavy_l
+                        else ""
+                    )
+                    reasons.append(
+                        f"mismatched concurrency ({in_flight}, allowed difference "
+                        f"{_num(allowed)}{arrivals}: the lighter {light} arm was underfed — "
+                        "shadow budget full, or a mirror share too small?)"
+                    )
+    return reasons, notes
 
 
 def _tpots(samples: Sequence[Sample]) -> FloatArray:

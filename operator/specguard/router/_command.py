@@ -41,8 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
     static.add_argument("--serving", nargs="+", metavar="URL", help="serving-arm base URLs")
     static.add_argument("--shadow", nargs="*", metavar="URL", default=[], help="shadow-arm URLs")
     static.add_argument(
-        "--mirror-share", type=float, help="share of requests to mirror, 0..1 "
-        "(default: shadow URLs / serving URLs, at most 1)",
+        "--mirror-share", type=float, help="largest share of requests to mirror, 0..1 "
+        "(default 1: as many as keep the shadow at the serving arm's in-flight count per pod; "
+        "with --no-in-flight-match: shadow URLs / serving URLs, at most 1)",
     )  # fmt: skip
     static.add_argument(
         "--serving-arm", choices=("speculative", "baseline"), default="speculative",
@@ -67,6 +68,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--shadow-max-in-flight", type=int, default=cfg.shadow_max_in_flight, metavar="N",
         help="shadow copies running at once; beyond it a copy is dropped and counted "
         f"(default {cfg.shadow_max_in_flight})",
+    )  # fmt: skip
+    tune.add_argument(
+        "--no-in-flight-match", action="store_true",
+        help="mirror exactly the mirror share of requests, whatever the shadow arm holds in "
+        "flight (default: copy a request only while the shadow arm holds no more requests in "
+        "flight per pod than the serving arm, so both are measured at one concurrency)",
     )  # fmt: skip
     tune.add_argument(
         "--shadow-timeout", type=float, default=cfg.shadow_timeout_s, metavar="SECONDS",
@@ -119,13 +126,20 @@ def _check_url(flag: str, url: str) -> str:
 
 
 def static_topology(
-    serving: Sequence[str], shadow: Sequence[str], share: float | None, serving_arm: str
+    serving: Sequence[str],
+    shadow: Sequence[str],
+    share: float | None,
+    serving_arm: str,
+    *,
+    match_in_flight: bool = True,
 ) -> Topology:
     arm: Arm = "baseline" if serving_arm == "baseline" else "speculative"
     endpoints = [Endpoint(urlsplit(u).netloc, u, arm) for u in serving]
     endpoints += [Endpoint(urlsplit(u).netloc, u, other_arm(arm)) for u in shadow]
     top = Topology()
-    if share is None:
+    if share is None and match_in_flight:
+        share = 1.0
+    elif share is None:
         share = min(len(shadow) / len(serving), 1.0) if serving else 0.0
     top.set_roles(arm, share if shadow else 0.0)
     top.set_endpoints(endpoints)
@@ -154,6 +168,7 @@ def config_from(args: argparse.Namespace) -> RouterConfig:
         shadow_max_in_flight=args.shadow_max_in_flight,
         shadow_timeout_s=args.shadow_timeout,
         samples_capacity=args.samples_capacity,
+        match_in_flight=not args.no_in_flight_match,
     )
 
 
@@ -197,7 +212,10 @@ async def serve(args: argparse.Namespace, config: RouterConfig) -> None:
         except TimeoutError:
             log.warning("no pod list from the API server yet; serving anyway")
     else:
-        topology = static_topology(args.serving, args.shadow, args.mirror_share, args.serving_arm)
+        topology = static_topology(
+            args.serving, args.shadow, args.mirror_share, args.serving_arm,
+            match_in_flight=not args.no_in_flight_match,
+        )  # fmt: skip
         router = Router(topology, config)
     runner = web.AppRunner(router.app(), handler_cancellation=True, access_log=None)
     await runner.setup()

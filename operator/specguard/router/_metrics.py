@@ -75,7 +75,8 @@ class RouterMetrics:
         )  # fmt: skip
         self.mirror_dropped = Counter(
             "specguard_router_mirror_dropped",
-            "Requests that should have been mirrored but were not (budget full, no pod).",
+            "Requests the share would have mirrored but were not: in_flight (the shadow arm "
+            "already holds the serving arm's in-flight count per pod), budget (full), no_pod.",
             ("reason",), registry=self.registry,
         )  # fmt: skip
         self.ready_pods = Gauge(
@@ -85,7 +86,8 @@ class RouterMetrics:
         )  # fmt: skip
         self.mirror_share = Gauge(
             "specguard_router_mirror_share",
-            "Share of requests mirrored to the shadow arm.",
+            "Largest share of requests mirrored to the shadow arm (fewer while it holds the "
+            "serving arm's in-flight count per pod).",
             registry=self.registry,
         )
         self.samples_evicted = Counter(
@@ -93,7 +95,7 @@ class RouterMetrics:
             "Samples pushed out of the bounded /samples ring.",
             registry=self.registry,
         )
-        for reason in ("budget", "no_pod"):
+        for reason in ("in_flight", "budget", "no_pod"):
             self.mirror_dropped.labels(reason)
 
     def observe(self, sample: Sample) -> None:

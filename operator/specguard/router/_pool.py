@@ -79,6 +79,24 @@ class Topology:
             fresh[arm].sort(key=lambda p: p.name)
         self.pods = fresh
 
+    def shadow_has_room(self) -> bool:
+        """Concurrency matching: may one more request be copied to the shadow arm now?
+
+        Yes while the shadow arm's requests in flight per ready pod stay at or below the
+        serving arm's, counting the request being routed on the serving side and rounding to
+        the nearest request: a shadow pod then runs the batch a serving pod runs, whichever
+        arm is faster. A slower shadow gets fewer copies than a serving pod gets requests (at
+        one arrival rate it would hold more in flight, Little's law, and be judged at a load
+        the serving pods do not see); a faster one gets more, up to every request. Counts are
+        this router's own; with several routers each matches its own share of the load, so
+        the sums match too. Never during a swap (no judging then) or without pods."""
+        serving, shadow = self.pods[self.serving_arm], self.pods[self.shadow_arm]
+        if self.swapping or not serving or not shadow:
+            return False
+        serving_in_flight = sum(pod.in_flight for pod in serving) + 1
+        shadow_in_flight = sum(pod.in_flight for pod in shadow)
+        return shadow_in_flight + 0.5 <= serving_in_flight * len(shadow) / len(serving)
+
     def pick(self, arm: Arm, exclude: Collection[Pod] = ()) -> Pod | None:
         """The ready pod of ``arm`` with the fewest requests in flight (ties rotate),
         leaving out the pods in ``exclude``."""

@@ -1,6 +1,10 @@
 """The shadow router's HTTP side: forward ``/v1/*`` to the serving arm, mirror a share to
 the shadow arm, measure both, and serve ``/health``, ``/metrics`` and ``/samples``.
 
+A request is copied when the mirror share's error diffusion says so and the shadow arm has
+room: no more requests in flight per pod than the serving arm (``Topology.shadow_has_room``),
+so both arms are measured at the same concurrency.
+
 aiohttp serves and aiohttp forwards (chosen by measurement: bench/router_overhead.py
 --stacks, numbers in docs/router.md). Rules the code keeps:
 
@@ -20,7 +24,7 @@ import logging
 import time
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import aiohttp
@@ -64,6 +68,9 @@ class RouterConfig:
     # Ask the serving pod for continuous usage when the client streams without it (and strip
     # it again) so serving samples count tokens exactly, as shadow ones do.
     exact_serving_usage: bool = True
+    # Copy a request only while the shadow arm holds no more requests in flight per pod than
+    # the serving arm (Topology.shadow_has_room); off: exactly the mirror share of requests.
+    match_in_flight: bool = True
 
 
 def openai_error(status: int, message: str, kind: str) -> web.Response:
@@ -425,6 +432,10 @@ class Router:
         self, parsed: dict[str, Any], path: str, headers: CIMultiDict[str], domain: str
     ) -> str | None:
         arm = self.topology.shadow_arm
+        top = self.topology
+        if self.config.match_in_flight and top.pods[arm] and not top.shadow_has_room():
+            self.metrics.mirror_dropped.labels("in_flight").inc()
+            return None
         if self.shadow_in_flight >= self.config.shadow_max_in_flight:
             self.metrics.mirror_dropped.labels("budget").inc()
             return None
@@ -433,13 +444,25 @@ class Router:
             self.metrics.mirror_dropped.labels("no_pod").inc()
             return None
         pair_id = uuid.uuid4().hex
+        # Counted now, not when the task first runs: the next request's room check (maybe
+        # before this task starts) must see this copy.
+        pod.in_flight += 1
+        gauge = self.metrics.in_flight.labels(pod.arm, "shadow")
+        gauge.inc()
+        sample_of = _SampleOf(
+            pod.arm, "shadow", pod.name, domain, pod.in_flight, pair_id, time.time()
+        )
         task = asyncio.get_running_loop().create_task(
-            self._shadow_request(
-                pod, parsed=parsed, path=path, headers=headers, domain=domain, pair_id=pair_id
-            )
+            self._shadow_request(pod, parsed=parsed, path=path, headers=headers, of=sample_of)
         )
         self._shadow_tasks.add(task)
-        task.add_done_callback(self._shadow_tasks.discard)
+
+        def done(task: asyncio.Task[None]) -> None:
+            self._shadow_tasks.discard(task)
+            pod.in_flight -= 1
+            gauge.dec()
+
+        task.add_done_callback(done)
         self.metrics.mirrored.labels(arm).inc()
         return pair_id
 
@@ -450,16 +473,13 @@ class Router:
         parsed: dict[str, Any],
         path: str,
         headers: CIMultiDict[str],
-        domain: str,
-        pair_id: str,
+        of: _SampleOf,
     ) -> None:
+        """One shadow copy (``of``: the sample it becomes; the pod's in-flight count was
+        raised by ``_mirror`` and is lowered when this task ends, however it ends)."""
         assert self._shadow is not None
         started = time.perf_counter()
-        wall = time.time()
-        pod.in_flight += 1
-        sample_of = _SampleOf(pod.arm, "shadow", pod.name, domain, pod.in_flight, pair_id, wall)
-        gauge = self.metrics.in_flight.labels(pod.arm, "shadow")
-        gauge.inc()
+        sample_of = replace(of, wall=time.time())
         outcome = "upstream_error"
         body = json.dumps(_shadow_body(parsed)).encode()
         # The bytes are all the copy needs: do not keep the prompt twice until it ends.
@@ -492,8 +512,6 @@ class Router:
         except Exception:  # the shadow must never take the router down
             log.exception("shadow request failed")
         finally:
-            pod.in_flight -= 1
-            gauge.dec()
             self.metrics.requests.labels(pod.arm, "shadow", outcome).inc()
 
 
