@@ -206,6 +206,12 @@ INVALID: list[tuple[str, dict[str, Any], str, str]] = [
     ("duration-window", patched(evaluation={"window": "25h"}), "spec.evaluation.window", "25h"),
     ("duration-cooldown", patched(rollback={"cooldown": "200h"}), "spec.rollback.cooldown", "168h"),
     (
+        "duration-shutdownTimeout",
+        patched(runtime={"shutdownTimeout": "2h"}),
+        "spec.runtime.shutdownTimeout",
+        "between 0s and 1h, got 2h",
+    ),
+    (
         "duration-startupDeadline",
         patched(rollback={"startupDeadline": "30s"}),
         "spec.rollback.startupDeadline",
@@ -432,6 +438,8 @@ OWNED_ARGS: list[tuple[str, str, str]] = [
     ("--revision=main", "revision", "set spec.model.revision instead"),
     ("--host=0.0.0.0", "host", "got --host"),
     ("--custom-histogram-buckets={}", "histogram-buckets", "got --custom-histogram-buckets"),
+    ("--shutdown-timeout=30", "shutdown-timeout", "set spec.runtime.shutdownTimeout instead"),
+    ("--shutdown_timeout", "shutdown-timeout", "got --shutdown_timeout"),
     # vLLM's parser is argparse with allow_abbrev on: a unique prefix sets the flag.
     (
         "--tensor-parallel=4",

@@ -140,6 +140,21 @@ def test_vllm_args_and_container() -> None:
     }
 
 
+def test_drain_on_removal_from_shutdown_timeout() -> None:
+    """A vLLM pod being removed finishes what it has (--shutdown-timeout) within a grace
+    period 30 s longer; 0s passes no flag (an older vLLM, or aborting on purpose)."""
+    for value, flag, grace in (("60s", "60", 90), ("2m", "120", 150), ("0s", None, 30)):
+        body = copy.deepcopy(BASE)
+        body["spec"]["runtime"]["shutdownTimeout"] = value
+        objects = by_name(render_all(parse_resource(body)))
+        for name in ("qwen-spec", "qwen-base"):
+            deployment = objects[("Deployment", name)]
+            assert flag_value(container(deployment)["args"], "--shutdown-timeout") == flag
+            assert deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == grace
+    default = by_name(render_all(parse_resource(BASE)))[("Deployment", "qwen-spec")]
+    assert flag_value(container(default)["args"], "--shutdown-timeout") == "60"
+
+
 def test_labels_and_selectors() -> None:
     objects = by_name(render_all(parse_resource(BASE)))
     for arm, suffix in (("speculative", "spec"), ("baseline", "base")):

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import json
+import signal
 import socket
 import subprocess
 import sys
@@ -19,7 +21,12 @@ import pytest
 
 from specguard.sim._launch import start_sim
 from specguard.sources._exposition import acceptance_length, sample_value
-from specguard.testing._loadclient import completion_payload, read_metrics, stream_once
+from specguard.testing._loadclient import (
+    StreamRecord,
+    completion_payload,
+    read_metrics,
+    stream_once,
+)
 
 
 def _post(url: str, body: dict[str, object]) -> tuple[int, dict[str, object]]:
@@ -192,3 +199,45 @@ def test_accept_nothing_drafts_but_never_accepts() -> None:
     assert counters["drafts"] >= 3 * 58 and counters["draft_tokens"] == 6 * counters["drafts"]
     assert counters["accepted_tokens"] == 0
     assert acceptance_length(counters["drafts"], counters["accepted_tokens"]) == 1.0
+
+
+async def _stream_then_sigterm(args: list[str]) -> tuple[bool, int, int, int | None, float]:
+    """A long stream; SIGTERM after its first chunks. (stream completed, tokens, a new
+    request's status during the shutdown (None: refused a connection), /health then, seconds
+    from the stream's end to the process's)."""
+    with start_sim(["--time-scale", "1", "--seed", "1", *args]) as sim:
+        async with aiohttp.ClientSession() as session:
+            record = StreamRecord(time.monotonic())
+            headers = {"Content-Type": "application/json"}
+            task = asyncio.create_task(
+                stream_once(session, sim.url, completion_payload(None, 300), headers, record)
+            )
+            while len(record.chunk_times) < 3:
+                await asyncio.sleep(0.02)
+            sim.proc.send_signal(signal.SIGTERM)
+            await asyncio.sleep(0.3)
+            new: int | None = None
+            health = 0
+            with contextlib.suppress(aiohttp.ClientError):
+                async with session.post(
+                    sim.url + "/v1/completions", data=completion_payload(None, 5), headers=headers
+                ) as resp:
+                    new = resp.status
+                async with session.get(sim.url + "/health") as resp:
+                    health = resp.status
+            with contextlib.suppress(aiohttp.ClientError):
+                await task
+            ended = time.monotonic()
+        await asyncio.to_thread(sim.proc.wait, 30)
+        return record.done, record.tokens, new or 0, health, time.monotonic() - ended
+
+
+async def test_shutdown_timeout_lets_running_streams_finish() -> None:
+    """vLLM's --shutdown-timeout: after SIGTERM the running stream ends normally (all its
+    tokens and [DONE]), a new request is refused with 503, /health says 503, and the process
+    exits once nothing runs (not at the timeout). Without it the stream is cut."""
+    done, tokens, new, health, exit_after = await _stream_then_sigterm(["--shutdown-timeout", "60"])
+    assert (done, tokens, new, health) == (True, 300, 503, 503)
+    assert exit_after < 10.0  # it did not wait out the 60 s
+    done, tokens, _, _, _ = await _stream_then_sigterm([])
+    assert not done and tokens < 300

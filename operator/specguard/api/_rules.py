@@ -451,6 +451,9 @@ OWNED_FLAGS: Final = (
     OwnedFlags("revision", ("--revision",), "set spec.model.revision instead"),
     OwnedFlags("host", ("--host",), "vLLM must listen on the pod's addresses"),
     OwnedFlags(
+        "shutdown-timeout", ("--shutdown-timeout",), "set spec.runtime.shutdownTimeout instead"
+    ),
+    OwnedFlags(
         "histogram-buckets",
         ("--custom-histogram-buckets",),
         "specguard sets fine inter-token-latency buckets",
@@ -871,6 +874,7 @@ DURATION_BOUNDS: Final = (
     ("spec.rollback", "cooldown", "0s", "168h"),
     ("spec.rollback", "startupDeadline", "1m", "24h"),
     ("spec.shadow", "every", "1m", "168h"),
+    ("spec.runtime", "shutdownTimeout", "0s", "1h"),
 )
 
 

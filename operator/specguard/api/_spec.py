@@ -335,6 +335,14 @@ class Runtime(SpecModel):
         description="Size limit of the memory-backed /dev/shm volume (NCCL needs shared "
         "memory for tensor parallelism).",
     )
+    shutdown_timeout: Duration = Field(
+        default=Seconds(60),
+        description="How long a vLLM pod being removed (a swap step, a scale-down) keeps "
+        "serving the requests it already has, while the routers send it nothing new "
+        "(vLLM's --shutdown-timeout; the pod's grace period is 30s longer). 0s to 1h. 0s "
+        "passes no flag: vLLM then aborts them at once (as do vLLM releases older than the "
+        "flag, which need 0s). Default 60s.",
+    )
 
 
 class BatchSizeRange(SpecModel):

@@ -319,8 +319,11 @@ class Demo:
         t0 = time.time() + 1.0
         argv = [
             sys.executable,
-            "-m",
-            "specguard.demo._load",
+            "-c",
+            # Not "-m specguard.demo._load": this package imports that module already, and
+            # runpy would warn that it runs a module found in sys.modules.
+            "import sys; from specguard.demo._load import main; "
+            "raise SystemExit(main(sys.argv[1:]))",
             "--schedule",
             args.schedule,
             "--replicas",

@@ -71,5 +71,7 @@ def vllm_args(spec: Spec, arm: str) -> list[str]:
     if arm == ARM_SPECULATIVE:
         args += ["--speculative-config", _compact(speculative_config(spec.drafter))]
     args += ["--custom-histogram-buckets", _compact(histogram_buckets())]
+    if spec.runtime.shutdown_timeout > 0:
+        args += ["--shutdown-timeout", str(int(spec.runtime.shutdown_timeout))]
     args += spec.runtime.extra_args
     return args

@@ -117,6 +117,14 @@ def vllm_container(spec: Spec, arm: str) -> dict[str, Any]:
     return container
 
 
+SHUTDOWN_MARGIN_S = 30  # after vLLM's drain: stopping the engine and freeing the GPUs
+
+
+def termination_grace_seconds(shutdown_timeout: float) -> int:
+    """A vLLM pod's grace period: its drain (``runtime.shutdownTimeout``) plus the margin."""
+    return int(shutdown_timeout) + SHUTDOWN_MARGIN_S
+
+
 def desired_arm_deployment(sd: SpeculativeDeployment, arm: str, replicas: int) -> dict[str, Any]:
     """The Deployment of one arm with ``replicas`` pods (see :func:`arm_replicas`)."""
     spec = sd.spec
@@ -128,7 +136,8 @@ def desired_arm_deployment(sd: SpeculativeDeployment, arm: str, replicas: int) -
         # Service links put <SERVICE>_PORT variables in the environment; a Service named
         # "vllm" would set VLLM_PORT, which vLLM reads as its own setting.
         "enableServiceLinks": False,
-        "terminationGracePeriodSeconds": 60,
+        # vLLM drains for runtime.shutdownTimeout after SIGTERM, then frees the GPUs.
+        "terminationGracePeriodSeconds": termination_grace_seconds(runtime.shutdown_timeout),
     }
     if runtime.node_selector:
         pod_spec["nodeSelector"] = dict(runtime.node_selector)

@@ -83,6 +83,12 @@ async def serve(options: SimOptions) -> None:
     tasks.append(asyncio.create_task(state.engine.run()))
     state.loaded.set()
     await stop.wait()
+    if options.shutdown_timeout > 0:
+        # vLLM's --shutdown-timeout: new requests get 503, the running ones may finish.
+        state.draining = True
+        log.info("draining %d requests (up to %ds)", state.active, options.shutdown_timeout)
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(state.idle.wait(), options.shutdown_timeout)
     for task in tasks:
         task.cancel()
     await runner.cleanup()

@@ -42,6 +42,7 @@ class SimOptions:
     unknown: tuple[str, ...]
     fault_drop_drafter: bool = False
     fault_accept_nothing: bool = False
+    shutdown_timeout: int = 0
 
     @property
     def served_model_name(self) -> str:
@@ -101,6 +102,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--custom-histogram-buckets", metavar="JSON",
         help="bucket bounds in seconds for the inter-token and per-output-token histograms: "
         'a list, or {"inter_token_latency": [...]}',
+    )  # fmt: skip
+    p.add_argument(
+        "--shutdown-timeout", type=int, default=0, metavar="SECONDS",
+        help="after SIGTERM, refuse new requests (503) and let the running ones finish for up "
+        "to this many seconds (wall clock) before exiting; 0 aborts them at once (default 0, "
+        "as vLLM)",
     )  # fmt: skip
     p.add_argument(
         "--enable-force-include-usage", action="store_true",
@@ -364,6 +371,10 @@ def parse_options(argv: list[str]) -> SimOptions:
         raise OptionError(f"--port: must be in 0..65535, got {args.port}")
     if not (args.time_scale > 0 and math.isfinite(args.time_scale)):
         raise OptionError(f"--time-scale: must be > 0, got {args.time_scale}")
+    if not 0 <= args.shutdown_timeout <= 86_400:
+        raise OptionError(
+            f"--shutdown-timeout: must be 0..86400 seconds, got {args.shutdown_timeout}"
+        )
     if not (args.startup_delay >= 0 and math.isfinite(args.startup_delay)):
         raise OptionError(f"--startup-delay: must be >= 0, got {args.startup_delay}")
     if args.fail_after is not None and args.fail_after < 0:
@@ -419,4 +430,5 @@ def parse_options(argv: list[str]) -> SimOptions:
         unknown=tuple(unknown),
         fault_drop_drafter=args.fault_drop_drafter,
         fault_accept_nothing=args.fault_accept_nothing,
+        shutdown_timeout=args.shutdown_timeout,
     )

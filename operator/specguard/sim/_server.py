@@ -71,6 +71,10 @@ class SimState:
         self.loaded = asyncio.Event()
         self.requests = 0
         self.created = int(time.time())
+        self.draining = False  # SIGTERM with --shutdown-timeout: finish, take nothing new
+        self.active = 0  # completion requests being answered
+        self.idle = asyncio.Event()  # set while active == 0
+        self.idle.set()
 
     @property
     def dead(self) -> bool:
@@ -98,7 +102,7 @@ async def _hold_while_loading(request: web.Request, handler: Any) -> web.StreamR
 
 async def health(request: web.Request) -> web.Response:
     state = request.app[STATE_KEY]
-    return web.Response(status=503 if state.dead else 200)
+    return web.Response(status=503 if state.dead or state.draining else 200)
 
 
 async def models(request: web.Request) -> web.Response:
@@ -356,6 +360,19 @@ async def completions(request: web.Request) -> web.StreamResponse:
 
 async def _complete(request: web.Request, *, chat: bool) -> web.StreamResponse:
     state = request.app[STATE_KEY]
+    if state.draining:
+        return _error("The server is shutting down", "ServiceUnavailableError", 503)
+    state.active += 1
+    state.idle.clear()
+    try:
+        return await _answer(request, state, chat=chat)
+    finally:
+        state.active -= 1
+        if not state.active:
+            state.idle.set()
+
+
+async def _answer(request: web.Request, state: SimState, *, chat: bool) -> web.StreamResponse:
     try:
         req = _parse(state, await _read_json(request), chat, request.headers.get(DOMAIN_HEADER))
     except _Refused as refused:
