@@ -227,7 +227,8 @@ def router_proc(serving: str, shadow: str | None = None, *, uvloop_on: bool = Tr
             "--port", str(port), "--log-level", "WARNING",
             "--shadow-max-in-flight", str(shadow_budget)]  # fmt: skip
     if shadow:
-        argv += ["--shadow", shadow, "--mirror-share", "1"]
+        # Every request copied (the worst case for the router), whatever the shadow holds.
+        argv += ["--shadow", shadow, "--mirror-share", "1", "--no-in-flight-match"]
     if not uvloop_on:
         argv.append("--no-uvloop")
     return spawn("router", argv, port, "/health")

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from specguard.router import RouterConfig
 from specguard.sim._launch import start_sim
 
 if TYPE_CHECKING:
@@ -82,7 +83,11 @@ async def test_aiperf_through_router(
         start_sim(["m", "--time-scale", "0.05", "--speculative-config", drafter]) as spec,
         start_sim(["m", "--time-scale", "0.05"]) as base,
     ):
-        rt = await start_router(h.topology([spec.url], [base.url], share=0.5))
+        # Exactly half the requests copied (not only while the shadow has room): the sample
+        # counts below are then exact.
+        rt = await start_router(
+            h.topology([spec.url], [base.url], share=0.5), RouterConfig(match_in_flight=False)
+        )
         # aiperf runs while this event loop serves the router: an async subprocess.
         proc = await asyncio.create_subprocess_exec(
             AIPERF, "profile", "--model", "m", "--url", rt.url, "--endpoint-type", "chat",
