@@ -413,10 +413,3 @@ def test_transitions_are_bounded() -> None:
     assert history[0].reason == "R5" and history[-1].reason == f"R{MAX_TRANSITIONS + 4}"
     with pytest.raises(ValueError, match="at most"):
         Status.model_validate({"transitions": [t.to_wire()] * (MAX_TRANSITIONS + 1)})
-
-
-def test_initial_mirror_share() -> None:
-    spec = Spec.model_validate({**BASE_SPEC, "replicas": 4, "shadow": {"replicas": 1}})
-    assert spec.initial_mirror_share == 0.25
-    spec = Spec.model_validate({**BASE_SPEC, "replicas": 2, "shadow": {"replicas": 2}})
-    assert spec.initial_mirror_share == 1.0

@@ -186,10 +186,13 @@ def test_duplicate_pair_ids_are_not_paired(arm: str) -> None:
 
 def test_an_underfed_arm_is_inconclusive_with_the_numbers() -> None:
     """The default check: the shadow ran far lighter in flight AND got fewer requests per pod
-    (mirrors dropped: a full shadow budget, a share too small) — not the load clients see."""
+    (mirrors dropped: a full shadow budget, a share too small) — not the load clients see.
+    A quarter of the 800 serving requests were copied, to two shadow pods."""
     rng = np.random.default_rng(15)
     spec = samples("speculative", 0.03 * np.exp(rng.normal(0, 0.1, 800)), pods=2, concurrency=40)
+    spec = [replace(x, pair_id=f"q{i}" if i % 4 == 0 else None) for i, x in enumerate(spec)]
     base = samples("baseline", 0.02 * np.exp(rng.normal(0, 0.1, 200)), pods=2, concurrency=10)
+    base = [replace(x, pair_id=f"q{4 * i}") for i, x in enumerate(base)]
     v = judge(spec + base)
     assert v.outcome == "inconclusive"
     assert v.ratio is None and v.ci_low is None
@@ -255,19 +258,29 @@ def test_a_slower_arm_holds_more_in_flight_and_is_still_judged() -> None:
     # faster at this load, and the window is judged, saying so. A rule that wanted equal
     # in-flight counts whatever the arrivals would silence exactly this regression.
     rng = np.random.default_rng(15)
-    spec = samples("speculative", 0.042 * np.exp(rng.normal(0, 0.1, 300)), concurrency=70)
-    base = samples("baseline", 0.030 * np.exp(rng.normal(0, 0.1, 300)), concurrency=50)
+    tpot = 0.030 * np.exp(rng.normal(0, 0.3, 300))  # one prompt effect per pair
+    spec = samples("speculative", 1.4 * tpot * np.exp(rng.normal(0, 0.05, 300)),
+                   concurrency=70, pair_prefix="p")  # fmt: skip
+    base = samples("baseline", tpot * np.exp(rng.normal(0, 0.05, 300)), concurrency=50,
+                   pair_prefix="p")  # fmt: skip
     v = judge(spec + base)
-    assert v.outcome == "regressed"
+    assert (v.outcome, v.method) == ("regressed", "paired")
     assert v.concurrency == {"speculative": 70.0, "baseline": 50.0}
     assert any("compared at equal arrivals" in r for r in v.reasons), v.reasons
     assert judge(spec + base, JudgeSettings(concurrency_match="load")).outcome == "regressed"
     assert judge(spec + base, JudgeSettings(concurrency_match="off")).outcome == "regressed"
-    # The same in-flight gap with the lighter arm underfed (a third of the arrivals per pod)
-    # is not judged.
-    v2 = judge(spec + base[:100], JudgeSettings(min_requests_per_arm=100))
-    assert v2.outcome == "inconclusive"
+    # The same in-flight gap with the lighter arm underfed (a third of the requests copied to
+    # it) is not judged.
+    copied = [replace(x, pair_id=None) if i >= 100 else x for i, x in enumerate(spec)]
+    v2 = judge(copied + base[:100], JudgeSettings(min_requests_per_arm=100))
+    assert (v2.outcome, v2.n_pairs) == ("inconclusive", 100)
     assert any("mismatched concurrency" in r for r in v2.reasons)
+    # Unpaired, the comparison is made at the in-flight levels both arms cover instead; the
+    # window-level check does not repeat it (here they share none: compared pooled, said so).
+    unpaired = [replace(x, pair_id=None) for x in spec + base]
+    v3 = judge(unpaired)
+    assert (v3.outcome, v3.method) == ("regressed", "stratified")
+    assert not any("equal arrivals" in r or "mismatched" in r for r in v3.reasons), v3.reasons
 
 
 def test_small_in_flight_difference_within_slack_is_accepted() -> None:

@@ -23,7 +23,8 @@ from specguard.testing._ports import free_port
 
 @dataclass
 class Upstream:
-    """A fake vLLM. ``mode``: ok | hang | error | break."""
+    """A fake vLLM. ``mode``: ok | hang | error | refuse (503, as vLLM shutting down) |
+    break."""
 
     mode: str = "ok"
     tokens: int = 5
@@ -60,6 +61,10 @@ class Upstream:
     async def _answer(self, request: web.Request, body: dict[str, Any]) -> web.StreamResponse:
         if self.mode == "hang":
             await asyncio.sleep(3600)
+        if self.mode == "refuse":
+            return web.json_response(
+                {"error": {"message": "The server is shutting down", "code": 503}}, status=503
+            )
         if self.mode == "error":
             return web.json_response(
                 {"error": {"message": "boom", "type": "InternalServerError", "code": 500}},

@@ -185,6 +185,31 @@ async def test_unreachable_pod_falls_over_to_another(
     assert status == 502 and b"unreachable" in body
 
 
+async def test_a_pod_that_refuses_503_hands_the_request_to_another(
+    upstream: UpstreamFactory, start_router: RouterFactory, h: type[Helpers]
+) -> None:
+    """A pod being removed answers 503 (vLLM shutting down) to a request that reached it
+    before the router saw it go: the client gets another pod's answer, streamed or not, and
+    the refusal is counted. When every pod refuses, the client gets the 503 as it was, and the
+    judge an error sample of the arm."""
+    refusing, up = await upstream("refuse"), await upstream()
+    rt = await start_router(h.topology([refusing.url, up.url]))
+    for stream in (False, True, False, True):
+        status, _, body = await post(rt.url + "/v1/chat/completions", {**CHAT, "stream": stream})
+        assert status == 200, body
+    assert refusing.started >= 1 and up.finished == 4
+    async with aiohttp.ClientSession() as s, s.get(rt.url + "/metrics") as r:
+        metrics = await r.text()
+    labels = '{arm="speculative",role="serving",status="refused"}'
+    assert f"specguard_router_requests_total{labels} {float(refusing.started)}" in metrics
+    only = await start_router(h.topology([refusing.url]))
+    status, _, body = await post(only.url + "/v1/chat/completions", CHAT)
+    assert status == 503 and json.loads(body)["error"]["message"] == "The server is shutting down"
+    await h.wait_for(lambda: len(only.router.feed) == 1)
+    [sample] = only.router.feed.read(None, 10).samples
+    assert (sample.status, sample.ok, sample.role) == (503, False, "serving")
+
+
 async def test_body_over_limit_is_413(
     upstream: UpstreamFactory, start_router: RouterFactory, h: type[Helpers]
 ) -> None:

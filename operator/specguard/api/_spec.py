@@ -549,9 +549,3 @@ class Spec(SpecModel):
     metrics_source: MetricsSource = Field(
         default_factory=MetricsSource, description="Where the measurements come from."
     )
-
-    @property
-    def initial_mirror_share(self) -> float:
-        """Share of requests mirrored to the shadow arm before any measurement: a shadow pod
-        then sees the per-pod concurrency a serving pod sees."""
-        return min(1.0, self.shadow.replicas / self.replicas)

@@ -93,7 +93,9 @@ class JudgeSettings:
       regression that lifts the slower arm's in-flight count at one arrival rate — and the
       window is judged (compared at equal arrivals; a reason says so). A lighter arm that
       also got fewer requests per pod is "mismatched concurrency": it was underfed (mirrors
-      dropped by a full shadow budget, a share below what matching needs).
+      dropped by a full shadow budget, a share below what matching needs). For paired and
+      histogram verdicts; an unpaired verdict is itself made at the in-flight levels both
+      arms cover (``matched_groups``), which this check would only repeat.
     - ``"load"``: the arms' arrivals per pod in the window (all requests, errors included)
       differ by at most ``concurrency_tolerance`` (relative): for clients that arrive at
       their own pace (open loop) and routers that copy a fixed share of them. With mirrored
@@ -398,7 +400,9 @@ def judge(
 
     requests_per_pod = arrivals.per_pod(requests, pods)
     base["requests_per_pod"] = requests_per_pod
-    reasons, load_notes = _insufficient(n, concurrency, requests_per_pod, settings)
+    reasons, load_notes = _insufficient(
+        n, concurrency, requests_per_pod, settings, levels_matched=not paired
+    )
     if mismatch:
         reasons.insert(0, mismatch)
     if not any(requests.values()):
@@ -578,9 +582,13 @@ def _insufficient(
     concurrency: Mapping[str, float | None],
     requests_per_pod: Mapping[str, float | None],
     settings: JudgeSettings,
+    *,
+    levels_matched: bool = False,
 ) -> tuple[list[str], list[str]]:
     """(why the window is inconclusive, notes a verdict carries): the sample counts and the
-    load check of ``settings.concurrency_match``."""
+    load check of ``settings.concurrency_match``. ``levels_matched``: the comparison itself
+    is made at matched in-flight levels (an unpaired window), which the in-flight check
+    would only repeat."""
     reasons: list[str] = []
     notes: list[str] = []
     short = [f"{arm} {n[arm]}" for arm in ARMS if n[arm] < settings.min_requests_per_arm]
@@ -600,7 +608,7 @@ def _insufficient(
                 )
         elif n["speculative"] and n["baseline"]:
             reasons.append("per-pod load of an arm is unknown")
-    elif settings.concurrency_match == "in_flight":
+    elif settings.concurrency_match == "in_flight" and not levels_matched:
         spec_c, base_c = concurrency["speculative"], concurrency["baseline"]
         if spec_c is not None and base_c is not None:
             allowed = max(settings.concurrency_slack, tolerance * max(spec_c, base_c))

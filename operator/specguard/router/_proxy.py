@@ -226,15 +226,21 @@ class Router:
                     stripper=stripper, measured=measured, domain=domain,
                     pair_id=pair_id, started=started, wall=wall,
                 )  # fmt: skip
-            except _PodUnreachableError:
+            except (_PodUnreachableError, _PodRefusedError) as error:
                 # Nothing reached the client: try each other ready pod once. A dead pod ends
-                # with nothing in flight, so least-busy picking would choose it again.
+                # with nothing in flight, so least-busy picking would choose it again; a pod
+                # that refused (503: vLLM shutting down, or overloaded) started nothing.
                 tried.append(pod)
                 next_pod = top.pick(arm, exclude=tried)
                 if next_pod is None:
+                    status = error.status if isinstance(error, _PodRefusedError) else 502
                     if measured:  # the arm failed this request: the judge counts it
                         of = _SampleOf(arm, "serving", pod.name, domain, 1, pair_id, wall)
-                        self._record(_failed(started, time.perf_counter()), of, 502)
+                        self._record(_failed(started, time.perf_counter()), of, status)
+                    if isinstance(error, _PodRefusedError):
+                        return web.Response(
+                            status=error.status, body=error.body, content_type="application/json"
+                        )
                     return openai_error(502, _unreachable(tried, arm), "service_unavailable")
                 pod = next_pod
 
@@ -279,6 +285,13 @@ class Router:
                 if measured:
                     self._record(_failed(started, time.perf_counter()), sample_of, 502)
                 return openai_error(502, f"serving pod {pod.name} failed", "upstream_error")
+            if upstream.status == 503:
+                # Refused before anything started (vLLM answers 503 once it shuts down:
+                # a pod being removed may get a request before the router sees it go).
+                refused = _PodRefusedError(upstream.status, await _bounded_read(upstream))
+                upstream.close()
+                result.value = "refused"
+                raise refused
             try:
                 if _is_event_stream(upstream.headers):
                     return await self._relay_stream(
@@ -539,6 +552,22 @@ class _Outcome:
 
 class _PodUnreachableError(Exception):
     pass
+
+
+class _PodRefusedError(Exception):
+    """A serving pod answered 503 before starting the request; another pod may take it."""
+
+    def __init__(self, status: int, body: bytes) -> None:
+        super().__init__(status)
+        self.status, self.body = status, body
+
+
+async def _bounded_read(upstream: aiohttp.ClientResponse, limit: int = 64 * 1024) -> bytes:
+    """An error body, at most ``limit`` bytes (a refusal is a small JSON object)."""
+    try:
+        return await upstream.content.read(limit)
+    except aiohttp.ClientError:
+        return b""
 
 
 def _unreachable(tried: list[Pod], arm: Arm) -> str:
