@@ -411,8 +411,9 @@ class Shadow(SpecModel):
     replicas: int = Field(
         default=1,
         ge=1,
-        description="Pods of the shadow arm, which gets a mirrored share of the traffic "
-        "(replicas/spec.replicas of it at first). At most spec.replicas.",
+        description="Pods of the shadow arm, which gets copies of the serving requests "
+        "while it holds no more requests in flight per pod than a serving pod. At most "
+        "spec.replicas.",
     )
     schedule: Literal["continuous", "periodic"] = Field(
         default="continuous",
