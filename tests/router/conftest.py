@@ -63,7 +63,9 @@ class Upstream:
             await asyncio.sleep(3600)
         if self.mode == "refuse":
             return web.json_response(
-                {"error": {"message": "The server is shutting down", "code": 503}}, status=503
+                {"error": {"message": "The server is shutting down", "code": 503}},
+                status=503,
+                headers={"Retry-After": "1"},
             )
         if self.mode == "error":
             return web.json_response(

@@ -35,6 +35,11 @@ if TYPE_CHECKING:
         (["--serving", "http://a:1", "--read-timeout", "0"], "--read-timeout"),
         (["--serving", "http://a:1", "--bogus"], "--bogus"),
         (["--serving", "http://a:1", "--serving-arm", "fast"], "--serving-arm"),
+        (["--deployment", "x", "--namespace", "n", "--mirror-share", "1"], "--mirror-share"),
+        (
+            ["--deployment", "x", "--namespace", "n", "--no-in-flight-match"],
+            "--no-in-flight-match",
+        ),
     ],
 )
 def test_bad_input_is_one_line_exit_2(

@@ -212,10 +212,14 @@ def test_with_a_third_of_the_serving_pods_and_one_router() -> None:
     for plant in (
         Plant(serving_pods=3, shadow_pods=1, routers=1, clients=300, ramp_s=20.0),
         Plant(serving_pods=2, shadow_pods=2, routers=3, clients=200, ramp_s=20.0),
+        # Light load over many serving pods per shadow pod: 1 in flight per router, a share of
+        # a quarter of a request per router; the shadow still runs (one copy at a time).
+        Plant(serving_pods=4, shadow_pods=1, routers=2, clients=2),
     ):
         result = run(plant)
         gap = abs(result.shadow_in_flight - result.serving_in_flight)
         assert gap <= allowed(result.serving_in_flight), (plant, result)
+        assert result.pairs >= 30, (plant, result)  # measured: 54 at the light load
 
 
 def test_the_verdict_does_not_depend_on_which_arm_serves() -> None:

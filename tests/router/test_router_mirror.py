@@ -173,6 +173,20 @@ def test_room_is_per_pod_and_rounds_to_the_nearest_request() -> None:
         serving[0].in_flight, serving[1].in_flight = in_serving - in_serving // 2, in_serving // 2
         shadow.in_flight = in_shadow
         assert top.shadow_has_room() is room, (in_serving, in_shadow)
+    # 4 serving pods per shadow pod, the routed request the only one: the nearest whole share
+    # (a quarter) is 0, yet one copy may run (or a light load would never be measured); a
+    # second may not.
+    top.set_endpoints(
+        [Endpoint(f"s{i}", f"s{i}", "speculative") for i in range(4)]
+        + [Endpoint("b0", "b0", "baseline")]
+    )
+    serving, (shadow,) = top.pods["speculative"], top.pods["baseline"]
+    for pod in serving:
+        pod.in_flight = 0
+    shadow.in_flight = 0
+    assert top.shadow_has_room()
+    shadow.in_flight = 1
+    assert not top.shadow_has_room()
     top.set_roles("speculative", 1.0, swapping=True)
     shadow.in_flight = 0
     assert not top.shadow_has_room()  # no copies during a swap

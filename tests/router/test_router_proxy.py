@@ -203,8 +203,9 @@ async def test_a_pod_that_refuses_503_hands_the_request_to_another(
     labels = '{arm="speculative",role="serving",status="refused"}'
     assert f"specguard_router_requests_total{labels} {float(refusing.started)}" in metrics
     only = await start_router(h.topology([refusing.url]))
-    status, _, body = await post(only.url + "/v1/chat/completions", CHAT)
+    status, headers, body = await post(only.url + "/v1/chat/completions", CHAT)
     assert status == 503 and json.loads(body)["error"]["message"] == "The server is shutting down"
+    assert headers["Retry-After"] == "1" and headers["Content-Type"].startswith("application/json")
     await h.wait_for(lambda: len(only.router.feed) == 1)
     [sample] = only.router.feed.read(None, 10).samples
     assert (sample.status, sample.ok, sample.role) == (503, False, "serving")

@@ -6,7 +6,7 @@ private module each:
 _command     the CLI entry point: the stage, the schedule, the summary, teardown
 _stage       the cluster: binaries (built on first use), LocalCluster, helm install, the resource
 _schedule    the traffic schedule's phases (pure)
-_load        the client process (python -m specguard.demo._load): closed-loop streams
+_load        the client process (its main in a Python process of its own): closed-loop streams
 _watch       status, Events, per-pod load and the routers' sample feed while it runs
 _accounting  realized vs always / never / per-window best (pure)
 _report      the decisions and the summary's text and JSON (pure)

@@ -1,7 +1,7 @@
 """The demo's client: closed-loop streaming chat requests through the router pods, following
 the schedule, one JSON line per finished request (numbers only, never text).
 
-It runs as its own process (``python -m specguard.demo._load``, started by the demo and
+It runs as its own process (``main`` in a ``python -c`` process started by the demo and
 registered with the cluster's process groups), so its timing is not shared with the demo's
 process kubelet, and it exits on SIGTERM/SIGINT or when the demo's process is gone.
 

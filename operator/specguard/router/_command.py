@@ -191,6 +191,10 @@ def parse(argv: Sequence[str]) -> tuple[argparse.Namespace, RouterConfig]:
         raise UsageError(f"--mirror-share: expected a number from 0 to 1, got {args.mirror_share}")
     if k8s and args.mirror_share is not None:
         raise UsageError("--mirror-share: in Kubernetes mode the share comes from the resource")
+    if k8s and args.no_in_flight_match:
+        raise UsageError(
+            "--no-in-flight-match: in Kubernetes mode the operator's share assumes the match"
+        )
     return args, config_from(args)
 
 

@@ -60,7 +60,8 @@ class RouterMetrics:
         self.requests = Counter(
             "specguard_router_requests",
             "Requests sent upstream by arm, role and outcome (HTTP status, or "
-            "client_closed, upstream_error, timeout, no_pod, refused: a 503 tried elsewhere).",
+            "client_closed, upstream_error, timeout, no_pod, refused: a 503 before anything "
+            "started, tried on the next pod while one is left).",
             ("arm", "role", "status"), registry=self.registry,
         )  # fmt: skip
         self.in_flight = Gauge(

@@ -89,13 +89,17 @@ class Topology:
         one arrival rate it would hold more in flight, Little's law, and be judged at a load
         the serving pods do not see); a faster one gets more, up to every request. Counts are
         this router's own; with several routers each matches its own share of the load, so
-        the sums match too. Never during a swap (no judging then) or without pods."""
+        the sums match to within half a request per router. One copy may always run: at a
+        light load spread over many serving pods per shadow pod the nearest whole number is
+        0, and the shadow would never be measured. Never during a swap (no judging then) or
+        without pods."""
         serving, shadow = self.pods[self.serving_arm], self.pods[self.shadow_arm]
         if self.swapping or not serving or not shadow:
             return False
         serving_in_flight = sum(pod.in_flight for pod in serving) + 1
         shadow_in_flight = sum(pod.in_flight for pod in shadow)
-        return shadow_in_flight + 0.5 <= serving_in_flight * len(shadow) / len(serving)
+        target = serving_in_flight * len(shadow) / len(serving)
+        return shadow_in_flight == 0 or shadow_in_flight + 0.5 <= target
 
     def pick(self, arm: Arm, exclude: Collection[Pod] = ()) -> Pod | None:
         """The ready pod of ``arm`` with the fewest requests in flight (ties rotate),

@@ -235,12 +235,13 @@ class Router:
                 if next_pod is None:
                     status = error.status if isinstance(error, _PodRefusedError) else 502
                     if measured:  # the arm failed this request: the judge counts it
-                        of = _SampleOf(arm, "serving", pod.name, domain, 1, pair_id, wall)
+                        of = _SampleOf(pod.arm, "serving", pod.name, domain, 1, pair_id, wall)
                         self._record(_failed(started, time.perf_counter()), of, status)
                     if isinstance(error, _PodRefusedError):
                         return web.Response(
-                            status=error.status, body=error.body, content_type="application/json"
-                        )
+                            status=error.status, reason=error.reason, headers=error.headers,
+                            body=error.body,
+                        )  # fmt: skip
                     return openai_error(502, _unreachable(tried, arm), "service_unavailable")
                 pod = next_pod
 
@@ -288,10 +289,14 @@ class Router:
             if upstream.status == 503:
                 # Refused before anything started (vLLM answers 503 once it shuts down:
                 # a pod being removed may get a request before the router sees it go).
-                refused = _PodRefusedError(upstream.status, await _bounded_read(upstream))
-                upstream.close()
+                try:
+                    body = await _bounded_read(upstream)
+                finally:
+                    upstream.close()
                 result.value = "refused"
-                raise refused
+                raise _PodRefusedError(
+                    upstream.status, upstream.reason, _downstream_headers(upstream), body
+                )
             try:
                 if _is_event_stream(upstream.headers):
                     return await self._relay_stream(
@@ -555,19 +560,30 @@ class _PodUnreachableError(Exception):
 
 
 class _PodRefusedError(Exception):
-    """A serving pod answered 503 before starting the request; another pod may take it."""
+    """A serving pod answered 503 before starting the request; another pod may take it.
+    Carries the response as it was, for the client when no pod is left to try."""
 
-    def __init__(self, status: int, body: bytes) -> None:
+    def __init__(
+        self, status: int, reason: str | None, headers: CIMultiDict[str], body: bytes
+    ) -> None:
         super().__init__(status)
-        self.status, self.body = status, body
+        self.status, self.reason, self.headers, self.body = status, reason, headers, body
 
 
 async def _bounded_read(upstream: aiohttp.ClientResponse, limit: int = 64 * 1024) -> bytes:
     """An error body, at most ``limit`` bytes (a refusal is a small JSON object)."""
+    chunks: list[bytes] = []
+    size = 0
     try:
-        return await upstream.content.read(limit)
+        while size < limit:
+            chunk = await upstream.content.read(limit - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
     except aiohttp.ClientError:
-        return b""
+        pass
+    return b"".join(chunks)
 
 
 def _unreachable(tried: list[Pod], arm: Arm) -> str:
