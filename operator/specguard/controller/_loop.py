@@ -34,7 +34,7 @@ from specguard.controller._schedule import shadow_active, shadow_replicas
 from specguard.controller._settings import judge_settings
 from specguard.controller._source import Collector, WindowEvidence
 from specguard.controller._speculation import draft_counters, speculation_guardrail
-from specguard.controller._swap import SwapPlan, plan_swap
+from specguard.controller._swap import SwapPlan, other, plan_swap
 from specguard.controller._window import (
     Decided,
     Degraded,
@@ -298,9 +298,8 @@ class ResourceLoop:
             await self._reconcile(sd, plan, observed, now)
 
         # -- status --------------------------------------------------------------------
-        shadow_arm = c.ARM_BASELINE if plan.mode == c.ARM_SPECULATIVE else c.ARM_SPECULATIVE
         share = mirror_share(
-            shadow_ready=arms[shadow_arm].ready,
+            shadow_ready=arms[other(plan.mode)].ready,
             serving_ready=arms[plan.mode].ready,
             judging=active and not plan.swapping,
         )

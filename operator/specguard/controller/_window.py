@@ -27,7 +27,7 @@ from specguard.api.constants import Arm
 from specguard.controller._conditions import set_condition, verdict_sentence
 from specguard.controller._observe import DrafterStartup
 from specguard.controller._settings import policy_settings
-from specguard.controller._swap import ArmObserved, SwapPlan
+from specguard.controller._swap import ArmObserved, SwapPlan, other
 from specguard.judge import (
     Command,
     Decision,
@@ -210,7 +210,7 @@ def arms_status(
     share: float,
     swapping: bool,
 ) -> Arms:
-    shadow: Arm = c.ARM_BASELINE if mode == c.ARM_SPECULATIVE else c.ARM_SPECULATIVE
+    shadow = other(mode)
 
     def one(arm: Arm) -> ArmStatus:
         return ArmStatus(

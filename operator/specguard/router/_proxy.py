@@ -449,8 +449,8 @@ class Router:
     def _mirror(
         self, parsed: dict[str, Any], path: str, headers: CIMultiDict[str], domain: str
     ) -> str | None:
-        arm = self.topology.shadow_arm
         top = self.topology
+        arm = top.shadow_arm
         if self.config.match_in_flight and top.pods[arm] and not top.shadow_has_room():
             self.metrics.mirror_dropped.labels("in_flight").inc()
             return None
