@@ -1,6 +1,7 @@
-"""Where the end-to-end scenarios run: the local control plane, or a kind cluster.
+"""Where the end-to-end scenarios run: the local control plane with real nodes (the
+default, and what CI runs), the same control plane with the process kubelet, or kind.
 
-Both give the scenarios the same things: a kubeconfig for the real kubectl and helm, the
+Each gives the scenarios the same things: a kubeconfig for the real kubectl and helm, the
 image reference the chart installs, a SpeculativeDeployment runtime image that stands in
 for vLLM (the simulator), a way to fault the drafter arm, and an address where the test
 process reaches a router pod.
@@ -43,6 +44,7 @@ def run(argv: list[str], *, stdin: str | None = None, timeout: float = 180,
 
 class Backend(Protocol):
     name: str
+    real_kubelet: bool  # kubectl logs/exec, probes, Services: a kubelet and a proxy serve them
     kubeconfig: Path
     image_repository: str
     image_tag: str
@@ -98,6 +100,7 @@ class LocalBackend:
     vLLM images as the simulator) under the pod's own service-account credentials."""
 
     name = "local"
+    real_kubelet = False
 
     def __init__(self) -> None:
         from specguard.testing import KubeletConfig, LocalCluster
@@ -132,6 +135,55 @@ class LocalBackend:
         kubelet = self.cluster.kubelet
         assert kubelet is not None
         return kubelet.logs(namespace, pod)
+
+    def stop(self) -> None:
+        self.cluster.stop()
+
+
+# ----------------------------------------------------------------------------- node
+
+
+class NodeBackend:
+    """specguard.testing.LocalCluster with real nodes: two nodes, each a kubelet, containerd
+    with runc, the CNI bridge and kube-proxy in a network namespace; the images built from
+    this checkout's Dockerfile (scripts/build-image.sh), the vLLM stand-in included (the
+    simulator as `vllm serve`, scripts/images/vllm-sim). Pods are real containers under
+    their security context; the test process reaches pod IPs through the host's routes."""
+
+    name = "node"
+    real_kubelet = True
+    nodes = 2
+
+    def __init__(self) -> None:
+        from specguard.testing import LocalCluster, RealNodeConfig, build_images
+        from specguard.testing._binaries import (
+            IMAGE_SPECGUARD,
+            IMAGE_VLLM_SIM,
+            IMAGE_VLLM_SIM_FAULTY,
+        )
+
+        images = build_images()
+        self.cluster = LocalCluster(node_network=True)
+        try:
+            self.cluster.start()
+            self.cluster.start_real_nodes(self.nodes, RealNodeConfig(images=images.all()))
+        except BaseException:
+            self.cluster.stop()
+            raise
+        self.kubeconfig = self.cluster.kubeconfig
+        self.image_repository, self.image_tag = IMAGE_SPECGUARD, __version__
+        self.vllm_image = f"{IMAGE_VLLM_SIM}:{__version__}"
+        self.faulty_vllm_image = f"{IMAGE_VLLM_SIM_FAULTY}:{__version__}"
+
+    def pod_address(self, namespace: str, pod: str, port: int) -> tuple[str, int]:
+        obj = Tools(self.kubeconfig).json("-n", namespace, "get", "pod", pod)
+        return obj["status"]["podIP"], port
+
+    def router_address(self, namespace: str, pod: str) -> tuple[str, int]:
+        return self.pod_address(namespace, pod, ROUTER_PORT)
+
+    def pod_logs(self, namespace: str, pod: str) -> str:
+        return self.cluster.logs(namespace, pod)
 
     def stop(self) -> None:
         self.cluster.stop()
@@ -173,6 +225,7 @@ class KindBackend:
     capacity advertised on the nodes as an extended resource (no real GPU is used)."""
 
     name = "kind"
+    real_kubelet = True
     cluster_name = "specguard-e2e"
 
     def __init__(self) -> None:
@@ -258,8 +311,13 @@ class KindBackend:
         run(["kind", "delete", "cluster", "--name", self.cluster_name], timeout=300)
 
 
+BACKENDS: dict[str, type[LocalBackend] | type[NodeBackend] | type[KindBackend]] = {
+    "node": NodeBackend, "local": LocalBackend, "kind": KindBackend,
+}  # fmt: skip
+
+
 def start_backend(name: str) -> Iterator[Backend]:
-    backend: Backend = LocalBackend() if name == "local" else KindBackend()
+    backend: Backend = BACKENDS[name]()
     try:
         yield backend
     finally:

@@ -22,6 +22,8 @@ CONF
 default_ulimits = ["nofile=$nofile:$nofile", "nproc=$nproc:$nproc"]
 [engine]
 runtime = "runc"
+cgroup_manager = "cgroupfs"
+events_logger = "file"
 CONF
   cat >"$dir/registries.conf" <<CONF
 unqualified-search-registries = []

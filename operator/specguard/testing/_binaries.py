@@ -242,9 +242,18 @@ def find_node_binaries() -> NodeBinaries:
     )
 
 
+# The names scripts/build-image.sh gives its images (a test checks they agree): the chart's
+# default image, and the vLLM stand-ins (scripts/images/vllm-sim: `vllm serve` runs the
+# simulator), healthy and with a drafter arm that fails requests.
+IMAGE_SPECGUARD = "ghcr.io/specguard/specguard"
+IMAGE_VLLM_SIM = "specguard.local/vllm-sim"
+IMAGE_VLLM_SIM_FAULTY = "specguard.local/vllm-sim-faulty-drafter"
+
+
 @dataclass(frozen=True)
 class ImageArchives:
-    """The images scripts/build-image.sh built from this checkout, as OCI archives."""
+    """The images scripts/build-image.sh built from this checkout, as OCI archives (named
+    ``IMAGE_*:<version>`` inside)."""
 
     specguard: Path  # ghcr.io/specguard/specguard:<version>, the chart's default image
     vllm_sim: Path  # specguard.local/vllm-sim:<version>, the simulator as `vllm serve`
@@ -270,3 +279,15 @@ def build_images(timeout: float = 1800.0) -> ImageArchives:
     if len(paths) != 3 or not all(path.is_file() for path in paths):
         raise MissingBinariesError(f"{image_build_script()} printed {done.stdout!r}")
     return ImageArchives(*paths)
+
+
+def containers_env() -> dict[str, str]:
+    """Environment for podman and buildah on the image store scripts/build-image.sh uses
+    (its own storage, runc, rlimits within the host's: scripts/lib-buildah.sh)."""
+    conf = cache_dir() / "image" / "containers"
+    return {
+        **os.environ,
+        "CONTAINERS_STORAGE_CONF": str(conf / "storage.conf"),
+        "CONTAINERS_CONF": str(conf / "containers.conf"),
+        "CONTAINERS_REGISTRIES_CONF": str(conf / "registries.conf"),
+    }
