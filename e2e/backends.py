@@ -186,7 +186,12 @@ class NodeBackend:
         return self.cluster.logs(namespace, pod)
 
     def stop(self) -> None:
+        from specguard.testing._realnode import leftovers
+
         self.cluster.stop()
+        left = leftovers(self.cluster.cluster_id)
+        if left:  # the session's teardown fails: a node left something on the machine
+            raise RuntimeError(f"the real nodes left behind: {left}")
 
 
 # ----------------------------------------------------------------------------- kind

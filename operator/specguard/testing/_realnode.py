@@ -230,6 +230,10 @@ class RealNode:
         for sub in ("containerd", "runc", "cni/net.d", "cni/ipam", "kubelet", "pod-logs",
                     "logs", "pki", "volume-plugins"):  # fmt: skip
             (self.base / sub).mkdir(parents=True, exist_ok=True)
+        (self.base / "crictl.yaml").write_text(
+            f"runtime-endpoint: unix://{self.socket}\nimage-endpoint: unix://{self.socket}\n"
+            "timeout: 30\n"
+        )
         pki = self.base / "pki"
         make_serving_cert(self._pki, pki, name=self.name, ips=[self.address])
         cert, key = make_client_cert(self._pki, pki, user=PROXY_USER,
@@ -338,8 +342,8 @@ disabled_plugins = [
                      "--namespace", "k8s.io", *args], timeout=timeout)  # fmt: skip
 
     def crictl(self, *args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
-        return _run([str(self.binaries.crictl), "--runtime-endpoint",
-                     f"unix://{self.socket}", "--timeout", "30s", *args],
+        """crictl against this node's containerd (what one would run on a node)."""
+        return _run([str(self.binaries.crictl), f"--config={self.base / 'crictl.yaml'}", *args],
                     timeout=timeout)  # fmt: skip
 
     def _import_images(self) -> None:
@@ -561,3 +565,32 @@ def reap_orphan_nodes() -> list[str]:
         reaped.append(cluster_id)
         log.warning("cleaned the real nodes of a dead cluster %s", cluster_id)
     return reaped
+
+
+def leftovers(cluster_id: str) -> list[str]:
+    """What the real nodes of cluster ``cluster_id`` left on the machine (empty once it is
+    cleaned): network namespaces, links, mounts, cgroups, directories, processes."""
+    found = []
+    netns = Path("/run/netns")
+    if netns.is_dir():
+        found += [f"netns {n.name}" for n in netns.iterdir() if cluster_id in n.name]
+    links = json.loads(_run(["ip", "-j", "link"]).stdout or "[]")
+    found += [f"link {link['ifname']}" for link in links if cluster_id in link["ifname"]]
+    base_prefix = f"specguard-node-{cluster_id}-"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/mountinfo").read_text().splitlines():
+            if base_prefix in line.split()[4]:
+                found.append(f"mount {line.split()[4]}")
+    for hierarchy in _cgroup_hierarchies():
+        with contextlib.suppress(OSError):
+            found += [f"cgroup {p}" for p in hierarchy.iterdir()
+                      if p.name.startswith(f"specguard-{cluster_id}-")]  # fmt: skip
+    with contextlib.suppress(OSError):
+        found += [f"directory {p}" for p in Path("/var/tmp").iterdir()
+                  if p.name.startswith(base_prefix)]  # fmt: skip
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError):
+                if base_prefix.encode() in Path(f"/proc/{entry}/cmdline").read_bytes():
+                    found.append(f"process {entry}")
+    return found
