@@ -142,7 +142,7 @@ def built_image() -> str:
 @pytest.mark.node
 @pytest.mark.slow
 def test_built_image_runs_under_the_charts_security_context(built_image: str) -> None:
-    script = ("id -u; id -g; grep -E '^(CapEff|CapBnd|NoNewPrivs|Seccomp):' /proc/self/status; "
+    script = ("id -u; id -g; id -un; grep -E '^(CapEff|CapBnd|NoNewPrivs|Seccomp):' /proc/self/status; "
               "touch /opt/specguard/x 2>&1; touch /x 2>&1; touch /tmp/x && echo tmp-writable; "
               "specguard --version; specguard router --help >/dev/null && echo router-ok; "
               "specguard sim --help >/dev/null && echo sim-ok")  # fmt: skip
@@ -150,7 +150,8 @@ def test_built_image_runs_under_the_charts_security_context(built_image: str) ->
                   built_image, "-c", script)  # fmt: skip
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert lines[:2] == ["65532", "65532"], lines
+    # A named user: getpass.getuser() (kopf's peering identity) must not fail.
+    assert lines[:3] == ["65532", "65532", "specguard"], lines
     status = dict(line.split(":\t", 1) for line in lines if ":\t" in line)
     assert status["CapEff"] == status["CapBnd"] == "0000000000000000", status
     assert status["NoNewPrivs"] == "1", status
