@@ -24,7 +24,9 @@ import fcntl
 import ipaddress
 import json
 import logging
+import os
 import random
+import signal
 import subprocess
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -182,9 +184,17 @@ class ClusterNetwork:
         return index
 
     def remove(self) -> None:
-        """Delete every node namespace (their veths go with them) and the host bridge (its
+        """Kill what still runs in a node's namespace (it is ours), delete each node's veth
+        (both ends go at once; a namespace's own end would only go with the namespace, which
+        outlives its name while anything holds it) and namespace, then the host bridge (its
         routes go with it). Idempotent."""
-        for netns in reversed(self.nodes):
+        for index in reversed(range(len(self.nodes))):
+            netns = self.nodes[index]
+            pids = ip("netns", "pids", netns, check=False).split()
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError, PermissionError, ValueError):
+                    os.kill(int(pid), signal.SIGKILL)
+            ip("link", "del", self._veth(index), check=False)
             ip("netns", "del", netns, check=False)
         self.nodes.clear()
         ip("link", "del", self.bridge, check=False)
