@@ -208,21 +208,10 @@ def kind_missing() -> str | None:
     return None
 
 
-# A stand-in for vLLM in kind: the specguard image with a `vllm` command that runs the
-# simulator; the faulty variant sets DRAFTER_ERROR_RATE, which fails the drafter arm's
-# requests (the arm whose args carry --speculative-config).
-SIM_DOCKERFILE = f"""\
-FROM {SPECGUARD_IMAGE}
-USER 0
-RUN printf '%s\\n' '#!/bin/sh' \\
-  '[ "$1" = serve ] && shift' \\
-  'fault=""' \\
-  'case "$*" in *--speculative-config*) [ -n "$DRAFTER_ERROR_RATE" ] \\
-     && fault="--error-rate $DRAFTER_ERROR_RATE";; esac' \\
-  'exec specguard sim "$@" {" ".join(SIM_ARGS)} $fault' > /opt/specguard/bin/vllm \\
- && chmod 0755 /opt/specguard/bin/vllm
-USER 65532:65532
-"""
+# The vLLM stand-ins (the specguard image with a `vllm` command that runs the simulator;
+# DRAFTER_ERROR_RATE fails the drafter arm's requests): the recipe the real nodes' images
+# are built from too (scripts/build-image.sh).
+VLLM_SIM_CONTEXT = ROOT / "scripts" / "images" / "vllm-sim"
 
 
 class KindBackend:
@@ -258,16 +247,13 @@ class KindBackend:
             )
         )
         self._check(run(["docker", "build", "-t", SPECGUARD_IMAGE, str(ROOT)], timeout=1200))
-        (self.workdir / "Dockerfile.sim").write_text(SIM_DOCKERFILE)
-        (self.workdir / "Dockerfile.faulty").write_text(
-            f"FROM {self.vllm_image}\nENV DRAFTER_ERROR_RATE={DRAFTER_ERROR_RATE}\n"
-        )
-        for tag, dockerfile in (
-            (self.vllm_image, "Dockerfile.sim"),
-            (self.faulty_vllm_image, "Dockerfile.faulty"),
-        ):
-            self._check(run(["docker", "build", "-t", tag, "-f", str(self.workdir / dockerfile),
-                             str(self.workdir)], timeout=600))  # fmt: skip
+        for tag, rate in ((self.vllm_image, ""), (self.faulty_vllm_image, DRAFTER_ERROR_RATE)):
+            self._check(run(["docker", "build", "-t", tag,
+                             "--build-arg", f"SPECGUARD_IMAGE={SPECGUARD_IMAGE}",
+                             "--build-arg", f"SIM_ARGS={' '.join(SIM_ARGS)}",
+                             "--build-arg", f"DRAFTER_ERROR_RATE={rate}",
+                             "-f", str(VLLM_SIM_CONTEXT / "Containerfile"),
+                             str(VLLM_SIM_CONTEXT)], timeout=600))  # fmt: skip
         for image in (SPECGUARD_IMAGE, self.vllm_image, self.faulty_vllm_image):
             self._check(run(["kind", "load", "docker-image", "--name", self.cluster_name,
                              image], timeout=600))  # fmt: skip
