@@ -193,11 +193,12 @@ class LocalCluster:
         self.processes.kill_all()  # anything left (pods of a kubelet that failed to stop)
         forget_registry(self.processes)
         if self.network is not None:
-            from specguard.testing._realnode import forget_record
+            from specguard.testing._realnode import forget_record, restore_kernel_tunables
 
             self.network.remove()
             self.network = None
             forget_record(self.cluster_id)
+            restore_kernel_tunables()
         if not self.keep_workdir and self._given_workdir is None and self.workdir != Path():
             shutil.rmtree(self.workdir, ignore_errors=True)
 

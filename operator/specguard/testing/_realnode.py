@@ -421,6 +421,7 @@ disabled_plugins = [
         }
 
     def _start_kubelet(self) -> None:
+        save_kernel_tunables()
         kubeconfig = self._node_access.write_kubeconfig(self.base / "kubelet.kubeconfig",
                                                         user=f"system:node:{self.name}")
         config = self.base / "kubelet-config.yaml"
@@ -564,6 +565,8 @@ def reap_orphan_nodes() -> list[str]:
         path.unlink(missing_ok=True)
         reaped.append(cluster_id)
         log.warning("cleaned the real nodes of a dead cluster %s", cluster_id)
+    if reaped:
+        restore_kernel_tunables()
     return reaped
 
 
@@ -594,3 +597,45 @@ def leftovers(cluster_id: str) -> list[str]:
                 if base_prefix.encode() in Path(f"/proc/{entry}/cmdline").read_bytes():
                     found.append(f"process {entry}")
     return found
+
+
+# ----------------------------------------------------------------------------- kernel tunables
+
+# What a kubelet sets at start on any machine (protectKernelDefaults: false), and puts back
+# here once the last real node on the machine is gone.
+KERNEL_TUNABLES = ("vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic",
+                   "kernel/panic_on_oops", "kernel/keys/root_maxkeys",
+                   "kernel/keys/root_maxbytes")  # fmt: skip
+
+
+def _tunables_file() -> Path:
+    return run_dir() / "kernel-tunables.json"
+
+
+def save_kernel_tunables() -> None:
+    """Record the machine's values before the first kubelet changes them (once: a later
+    cluster must not record the values an earlier one's kubelet set)."""
+    values = {}
+    for name in KERNEL_TUNABLES:
+        with contextlib.suppress(OSError):
+            values[name] = (Path("/proc/sys") / name).read_text().strip()
+    with contextlib.suppress(FileExistsError), _tunables_file().open("x") as handle:
+        handle.write(json.dumps(values))
+
+
+def restore_kernel_tunables() -> None:
+    """Put the recorded values back when no cluster with real nodes is left alive."""
+    for path in run_dir().glob("nodes-*.json"):
+        with contextlib.suppress(ValueError):
+            _, pid, start, _ = path.stem.split("-", 3)
+            owner = proc_stat(int(pid))
+            if owner is not None and owner.start_ticks == int(start):
+                return
+    try:
+        values = json.loads(_tunables_file().read_text())
+    except (OSError, ValueError):
+        return
+    for name, value in values.items():
+        with contextlib.suppress(OSError):
+            (Path("/proc/sys") / name).write_text(f"{value}\n")
+    _tunables_file().unlink(missing_ok=True)
