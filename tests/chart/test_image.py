@@ -142,7 +142,8 @@ def built_image() -> str:
 @pytest.mark.node
 @pytest.mark.slow
 def test_built_image_runs_under_the_charts_security_context(built_image: str) -> None:
-    script = ("id -u; id -g; id -un; grep -E '^(CapEff|CapBnd|NoNewPrivs|Seccomp):' /proc/self/status; "
+    script = ("id -u; id -g; id -un; "
+              "grep -E '^(CapEff|CapBnd|NoNewPrivs|Seccomp):' /proc/self/status; "
               "touch /opt/specguard/x 2>&1; touch /x 2>&1; touch /tmp/x && echo tmp-writable; "
               "specguard --version; specguard router --help >/dev/null && echo router-ok; "
               "specguard sim --help >/dev/null && echo sim-ok")  # fmt: skip
@@ -182,3 +183,17 @@ def test_built_image_serves_the_simulator_read_only(built_image: str) -> None:
         assert not [path for path in changed if path.startswith("/opt")], changed
     finally:
         podman("rm", "--force", "--time", "2", name)
+
+
+@pytest.mark.node
+@pytest.mark.slow
+def test_built_image_carries_no_host_ca(built_image: str) -> None:
+    """The build's RUN steps may trust a TLS-intercepting proxy through the host's CA
+    bundle (mounted for the build only): no CA the host added locally is in the image."""
+    local = sorted(Path("/usr/local/share/ca-certificates").glob("**/*.crt"))
+    bundle = podman("run", "--rm", "--network", "none", "--entrypoint", "cat", built_image,
+                    "/etc/ssl/certs/ca-certificates.crt")  # fmt: skip
+    assert bundle.returncode == 0 and "BEGIN CERTIFICATE" in bundle.stdout, bundle.stderr
+    for cert in local:
+        body = "".join(cert.read_text().split("-----")[2].split())
+        assert body[:200] not in "".join(bundle.stdout.split()), f"{cert} is in the image"
