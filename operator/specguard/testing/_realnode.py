@@ -506,6 +506,7 @@ disabled_plugins = [
     def stop(self) -> None:
         """Stop the kubelet, remove every pod (CNI teardown included), stop kube-proxy and
         containerd, then clean what is left (NodeRecord.clean)."""
+        began = time.monotonic()
         kubelet = self._pids.pop("kubelet", None)
         if kubelet is not None:
             terminate_group(kubelet, grace=5.0)
@@ -518,7 +519,10 @@ disabled_plugins = [
             if pid is not None:
                 terminate_group(pid, grace=5.0)
                 self._processes.unregister(pid)
+        stopped = time.monotonic()
         self.record.clean()
+        log.info("node %s stopped in %.1fs (cleaned in %.1fs)", self.name,
+                 time.monotonic() - began, time.monotonic() - stopped)  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- registry
