@@ -94,7 +94,28 @@ class Tools:
 # ----------------------------------------------------------------------------- local
 
 
-class LocalBackend:
+class _OnLocalCluster:
+    """What the two LocalCluster backends share: pods are reached at their IPs (loopback
+    addresses, or real ones routed from the host to the nodes)."""
+
+    kubeconfig: Path
+    cluster: Any  # specguard.testing.LocalCluster
+
+    def pod_address(self, namespace: str, pod: str, port: int) -> tuple[str, int]:
+        obj = Tools(self.kubeconfig).json("-n", namespace, "get", "pod", pod)
+        return obj["status"]["podIP"], port
+
+    def router_address(self, namespace: str, pod: str) -> tuple[str, int]:
+        return self.pod_address(namespace, pod, ROUTER_PORT)
+
+    def pod_logs(self, namespace: str, pod: str) -> str:
+        return str(self.cluster.logs(namespace, pod))
+
+    def stop(self) -> None:
+        self.cluster.stop()
+
+
+class LocalBackend(_OnLocalCluster):
     """specguard.testing.LocalCluster: real apiserver, controller-manager and scheduler;
     the process kubelet runs every pod (the specguard image as `python -m specguard ...`,
     vLLM images as the simulator) under the pod's own service-account credentials."""
@@ -124,26 +145,11 @@ class LocalBackend:
         self.vllm_image = "vllm/vllm-openai:v0.33.0"
         self.faulty_vllm_image = FAULTY_VLLM_IMAGE
 
-    def pod_address(self, namespace: str, pod: str, port: int) -> tuple[str, int]:
-        obj = Tools(self.kubeconfig).json("-n", namespace, "get", "pod", pod)
-        return obj["status"]["podIP"], port
-
-    def router_address(self, namespace: str, pod: str) -> tuple[str, int]:
-        return self.pod_address(namespace, pod, ROUTER_PORT)
-
-    def pod_logs(self, namespace: str, pod: str) -> str:
-        kubelet = self.cluster.kubelet
-        assert kubelet is not None
-        return kubelet.logs(namespace, pod)
-
-    def stop(self) -> None:
-        self.cluster.stop()
-
 
 # ----------------------------------------------------------------------------- node
 
 
-class NodeBackend:
+class NodeBackend(_OnLocalCluster):
     """specguard.testing.LocalCluster with real nodes: two nodes, each a kubelet, containerd
     with runc, the CNI bridge and kube-proxy in a network namespace; the images built from
     this checkout's Dockerfile (scripts/build-image.sh), the vLLM stand-in included (the
@@ -174,16 +180,6 @@ class NodeBackend:
         self.image_repository, self.image_tag = IMAGE_SPECGUARD, __version__
         self.vllm_image = f"{IMAGE_VLLM_SIM}:{__version__}"
         self.faulty_vllm_image = f"{IMAGE_VLLM_SIM_FAULTY}:{__version__}"
-
-    def pod_address(self, namespace: str, pod: str, port: int) -> tuple[str, int]:
-        obj = Tools(self.kubeconfig).json("-n", namespace, "get", "pod", pod)
-        return obj["status"]["podIP"], port
-
-    def router_address(self, namespace: str, pod: str) -> tuple[str, int]:
-        return self.pod_address(namespace, pod, ROUTER_PORT)
-
-    def pod_logs(self, namespace: str, pod: str) -> str:
-        return self.cluster.logs(namespace, pod)
 
     def stop(self) -> None:
         from specguard.testing._realnode import leftovers
