@@ -207,6 +207,9 @@ def apply_as_gitops(tools: Tools, obj: dict[str, Any]) -> None:
 # ------------------------------------------------------------------------- the steps
 
 
+# The first step also starts the backend: on real nodes that may build this checkout's
+# image first (a minute or more after a change under operator/; setup.sh built it in CI).
+@pytest.mark.timeout(1200)
 def test_helm_install(backend: Backend, tools: Tools, tmp_path: Path) -> None:
     for namespace in (SYSTEM, WORKLOAD, RESTRICTED):
         tools.kubectl("create", "namespace", namespace)

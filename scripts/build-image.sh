@@ -57,6 +57,7 @@ if ! buildah inspect --type image "$BASE" >/dev/null 2>&1; then
   trap 'rm -rf "$tmp"' EXIT
   nice -n 10 mmdebstrap --quiet --variant=minbase --include="$PACKAGES" \
     --aptopt='Acquire::Languages "none"' --aptopt='APT::Install-Recommends "false"' \
+    --dpkgopt='force-unsafe-io' \
     --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/doc/*' \
     --dpkgopt='path-include=/usr/share/doc/*/copyright' --dpkgopt='path-exclude=/usr/share/locale/*' \
     --customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*' \

@@ -141,6 +141,7 @@ def built_image() -> str:
 
 @pytest.mark.node
 @pytest.mark.slow
+@pytest.mark.timeout(1200)  # the first user of built_image may build this checkout's image
 def test_built_image_runs_under_the_charts_security_context(built_image: str) -> None:
     script = ("id -u; id -g; id -un; "
               "grep -E '^(CapEff|CapBnd|NoNewPrivs|Seccomp):' /proc/self/status; "

@@ -40,6 +40,7 @@ sys.stdin.read()
 """
 
 
+@pytest.mark.timeout(1200)  # may build this checkout's image first
 def test_a_killed_runs_nodes_are_cleaned_by_the_next_start() -> None:
     archive = build_images().specguard
     owner = subprocess.Popen(
