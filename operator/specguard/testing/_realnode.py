@@ -169,7 +169,6 @@ class NodeRecord:
     base: str
     socket: str
     cgroup: str
-    netns: str
 
     def clean(self) -> None:
         """Stop what runs, unmount, remove state, cgroups and links. Idempotent."""
@@ -218,7 +217,7 @@ class RealNode:
 
     @property
     def record(self) -> NodeRecord:
-        return NodeRecord(str(self.base), str(self.socket), self.cgroup, self.netns)
+        return NodeRecord(str(self.base), str(self.socket), self.cgroup)
 
     def log_path(self, component: str) -> Path:
         return self.base / "logs" / f"{component}.log"
@@ -253,10 +252,11 @@ class RealNode:
         self._wait_ready(deadline)
         self._advertise_gpus()
 
-    def _spawn(self, name: str, argv: Sequence[str], env: dict[str, str] | None = None) -> None:
+    def _spawn(self, name: str, argv: Sequence[str]) -> None:
+        # containerd finds its shim and runc on PATH.
         path = os.pathsep.join([str(self.binaries.containerd.parent),
                                 str(self.binaries.runc.parent), os.environ.get("PATH", "")])
-        full_env = {**os.environ, "PATH": path, **(env or {})}
+        full_env = {**os.environ, "PATH": path}
         full_env.pop("KUBECONFIG", None)
         process = self._processes.spawn(
             in_netns(self.netns, argv), name=f"{self.name}/{name}",
@@ -352,11 +352,6 @@ disabled_plugins = [
                              "--snapshotter", "overlayfs", str(archive), timeout=300)  # fmt: skip
             if done.returncode != 0:
                 raise RuntimeError(f"{self.name}: ctr images import {archive}: {done.stderr}")
-
-    def images(self) -> list[str]:
-        """Image references the node's containerd holds (what pods may use)."""
-        done = self._ctr("images", "list", "--quiet")
-        return [line for line in done.stdout.split() if not line.startswith("sha256:")]
 
     def _write_cni_config(self) -> None:
         conflist = {
@@ -562,7 +557,8 @@ def reap_orphan_nodes() -> list[str]:
         except (OSError, ValueError):
             body = {}
         for node in body.get("nodes", []):
-            NodeRecord(**node).clean()
+            with contextlib.suppress(KeyError, TypeError):
+                NodeRecord(str(node["base"]), str(node["socket"]), str(node["cgroup"])).clean()
         if "network" in body:
             with contextlib.suppress(NetworkError, KeyError, ValueError):
                 ClusterNetwork.from_record(body["network"]).remove()
