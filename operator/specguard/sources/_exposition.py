@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from specguard.judge import Histogram
+from specguard.judge import DraftCounters, Histogram
 
 TPOT_METRIC = "vllm:request_time_per_output_token_seconds"
 RUNNING_METRIC = "vllm:num_requests_running"
@@ -115,6 +115,22 @@ def counter_delta(before: float | None, after: float | None) -> float | None:
     return after - before
 
 
+def draft_counters(start: Mapping[str, Reading], end: Mapping[str, Reading]) -> DraftCounters:
+    """The drafter arm's spec-decode counters over a window: per-pod deltas between two
+    readings (pod URL → Reading), summed over the pods read at both ends."""
+    pods = sorted(set(start) & set(end))
+    exporting = 0
+    drafts = accepted = 0.0
+    for pod in pods:
+        a, b = start[pod], end[pod]
+        if b.drafts is None:
+            continue
+        exporting += 1
+        drafts += counter_delta(a.drafts, b.drafts) or 0.0
+        accepted += counter_delta(a.accepted, b.accepted) or 0.0
+    return DraftCounters(len(pods), exporting, drafts, accepted)
+
+
 def bucket_delta(before: Reading, after: Reading) -> dict[float, float]:
     """Cumulative TPOT bucket increases between two readings of one pod."""
     reset = after.tpot_count < before.tpot_count or any(
@@ -204,6 +220,7 @@ __all__ = [
     "acceptance_length",
     "bucket_delta",
     "counter_delta",
+    "draft_counters",
     "histogram_of",
     "parse_reading",
     "parse_samples",

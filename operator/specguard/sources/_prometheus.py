@@ -39,7 +39,7 @@ from specguard.sources._exposition import (
     RUNNING_METRIC,
     TPOT_METRIC,
 )
-from specguard.sources._window import ArmHistograms, WindowSamples
+from specguard.sources._window import ArmHistograms, Targets, WindowSamples
 
 
 @dataclass(frozen=True)
@@ -135,6 +135,9 @@ class PrometheusSource:
         rows = self._query(queries(self.selectors, "speculative", window_s)["acceptance"], at)
         values = [v for v in (_value(r) for r in rows) if v is not None]
         return values[0] if values else None
+
+    def set_targets(self, targets: Targets) -> None:
+        """The `Source` call: nothing to follow (Prometheus finds the pods by label)."""
 
     async def collect(self, start: float, end: float) -> WindowSamples:
         """The window ``[start, end)`` (epoch seconds), as the operator's `Source`: state
