@@ -188,6 +188,9 @@ async def stop_loops(*, memo: Any, **_: Any) -> None:
 def build_registry() -> kopf.OperatorRegistry:
     """The operator's handlers, in a registry of their own (not kopf's default one)."""
     registry = kopf.OperatorRegistry()
+    # Credentials as the official client finds them (the pod's service account, else
+    # KUBECONFIG): kopf's default registry adds this itself, an explicit one does not.
+    kopf.on.login(id="login_via_client", registry=registry)(kopf.login_via_client)
     for resource, fn, index_id in (
         (("apps", "v1", "deployments"), index_deployments, "sg_deployments"),
         (("v1", "pods"), index_pods, "sg_pods"),

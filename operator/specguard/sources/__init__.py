@@ -18,7 +18,7 @@ The operator's interface, the same for every ``metricsSource`` (see sources.wind
 See docs/judge.md and docs/samples.md.
 """
 
-from specguard.sources._exposition import (
+from specguard._exposition import (
     Acceptance,
     Reading,
     Samples,

@@ -32,13 +32,13 @@ from prometheus_api_client import PrometheusConnect
 from prometheus_api_client.exceptions import PrometheusApiClientException
 from requests.exceptions import RequestException
 
-from specguard.judge import ARMS, BASIS_PROMETHEUS, EMPTY, Arm, Histogram, JudgeSettings, Verdict
-from specguard.sources._exposition import (
+from specguard._exposition import (
     ACCEPTED_METRIC,
     DRAFTS_METRIC,
     RUNNING_METRIC,
     TPOT_METRIC,
 )
+from specguard.judge import ARMS, BASIS_PROMETHEUS, EMPTY, Arm, Histogram, JudgeSettings, Verdict
 from specguard.sources._window import ArmHistograms, Targets, WindowSamples
 
 

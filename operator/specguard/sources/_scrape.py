@@ -24,8 +24,7 @@ from dataclasses import dataclass, field
 import httpx
 import numpy as np
 
-from specguard.judge import ARMS, BASIS_SCRAPE, Arm, Histogram, JudgeSettings, Verdict
-from specguard.sources._exposition import (
+from specguard._exposition import (
     Reading,
     acceptance_length,
     bucket_delta,
@@ -33,6 +32,7 @@ from specguard.sources._exposition import (
     histogram_of,
     parse_reading,
 )
+from specguard.judge import ARMS, BASIS_SCRAPE, Arm, Histogram, JudgeSettings, Verdict
 from specguard.sources._window import ArmHistograms, Targets, WindowSamples
 
 log = logging.getLogger("specguard.sources._scrape")

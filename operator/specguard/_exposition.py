@@ -1,5 +1,7 @@
 """What specguard reads from a vLLM /metrics page, and how two readings subtract: the one
-parser of vLLM's Prometheus text exposition (sources, evaluate and the tests all use it).
+parser of vLLM's Prometheus text exposition (sources, evaluate and the tests all use it;
+``specguard.sources`` re-exports it). Pure: a top-level module rather than a part of the
+I/O package ``sources``, so that pure code (``evaluate/_cells.py``) can use it.
 
 Only ``vllm:request_time_per_output_token_seconds`` (one observation per request, per token)
 is used for latency; ``vllm:inter_token_latency_seconds`` is per engine step and is never
