@@ -31,7 +31,7 @@ from specguard.judge import ArmErrors, Decision, DraftCounters, Evidence, Policy
 from specguard.judge._sample import Role, Sample
 from specguard.judge._verdict import JudgeSettings, Verdict, judge
 
-from .conftest import resource
+from .conftest import merge_patch, resource
 
 SPEC: Arm = "speculative"
 BASE: Arm = "baseline"
@@ -385,20 +385,7 @@ def test_an_inconclusive_verdict_leaves_no_stale_ratio() -> None:
     patch = status_patch(old, new)
     assert patch["lastVerdict"]["ratio"] is None and patch["lastVerdict"]["ciLower"] is None
     assert "mode" not in patch
-    assert _merge(old, patch) == new
-
-
-def _merge(target: object, patch: object) -> object:
-    """RFC 7386 applied, as the API server applies a merge patch."""
-    if not isinstance(patch, dict):
-        return patch
-    out = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            out.pop(key, None)
-        else:
-            out[key] = _merge(out.get(key), value)
-    return out
+    assert merge_patch(old, patch) == new
 
 
 _VALUES = st.recursive(
@@ -415,5 +402,5 @@ def test_status_patch_turns_any_status_into_any_other(
     old: dict[str, object], new: dict[str, object]
 ) -> None:
     patch = status_patch(old, new)
-    assert _merge(old, patch) == new
+    assert merge_patch(old, patch) == new
     assert (patch == {}) == (old == new)

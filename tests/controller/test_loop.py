@@ -17,7 +17,7 @@ from specguard.controller._metrics import OperatorMetrics
 from specguard.judge import DraftCounters, Sample
 from specguard.sources import Reading, Targets, WindowSamples
 
-from .conftest import resource
+from .conftest import merge_patch, resource
 
 T0 = 1_800_000_000.0
 CREATED = "2027-01-15T08:00:00Z"  # before T0
@@ -53,7 +53,7 @@ class FakeKube:
 
     async def patch_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
         self.requests.append(("status",))
-        self.status = _merge(self.status, status)
+        self.status = merge_patch(self.status, status)
         self.rv += 1
 
     async def event(
@@ -64,18 +64,6 @@ class FakeKube:
     def writes(self) -> list[tuple[str, ...]]:
         out, self.requests = self.requests, []
         return out
-
-
-def _merge(target: Any, patch: Any) -> Any:
-    if not isinstance(patch, Mapping):
-        return patch
-    out = dict(target) if isinstance(target, Mapping) else {}
-    for key, value in patch.items():
-        if value is None:
-            out.pop(key, None)
-        else:
-            out[key] = _merge(out.get(key), value)
-    return out
 
 
 class FakeSource:
@@ -334,3 +322,15 @@ async def test_a_new_spec_closes_the_old_source_and_starts_a_new_window() -> Non
     assert loop.sources[1].collected == [(T0 + 6, T0 + 16)]
     await loop.loop.aclose()
     assert loop.sources[1].closed
+
+
+async def test_a_source_that_is_down_is_named_in_judge_degraded() -> None:
+    down = WindowSamples("prometheus", T0, T0 + 10, "down", "query failed: connection refused")
+    loop = Loop(down)
+    for second in (0, 10):
+        await loop.tick(T0 + second)
+    degraded = next(c for c in loop.kube.status["conditions"] if c["type"] == "JudgeDegraded")
+    assert (degraded["status"], degraded["reason"], degraded["message"]) == (
+        "True", "SourceUnavailable", "prometheus unavailable: query failed: connection refused",
+    )  # fmt: skip
+    assert loop.kube.status["lastVerdict"]["outcome"] == "inconclusive"

@@ -279,7 +279,7 @@ class ResourceLoop:
         resource.window_start, resource.drafts_at_start = now, drafts_at_end
         return Window(
             verdict=window.verdict(resource.settings),
-            source_down=(window.problem or f"{window.source} unavailable")
+            source_down=f"{window.source} unavailable: {window.problem}"
             if window.state == "down" else None,
             drafts=None if before is None else draft_counters(before, drafts_at_end),
         )  # fmt: skip
