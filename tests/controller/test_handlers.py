@@ -40,7 +40,9 @@ async def test_a_resource_event_starts_its_loop_and_deletion_stops_it() -> None:
     kube = FakeKube()
     memo = handlers.operator_memo(kube, OperatorMetrics(), tick_s=0.01)  # type: ignore[arg-type]
     body: dict[str, Any] = resource()
-    event = dict(type="ADDED", body=body, uid="u-1", namespace="llm", name="qwen", memo=memo)
+    event: dict[str, Any] = dict(
+        type="ADDED", body=body, uid="u-1", namespace="llm", name="qwen", memo=memo
+    )
     await handlers.on_resource_event(**event)
     running = memo.controller.loops["u-1"]
     for _ in range(200):
