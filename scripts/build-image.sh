@@ -130,10 +130,19 @@ for variant in healthy faulty; do
   fi
   standins+=("$path")
 done
-# Archives of older keys go after an hour (another checkout may still be using them).
+# Archives of older keys go after an hour (another checkout may still be using them: it
+# re-imports its archive, or rebuilds); images of older keys leave the store at once.
 keep=("$archive" "${standins[@]}")
 for old in "$OUT"/*.oci.tar; do
   [[ " ${keep[*]} " == *" $old "* ]] || find "$old" -mmin +60 -delete
 done
+for old in $(buildah images --noheading --format '{{.Name}}:{{.Tag}}' \
+               | grep -E '^specguard\.local/(specguard|vllm-sim-build):' || true); do
+  case "$old" in
+    "$KEYED"|specguard.local/vllm-sim-build:*-"$standin_key") ;;
+    *) buildah rmi "$old" >/dev/null 2>&1 || true ;;
+  esac
+done
+buildah rmi --prune >/dev/null 2>&1 || true
 say "ready in $(( $(date +%s) - began )) s"
 printf "%s\n" "$archive" "${standins[@]}"
