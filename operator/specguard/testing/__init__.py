@@ -4,9 +4,12 @@ LocalCluster (etcd, kube-apiserver, kube-controller-manager, kube-scheduler as l
 processes), fake GPU nodes, a process kubelet that runs pods as local processes (the vLLM
 image as the simulator), and a real Prometheus scraping them. See docs/local-cluster.md.
 Also what `specguard demo` runs on it: where the binaries come from and the build script,
-free ports, process-group inspection, and the streaming client of the tests.
+free ports, process-group inspection, and the streaming client of the tests. Real vLLM (the CPU
+build) and its tiny models for the real-vLLM tier: ``find_real_vllm``, ``serve_argv``,
+``start_vllm``.
 """
 
+from specguard.sim import SimProcess
 from specguard.testing._binaries import (
     MissingBinariesError,
     build_script,
@@ -21,6 +24,13 @@ from specguard.testing._nodes import NodeSpec
 from specguard.testing._ports import free_port
 from specguard.testing._procs import group_members, proc_stat
 from specguard.testing._prometheus import PrometheusServer
+from specguard.testing._realvllm import (
+    RealVllm,
+    RealVllmMissingError,
+    find_real_vllm,
+    serve_argv,
+    start_vllm,
+)
 
 __all__ = [
     "HOST_IMAGE",
@@ -32,12 +42,18 @@ __all__ = [
     "NodeSpec",
     "ProcessKubelet",
     "PrometheusServer",
+    "RealVllm",
+    "RealVllmMissingError",
+    "SimProcess",
     "StreamRecord",
     "build_script",
     "cache_bin_dir",
     "find_binaries",
+    "find_real_vllm",
     "free_port",
     "group_members",
     "proc_stat",
+    "serve_argv",
+    "start_vllm",
     "stream_once",
 ]

