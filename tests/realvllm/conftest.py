@@ -90,6 +90,10 @@ class Servers:
             "draft": render_argv(real, resource(real, draft_drafter(real)), ARM_SPECULATIVE),
         }
 
+    def render_argv(self, arm: str, drafter: dict[str, Any] | None = None, **runtime: Any
+                    ) -> list[str]:  # fmt: skip
+        return render_argv(self.real, resource(self.real, drafter or NGRAM, **runtime), arm)
+
     def start(self, argv: list[str], name: str = "") -> SimProcess:
         t0 = time.monotonic()
         server = start_vllm(argv, port=free_port())
