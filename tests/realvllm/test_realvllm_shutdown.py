@@ -7,7 +7,8 @@ What vLLM 0.32.0 does (the simulator does the same, tests/sim/test_sim_fidelity.
   ``/health`` still answers 200 until the HTTP server stops; the process exits when the
   engine has drained (or at N seconds).
 - no flag (``shutdownTimeout: 0s``): every stream in flight ends at once with an error event
-  (``EngineCore encountered an issue``, code 500) and ``data: [DONE]``, status 200.
+  (``EngineCore encountered an issue``, code 500), or finish_reason "abort" when the engine
+  aborts it first, and ``data: [DONE]``, status 200.
 
 This file runs last in the tier (it consumes servers other tests started).
 """
@@ -183,9 +184,15 @@ def test_sigterm_without_drain_ends_streams_with_an_error_event(servers: Any) ->
             await after_sigterm(server, task)
         assert seen.status == 200 and seen.done
         assert 0 < seen.tokens < 900
-        assert len(seen.errors) == 1, seen
-        assert seen.errors[0]["code"] == 500 and seen.errors[0]["type"] == "InternalServerError"
-        assert "EngineCore encountered an issue" in seen.errors[0]["message"]
+        # cut: either the engine aborted the request (finish_reason "abort") or it was gone
+        # first (vLLM's error event); both seen here, the error event about 2 in 3
+        if seen.errors:
+            assert len(seen.errors) == 1, seen
+            assert seen.errors[0]["code"] == 500
+            assert seen.errors[0]["type"] == "InternalServerError"
+            assert "EngineCore encountered an issue" in seen.errors[0]["message"]
+        else:
+            assert seen.finish == ["abort"], seen
         assert await asyncio.to_thread(server.proc.wait, 60) == 0
 
     twice(lambda n: servers.start(argv, f"off, shutdownTimeout 0s ({n})"), run)
