@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specguard.sim import SimProcess, SimStartError
+from specguard.testing._images import Launch
 
 VLLM_VERSION = "0.32.0"
 SERVED_NAME = "tiny"
@@ -152,6 +153,18 @@ def serve_argv(real: RealVllm, args: Sequence[str], *, model: Path | None = None
         str(real.vllm), "serve", str(model or real.target), "--served-model-name", SERVED_NAME,
         *flags, *args,
     ]  # fmt: skip
+
+
+def pod_argv(real: RealVllm, launch: Launch) -> list[str]:
+    """What the process kubelet runs for a vLLM container in real-vLLM mode: its
+    ``vllm serve MODEL ARGS`` (command + args, or args alone) through ``serve_argv``,
+    listening on the pod's address (the last --host wins)."""
+    argv = [*launch.command, *launch.args]
+    if argv[:2] == ["vllm", "serve"]:
+        argv = argv[2:]
+    if not argv:
+        raise ValueError(f"{launch.image}: a vLLM container without a model argument")
+    return [*serve_argv(real, argv[1:], model=Path(argv[0])), "--host", launch.pod_ip]
 
 
 def _healthy(url: str) -> bool:
