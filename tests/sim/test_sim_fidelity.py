@@ -24,45 +24,10 @@ import aiohttp
 import pytest
 
 from specguard.sim import start_sim
-from specguard.testing._recording import record
+from specguard.testing._recording import compare, record
 
 RECORDING = Path(__file__).with_name("vllm-0.32.0-cpu-recording.json")
 NGRAM = '{"method":"ngram","num_speculative_tokens":4,"prompt_lookup_min":2,"prompt_lookup_max":3}'
-# Families specguard reads (sources, the guardrails, evaluate): the simulator must export them
-# as vLLM does.
-READ = (
-    "vllm:request_time_per_output_token_seconds",
-    "vllm:num_requests_running",
-    "vllm:num_requests_waiting",
-    "vllm:spec_decode_num_drafts",
-    "vllm:spec_decode_num_draft_tokens",
-    "vllm:spec_decode_num_accepted_tokens",
-    "vllm:spec_decode_num_accepted_tokens_per_pos",
-    "vllm:generation_tokens",
-    "vllm:time_to_first_token_seconds",
-    "vllm:inter_token_latency_seconds",
-)
-
-
-def compare(sim: dict[str, Any], real: dict[str, Any]) -> list[str]:
-    """Every disagreement between two recordings, one line each (empty: they agree)."""
-    problems: list[str] = []
-    for key in sorted(set(real) - {"metrics"}):
-        if sim.get(key) != real[key]:
-            problems.append(f"{key}: simulator {json.dumps(sim.get(key))[:400]} "
-                            f"!= vLLM {json.dumps(real[key])[:400]}")  # fmt: skip
-    for name, family in sim["metrics"].items():
-        if name not in real["metrics"]:
-            problems.append(f"metric {name}: vLLM has no such family")
-        elif family != real["metrics"][name]:
-            problems.append(f"metric {name}: simulator {family} != vLLM {real['metrics'][name]}")
-    for name in READ:
-        for family in (name, f"{name}_created"):
-            if family in real["metrics"] and family not in sim["metrics"]:
-                problems.append(f"metric {family}: vLLM exports it, the simulator does not")
-    return problems
-
-
 @pytest.fixture(scope="module")
 def sim_recording() -> dict[str, Any]:
     with start_sim(["tiny", "--speculative-config", NGRAM, "--time-scale", "0.05",
