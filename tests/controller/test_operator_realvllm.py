@@ -36,7 +36,7 @@ from .kit import create_sd, events, install_crd, operator, router_urls, sd_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.realvllm]
 
-WINDOW_S = 15.0
+WINDOW_S = 20.0
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +65,7 @@ def body(real: RealVllm, ns: str) -> dict[str, Any]:
                         "extraConfig": {"prompt_lookup_min": 2, "prompt_lookup_max": 3}},
             "shadow": {"replicas": 1},
             "runtime": {"tensorParallelSize": 1, "shutdownTimeout": "10s"},
-            "evaluation": {"window": f"{WINDOW_S:.0f}s", "minRequestsPerArm": 20,
+            "evaluation": {"window": f"{WINDOW_S:.0f}s", "minRequestsPerArm": 10,
                            "minOutputTokens": 16, "consecutiveWindows": 2},
             "rollback": {"cooldown": "20s", "startupDeadline": "6m"},
         },
