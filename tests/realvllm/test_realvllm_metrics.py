@@ -22,8 +22,14 @@ from typing import Any
 import httpx
 import pytest
 
-from specguard.controller._speculation import draft_counters, speculation_guardrail
-from specguard.sources import Reading, acceptance_between, parse_reading, parse_samples
+from specguard.judge import GUARDRAILS, ArmErrors, Evidence, PolicySettings
+from specguard.sources import (
+    Reading,
+    acceptance_between,
+    draft_counters,
+    parse_reading,
+    parse_samples,
+)
 from specguard.testing._realvllm import SERVED_NAME
 
 
@@ -50,9 +56,16 @@ def complete(url: str, n: int, temperature: float, max_tokens: int = 48) -> int:
 
 def guardrail(before: Mapping[str, Reading], after: Mapping[str, Reading], requests: int
               ) -> tuple[str, str] | None:  # fmt: skip
-    """The operator's speculation guardrail on the drafter arm's readings at both ends of a
-    window in which it served ``requests``."""
-    return speculation_guardrail(draft_counters(before, after), requests, min_requests=requests)
+    """The operator's guardrails (judge.GUARDRAILS) on the drafter arm's readings at both ends
+    of a window in which it served ``requests``: (cause, message) of the first that trips."""
+    evidence = Evidence(speculation=draft_counters(before, after),
+                        errors=ArmErrors(spec_requests=requests))  # fmt: skip
+    settings = PolicySettings(speculation_min_requests=requests)
+    for check in GUARDRAILS:
+        trip = check(evidence, settings, 0.0)
+        if trip is not None:
+            return trip.cause, trip.message
+    return None
 
 
 def test_sources_read_real_spec_decode_counters_and_tpot(servers: Any) -> None:
