@@ -29,9 +29,7 @@ from pathlib import Path
 
 import aiohttp
 
-from specguard.api import parse_resource
 from specguard.api.constants import ARM_BASELINE, ARM_SPECULATIVE
-from specguard.render import vllm_args
 from specguard.testing import (
     SimProcess,
     find_real_vllm,
@@ -40,22 +38,9 @@ from specguard.testing import (
     start_vllm,
     stream_once,
 )
-from specguard.testing._realvllm import SERVED_NAME, RealVllm, serve_argv
+from specguard.testing._realvllm import SERVED_NAME, RealVllm, rendered_argv, tiny_resource
 
 TRAFFIC = {"repetitive": 0.0, "noise": 1.0}
-
-
-def resource(real: RealVllm, drafter: dict[str, object]) -> dict[str, object]:
-    return {
-        "apiVersion": "specguard.io/v1alpha1",
-        "kind": "SpeculativeDeployment",
-        "metadata": {"name": "tiny"},
-        "spec": {
-            "model": {"name": str(real.target), "servedModelName": SERVED_NAME},
-            "drafter": drafter,
-            "shadow": {"replicas": 1},
-        },
-    }
 
 
 NGRAM = {"method": "ngram", "numSpeculativeTokens": 4,
@@ -67,11 +52,7 @@ def draft_model(real: RealVllm) -> dict[str, object]:
 
 
 def arm_argv(real: RealVllm, drafter: dict[str, object], arm: str) -> list[str]:
-    """`specguard render`'s args for the arm as they are (start_vllm's --port comes last and
-    wins), after the CPU flags."""
-    sd = parse_resource(resource(real, drafter))
-    args = vllm_args(sd.spec, arm)
-    return serve_argv(real, args[1:], model=Path(args[0]))
+    return rendered_argv(real, tiny_resource(real, drafter), arm)
 
 
 def pss_mib(pid: int) -> float:

@@ -25,19 +25,16 @@ from typing import Any
 
 import pytest
 
-from specguard.api import parse_resource
 from specguard.api.constants import ARM_BASELINE, ARM_SPECULATIVE
-from specguard.render import vllm_args
 from specguard.sim import SimProcess
 from specguard.testing import (
     RealVllm,
     RealVllmMissingError,
     find_real_vllm,
     free_port,
-    serve_argv,
     start_vllm,
 )
-from specguard.testing._realvllm import SERVED_NAME
+from specguard.testing._realvllm import rendered_argv, tiny_resource
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -59,40 +56,21 @@ def draft_drafter(real: RealVllm) -> dict[str, Any]:
             "numSpeculativeTokens": 3}  # fmt: skip
 
 
-def resource(real: RealVllm, drafter: dict[str, Any], **runtime: Any) -> dict[str, Any]:
-    """A SpeculativeDeployment for the tiny target; ``runtime`` fields as in the resource."""
-    spec: dict[str, Any] = {
-        "model": {"name": str(real.target), "servedModelName": SERVED_NAME},
-        "drafter": drafter,
-        "shadow": {"replicas": 1},
-    }
-    if runtime:
-        spec["runtime"] = runtime
-    return {"apiVersion": "specguard.io/v1alpha1", "kind": "SpeculativeDeployment",
-            "metadata": {"name": "tiny"}, "spec": spec}  # fmt: skip
-
-
-def render_argv(real: RealVllm, resource_: dict[str, Any], arm: str) -> list[str]:
-    """``vllm serve`` + exactly the args ``specguard render`` gives ``arm`` (its --port is
-    overridden by start_vllm's, which comes last), after the tiny models' CPU flags."""
-    args = vllm_args(parse_resource(resource_).spec, arm)
-    return serve_argv(real, args[1:], model=Path(args[0]))
-
-
 class Servers:
     def __init__(self, real: RealVllm) -> None:
         self.real = real
         self.running: dict[str, SimProcess] = {}
         self.startup_s: dict[str, float] = {}
         self.argv = {
-            "off": render_argv(real, resource(real, NGRAM), ARM_BASELINE),
-            "ngram": render_argv(real, resource(real, NGRAM), ARM_SPECULATIVE),
-            "draft": render_argv(real, resource(real, draft_drafter(real)), ARM_SPECULATIVE),
+            "off": rendered_argv(real, tiny_resource(real, NGRAM), ARM_BASELINE),
+            "ngram": rendered_argv(real, tiny_resource(real, NGRAM), ARM_SPECULATIVE),
+            "draft": rendered_argv(real, tiny_resource(real, draft_drafter(real)), ARM_SPECULATIVE),
         }
 
     def render_argv(self, arm: str, drafter: dict[str, Any] | None = None, **runtime: Any
                     ) -> list[str]:  # fmt: skip
-        return render_argv(self.real, resource(self.real, drafter or NGRAM, **runtime), arm)
+        return rendered_argv(self.real, tiny_resource(self.real, drafter or NGRAM, **runtime),
+                             arm)  # fmt: skip
 
     def start(self, argv: list[str], name: str = "") -> SimProcess:
         t0 = time.monotonic()

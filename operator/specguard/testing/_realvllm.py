@@ -26,7 +26,10 @@ import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from specguard.api import parse_resource
+from specguard.render import vllm_args
 from specguard.sim import SimProcess, SimStartError
 from specguard.testing._images import Launch
 
@@ -161,6 +164,27 @@ def serve_argv(real: RealVllm, args: Sequence[str], *, model: Path | None = None
         str(real.vllm), "serve", str(model or real.target), "--served-model-name", SERVED_NAME,
         *flags, *args,
     ]  # fmt: skip
+
+
+def tiny_resource(real: RealVllm, drafter: Mapping[str, Any], **runtime: Any) -> dict[str, Any]:
+    """A SpeculativeDeployment of the tiny target with ``drafter`` (the resource's
+    ``spec.drafter``) and ``runtime`` fields as the resource spells them."""
+    spec: dict[str, Any] = {
+        "model": {"name": str(real.target), "servedModelName": SERVED_NAME},
+        "drafter": dict(drafter),
+        "shadow": {"replicas": 1},
+    }
+    if runtime:
+        spec["runtime"] = runtime
+    return {"apiVersion": "specguard.io/v1alpha1", "kind": "SpeculativeDeployment",
+            "metadata": {"name": "tiny"}, "spec": spec}  # fmt: skip
+
+
+def rendered_argv(real: RealVllm, resource: Mapping[str, Any], arm: str) -> list[str]:
+    """``vllm serve`` with exactly the args ``specguard render`` gives ``arm`` of
+    ``resource`` (its --port is overridden by start_vllm's, which comes last)."""
+    args = vllm_args(parse_resource(dict(resource)).spec, arm)
+    return serve_argv(real, args[1:], model=Path(args[0]))
 
 
 def pod_argv(real: RealVllm, launch: Launch) -> list[str]:
