@@ -6,9 +6,9 @@ What vLLM 0.32.0 does (the simulator does the same, tests/sim/test_sim_fidelity.
   a new request gets 500 ``cannot schedule new futures after shutdown`` (not 503), while
   ``/health`` still answers 200 until the HTTP server stops; the process exits when the
   engine has drained (or at N seconds).
-- no flag (``shutdownTimeout: 0s``): every stream in flight ends at once with an error event
-  (``EngineCore encountered an issue``, code 500), or finish_reason "abort" when the engine
-  aborts it first, and ``data: [DONE]``, status 200.
+- no flag (``shutdownTimeout: 0s``): every stream in flight is cut: an error event
+  (``EngineCore encountered an issue``, code 500) and ``data: [DONE]``, or finish_reason
+  "abort" and [DONE], or (the engine killed first) a stream left open with nothing more.
 
 This file runs last in the tier (it consumes servers other tests started).
 """
@@ -16,6 +16,7 @@ This file runs last in the tier (it consumes servers other tests started).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -170,30 +171,43 @@ def test_drain_finishes_streams_in_flight_during_a_swap(servers: Any) -> None:
     twice(start, run)
 
 
-def test_sigterm_without_drain_ends_streams_with_an_error_event(servers: Any) -> None:
-    """shutdownTimeout 0s: render passes no flag, and vLLM aborts what it is generating."""
+def test_sigterm_without_drain_cuts_streams(servers: Any) -> None:
+    """shutdownTimeout 0s: render passes no flag, and vLLM cuts what it is generating. Three
+    endings were seen with vLLM 0.32.0 here, all cut: the error event and [DONE]; a chunk with
+    finish_reason "abort" and [DONE]; or, when the engine is killed before its abort output
+    reaches the API server, a stream that stays open with nothing more (the HTTP server then
+    waits for the client to leave before the process exits)."""
     argv = servers.render_argv(ARM_BASELINE, shutdownTimeout="0s")
     assert "--shutdown-timeout" not in argv
+    server = servers.start(argv, "off, shutdownTimeout 0s")
 
-    async def run(server: SimProcess) -> None:
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as session:
+    async def run() -> Stream:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=180)) as session:
             seen = Stream()
             task = asyncio.create_task(read_stream(session, server.url, completion(900), seen))
             await asyncio.wait_for(seen.first_token.wait(), 60)
             os.kill(server.pid, signal.SIGTERM)
-            await after_sigterm(server, task)
-        assert seen.status == 200 and seen.done
-        assert 0 < seen.tokens < 900
-        # cut: either the engine aborted the request (finish_reason "abort") or it was gone
-        # first (vLLM's error event); both seen here, the error event about 2 in 3
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(task), 30)
+            if not task.done():  # stalled: the client leaves
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            return seen
+
+    try:
+        seen = asyncio.run(run())
+        assert seen.status == 200
+        assert 0 < seen.tokens < 900 and "length" not in seen.finish, seen
         if seen.errors:
-            assert len(seen.errors) == 1, seen
+            assert len(seen.errors) == 1 and seen.done, seen
             assert seen.errors[0]["code"] == 500
             assert seen.errors[0]["type"] == "InternalServerError"
             assert "EngineCore encountered an issue" in seen.errors[0]["message"]
-        else:
+        elif seen.done:
             assert seen.finish == ["abort"], seen
-        assert await asyncio.to_thread(server.proc.wait, 60) == 0
-
-    twice(lambda n: servers.start(argv, f"off, shutdownTimeout 0s ({n})"), run)
-
+        print(f"SIGTERM without drain: {seen.tokens} tokens, errors {seen.errors}, finish "
+              f"{seen.finish}, [DONE] {seen.done}")  # fmt: skip
+        assert server.proc.wait(60) == 0
+    finally:
+        server.stop(timeout=10)
