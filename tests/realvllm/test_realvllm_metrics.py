@@ -23,6 +23,7 @@ import httpx
 import pytest
 
 from specguard.judge import GUARDRAILS, ArmErrors, Evidence, PolicySettings
+from specguard.render._vllm import INTER_TOKEN_LATENCY_BUCKETS
 from specguard.sources import (
     Reading,
     acceptance_between,
@@ -140,3 +141,20 @@ def test_health_and_models(servers: Any, name: str) -> None:
     assert httpx.get(url + "/health", timeout=10).status_code == 200
     models = httpx.get(url + "/v1/models", timeout=10).json()
     assert [m["id"] for m in models["data"]] == [SERVED_NAME]
+
+
+def test_render_flags_start_real_servers(servers: Any) -> None:
+    """`specguard render`'s args for the ngram and the draft_model drafter start real vLLM 0.32:
+    the drafter runs with render's k, and the fine inter-token-latency buckets render asks for
+    (--custom-histogram-buckets) are the ones the server exports."""
+    for name, k in (("ngram", 4), ("draft", 3)):
+        argv = servers.argv[name]
+        assert "--speculative-config" in argv and "--custom-histogram-buckets" in argv
+        url = servers.get(name).url
+        assert reading(url).positions == k
+        samples = parse_samples(httpx.get(url + "/metrics", timeout=10).text)
+        bounds = sorted(
+            float(dict(labels)["le"]) for (n, labels), _ in samples.items()
+            if n == "vllm:inter_token_latency_seconds_bucket"
+        )  # fmt: skip
+        assert bounds[:-1] == list(INTER_TOKEN_LATENCY_BUCKETS)
