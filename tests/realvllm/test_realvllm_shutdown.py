@@ -21,11 +21,12 @@ import json
 import os
 import signal
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import aiohttp
+import pytest
 from aiohttp import web
 
 from specguard.api.constants import ARM_BASELINE
@@ -36,6 +37,14 @@ from specguard.testing._realvllm import SERVED_NAME
 
 SHUTDOWN_ERROR = "cannot schedule new futures after shutdown"
 T = TypeVar("T")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _last_of_the_tier(servers: Any) -> Iterator[None]:
+    """This file runs last in the tier: after it no server is left running for the tests of
+    other directories that follow in the same pytest run (each holds about 1.4 GB)."""
+    yield
+    servers.stop_all()
 
 
 def completion(max_tokens: int, stream: bool = True) -> dict[str, Any]:
