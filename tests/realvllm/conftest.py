@@ -4,7 +4,7 @@ Every test here is marked ``realvllm``. Without the install (scripts/install-vll
 by scripts/setup.sh --cluster) the tests fail with the command that installs it, as the
 cluster tier does without its binaries: never a skip.
 
-Servers start once per session, one at a time (starting is CPU-heavy: three processes import
+Servers start once per session, one at a time (starting is CPU-heavy: two processes import
 torch and vLLM), with the args ``specguard render`` gives each arm, the tiny models' CPU flags
 after them. ``servers.get(name)`` starts a server on first use; ``servers.take(name)`` hands
 it over for good (a test that SIGTERMs it), and the next ``get`` starts a new one.
