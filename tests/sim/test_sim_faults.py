@@ -234,10 +234,12 @@ async def _stream_then_sigterm(args: list[str]) -> tuple[bool, int, int, int | N
 
 async def test_shutdown_timeout_lets_running_streams_finish() -> None:
     """vLLM's --shutdown-timeout: after SIGTERM the running stream ends normally (all its
-    tokens and [DONE]), a new request is refused with 503, /health says 503, and the process
-    exits once nothing runs (not at the timeout). Without it the stream is cut."""
+    tokens and [DONE]), a new request is refused with 500 "cannot schedule new futures after
+    shutdown", /health still says 200 (both as vLLM 0.32.0 does, tests/realvllm), and the
+    process exits once nothing runs (not at the timeout). Without it the stream is cut."""
     done, tokens, new, health, exit_after = await _stream_then_sigterm(["--shutdown-timeout", "60"])
-    assert (done, tokens, new, health) == (True, 300, 503, 503)
+    assert (done, tokens, new, health) == (True, 300, 500, 200)
     assert exit_after < 10.0  # it did not wait out the 60 s
-    done, tokens, _, _, _ = await _stream_then_sigterm([])
-    assert not done and tokens < 300
+    # the stream ends early: vLLM's error event and [DONE] (tests/sim/test_sim_fidelity.py)
+    _, tokens, _, _, _ = await _stream_then_sigterm([])
+    assert tokens < 300

@@ -57,7 +57,7 @@ BAD: list[tuple[str, object, str | None]] = [
     (COMPLETIONS, {"prompt": "hi", "stream": "yes"}, "stream"),
     (COMPLETIONS, {"prompt": "hi", "model": 5}, "model"),
     (COMPLETIONS, {"prompt": "hi", "n": 2}, "n"),
-    (COMPLETIONS, {"prompt": "hi", "max_tokens": 10**9}, None),  # context length
+    (COMPLETIONS, {"prompt": "hi", "max_tokens": 10**9}, "max_tokens"),  # over max_model_len
     (COMPLETIONS, [1, 2], None),  # not an object
 ]  # fmt: skip
 
@@ -87,7 +87,7 @@ def test_unknown_model_is_404_with_param() -> None:
     with start_sim(["--served-model-name", "m", "--time-scale", "0.01"]) as s:
         status, answer = _post(s.url, COMPLETIONS, {"model": "x", "prompt": "hi"})
     assert status == 404
-    assert answer["error"] == {"message": "The model `x` does not exist.",
+    assert answer["error"] == {"message": "The model `x` does not exist. Valid aliases: m.",
                                "type": "NotFoundError", "param": "model", "code": 404}  # fmt: skip
 
 

@@ -286,11 +286,13 @@ class Router:
                 if measured:
                     self._record(_failed(started, time.perf_counter()), sample_of, 502)
                 return openai_error(502, f"serving pod {pod.name} failed", "upstream_error")
-            if upstream.status == 503:
-                # Refused before anything started (vLLM answers 503 once it shuts down:
-                # a pod being removed may get a request before the router sees it go).
+            if upstream.status == 503 or await _drain_refusal(upstream):
+                # Refused before anything started: a pod being removed may get a request
+                # before the router sees it go (vLLM 0.32 draining answers 500 "cannot
+                # schedule new futures after shutdown"; 503 from other servers and releases).
                 try:
-                    body = await _bounded_read(upstream)
+                    body = await _bounded_read(upstream) if upstream.status == 503 else (
+                        await upstream.read())  # fmt: skip
                 finally:
                     upstream.close()
                 result.value = "refused"
@@ -568,6 +570,22 @@ class _PodRefusedError(Exception):
     ) -> None:
         super().__init__(status)
         self.status, self.reason, self.headers, self.body = status, reason, headers, body
+
+
+# vLLM 0.32.0's answer to a request that reaches it while it drains (--shutdown-timeout):
+# 500, InternalServerError, this message (recorded on the real server, tests/realvllm).
+DRAIN_REFUSAL = b"cannot schedule new futures after shutdown"
+
+
+async def _drain_refusal(upstream: aiohttp.ClientResponse) -> bool:
+    """A 500 JSON error that is vLLM's drain refusal. The body read here stays cached on the
+    response (aiohttp), so a 500 that is not one is relayed whole afterwards."""
+    if upstream.status != 500 or _is_event_stream(upstream.headers):
+        return False
+    try:
+        return DRAIN_REFUSAL in await upstream.read()
+    except aiohttp.ClientError:
+        return False
 
 
 async def _bounded_read(upstream: aiohttp.ClientResponse, limit: int = 64 * 1024) -> bytes:

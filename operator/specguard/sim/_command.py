@@ -9,7 +9,6 @@ import os
 import signal
 import sys
 
-import prometheus_client
 from aiohttp import web
 
 from specguard.sim._options import OptionError, SimOptions, parse_options
@@ -31,9 +30,6 @@ async def _watch_parent(parent: int, stop: asyncio.Event) -> None:
 
 
 async def serve(options: SimOptions) -> None:
-    # vLLM turns off prometheus_client's `_created` samples; a process-wide switch, so it
-    # is flipped here in the simulator's own process, not where the metrics module loads
-    prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
     app = build_app(options)
     state = app[STATE_KEY]
     # handler_cancellation (off by default since aiohttp 3.9): a client that leaves a
@@ -84,11 +80,17 @@ async def serve(options: SimOptions) -> None:
     state.loaded.set()
     await stop.wait()
     if options.shutdown_timeout > 0:
-        # vLLM's --shutdown-timeout: new requests get 503, the running ones may finish.
+        # vLLM's --shutdown-timeout: the running requests may finish; a new one gets 500
+        # "cannot schedule new futures after shutdown" and /health stays 200 (vLLM 0.32).
         state.draining = True
         log.info("draining %d requests (up to %ds)", state.active, options.shutdown_timeout)
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(state.idle.wait(), options.shutdown_timeout)
+    elif state.active:
+        # vLLM 0.32 without it: each stream in flight gets an error event and [DONE]
+        state.aborting = True
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(state.idle.wait(), 2.0)
     for task in tasks:
         task.cancel()
     await runner.cleanup()

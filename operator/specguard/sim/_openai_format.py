@@ -14,6 +14,8 @@ import uuid
 from typing import Any
 
 DONE = b"data: [DONE]\n\n"
+# vLLM 0.32's system_fingerprint is "vllm-<version>-<8 hex>"; the simulator names itself.
+SYSTEM_FINGERPRINT = "vllm-0.32.0-specsim0"
 
 
 def _usage(prompt: int, completion: int) -> dict[str, int]:
@@ -21,12 +23,15 @@ def _usage(prompt: int, completion: int) -> dict[str, int]:
             "completion_tokens": completion}  # fmt: skip
 
 
-def usage_json(prompt: int, completion: int) -> bytes:
-    return b'{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d}' % (
+def usage_json(prompt: int, completion: int, details: bool = False) -> bytes:
+    """``details``: chat chunks' continuous usage carries ``completion_tokens_details``
+    (null); completion chunks' and the final usage chunk's do not (vLLM 0.32)."""
+    tail = b',"completion_tokens_details":null}' if details else b"}"
+    return b'{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d' % (
         prompt,
         prompt + completion,
         completion,
-    )
+    ) + tail
 
 
 def request_id(prefix: str) -> str:
@@ -34,7 +39,8 @@ def request_id(prefix: str) -> str:
 
 
 class ChunkEncoder:
-    """Encodes one streaming response's SSE events."""
+    """Encodes one streaming response's SSE events, field for field as vLLM 0.32.0 sends
+    them (tests/sim/test_sim_fidelity.py compares with a recording of the real server)."""
 
     def __init__(
         self, *, chat: bool, model: str, prompt_tokens: int, continuous_usage: bool
@@ -52,19 +58,26 @@ class ChunkEncoder:
             json.dumps(model).encode(),
         )
 
-    def _tail(self, completion_tokens: int) -> bytes:
+    def _tail(self, completion_tokens: int, extra: bytes = b"") -> bytes:
         if self.continuous_usage:
-            return b',"usage":' + usage_json(self.prompt_tokens, completion_tokens) + b"}\n\n"
-        return b"}\n\n"
+            usage = usage_json(self.prompt_tokens, completion_tokens, details=self.chat)
+            return b',"usage":' + usage + extra + b"}\n\n"
+        return extra + b"}\n\n"
 
-    @staticmethod
-    def _finish(reason: str | None) -> bytes:
-        return b"null" if reason is None else b'"' + reason.encode() + b'"'
+    def _finish(self, reason: str | None) -> bytes:
+        """finish_reason and what follows it: chat adds stop_reason on the last chunk only,
+        completions on every chunk, with the prompt's token ids; then token_ids (null)."""
+        value = b"null" if reason is None else b'"' + reason.encode() + b'"'
+        if self.chat:
+            stop = b',"stop_reason":null' if reason is not None else b""
+            return value + stop + b',"token_ids":null'
+        return value + b',"stop_reason":null,"prompt_token_ids":null,"token_ids":null'
 
     def role(self) -> bytes:
         return (
             self._head + b'[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,'
-            b'"finish_reason":null}]' + self._tail(0)
+            b'"finish_reason":null}]'
+            + self._tail(0, b',"prompt_token_ids":null,"prompt_text":null')
         )
 
     def text(self, text: str, completion_tokens: int, finish: str | None) -> bytes:
@@ -75,7 +88,7 @@ class ChunkEncoder:
             choice += b'"finish_reason":' + self._finish(finish) + b"}]"
         else:
             choice = b'[{"index":0,"text":"' + body + b'","logprobs":null,"finish_reason":'
-            choice += self._finish(finish) + b',"stop_reason":null}]'
+            choice += self._finish(finish) + b"}]"
         return self._head + choice + self._tail(completion_tokens)
 
     def tool(self, call: dict[str, Any], completion_tokens: int, finish: str | None) -> bytes:
@@ -89,7 +102,9 @@ class ChunkEncoder:
             self._head
             + b'[],"usage":'
             + usage_json(self.prompt_tokens, completion_tokens)
-            + b"}\n\n"
+            + b',"system_fingerprint":"'
+            + SYSTEM_FINGERPRINT.encode()
+            + b'"}\n\n'
         )
 
 
@@ -97,6 +112,11 @@ def error_body(message: str, err_type: str, code: int, param: str | None = None)
     """vLLM's ErrorResponse: ``{"error": ErrorInfo}``, the OpenAI envelope (vLLM dropped
     the flat ``{"object": "error", ...}`` shape); ``code`` is the HTTP status, an int."""
     return {"error": {"message": message, "type": err_type, "param": param, "code": code}}
+
+
+def _response_usage(prompt: int, completion: int) -> dict[str, Any]:
+    return {**_usage(prompt, completion), "prompt_tokens_details": None,
+            "completion_tokens_details": None}  # fmt: skip
 
 
 def chat_response(
@@ -108,6 +128,11 @@ def chat_response(
     content: str | None,
     tool_calls: list[dict[str, Any]],
 ) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": content, "refusal": None,
+                               "annotations": None, "audio": None, "function_call": None}
+    if tool_calls:  # vLLM 0.32 leaves the key out when there are none
+        message["tool_calls"] = tool_calls
+    message["reasoning"] = None
     return {
         "id": request_id("chatcmpl"),
         "object": "chat.completion",
@@ -116,14 +141,23 @@ def chat_response(
         "choices": [
             {
                 "index": 0,
-                "message": {"role": "assistant", "content": content, "tool_calls": tool_calls},
+                "message": message,
                 "logprobs": None,
                 "finish_reason": finish,
                 "stop_reason": None,
+                "token_ids": None,
+                "routed_experts": None,
             }
         ],
-        "usage": _usage(prompt_tokens, completion_tokens),
+        "service_tier": None,
+        "system_fingerprint": SYSTEM_FINGERPRINT,
+        "usage": _response_usage(prompt_tokens, completion_tokens),
         "prompt_logprobs": None,
+        "prompt_token_ids": None,
+        "prompt_text": None,
+        "kv_transfer_params": None,
+        "ec_transfer_params": None,
+        "metrics": None,
     }
 
 
@@ -137,7 +171,13 @@ def completion_response(
         "model": model,
         "choices": [
             {"index": 0, "text": text, "logprobs": None, "finish_reason": finish,
-             "stop_reason": None, "prompt_logprobs": None}
+             "stop_reason": None, "token_ids": None, "prompt_logprobs": None,
+             "prompt_token_ids": None, "routed_experts": None}
         ],
-        "usage": _usage(prompt_tokens, completion_tokens),
+        "service_tier": None,
+        "system_fingerprint": SYSTEM_FINGERPRINT,
+        "usage": _response_usage(prompt_tokens, completion_tokens),
+        "kv_transfer_params": None,
+        "ec_transfer_params": None,
+        "metrics": None,
     }  # fmt: skip

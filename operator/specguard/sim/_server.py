@@ -72,6 +72,7 @@ class SimState:
         self.requests = 0
         self.created = int(time.time())
         self.draining = False  # SIGTERM with --shutdown-timeout: finish, take nothing new
+        self.aborting = False  # SIGTERM without it: end the streams in flight with an error
         self.active = 0  # completion requests being answered
         self.idle = asyncio.Event()  # set while active == 0
         self.idle.set()
@@ -102,7 +103,8 @@ async def _hold_while_loading(request: web.Request, handler: Any) -> web.StreamR
 
 async def health(request: web.Request) -> web.Response:
     state = request.app[STATE_KEY]
-    return web.Response(status=503 if state.dead or state.draining else 200)
+    # draining: vLLM 0.32 keeps answering 200 until its HTTP server stops
+    return web.Response(status=503 if state.dead else 200)
 
 
 async def models(request: web.Request) -> web.Response:
@@ -133,6 +135,15 @@ async def metrics(request: web.Request) -> web.Response:
 
 async def version(request: web.Request) -> web.Response:
     return web.json_response({"version": "0.33.0"})
+
+
+SHUTDOWN_REFUSAL = "cannot schedule new futures after shutdown"
+ENGINE_ERROR = "EngineCore encountered an issue. See stack trace (above) for the root cause."
+# SIGTERM without --shutdown-timeout: vLLM 0.32 ends each stream in flight with this event
+# (json.dumps' spacing, as vLLM writes it) and [DONE], status 200 (tests/realvllm).
+ABORT_EVENT = b"data: " + json.dumps(
+    {"error": {"message": ENGINE_ERROR, "type": "InternalServerError", "param": None,
+               "code": 500}}).encode() + b"\n\n"  # fmt: skip
 
 
 class _Refused(Exception):  # noqa: N818 - a refusal, answered as vLLM's error JSON
@@ -185,7 +196,8 @@ def _check_model(state: SimState, body: dict[str, Any]) -> str:
     if not isinstance(model, str):
         raise _invalid("model", "a valid string")
     if model not in state.options.served_model_names:
-        raise _Refused(f"The model `{model}` does not exist.", "model",
+        aliases = ", ".join(state.options.served_model_names)
+        raise _Refused(f"The model `{model}` does not exist. Valid aliases: {aliases}.", "model",
                        err_type="NotFoundError", status=404)  # fmt: skip
     return model
 
@@ -277,6 +289,12 @@ def _check_stream(body: dict[str, Any], force_usage: bool) -> tuple[bool, bool, 
 def _check_room(state: SimState, prompt_tokens: int, max_tokens: int | None) -> int:
     """vLLM's context-length refusal; returns the effective max_tokens."""
     limit = state.options.max_model_len
+    if max_tokens is not None and max_tokens > limit:
+        raise _Refused(
+            f"max_tokens={max_tokens} cannot be greater than max_model_len={limit}. Please "
+            f"request fewer output tokens. (parameter=max_tokens, value={max_tokens})",
+            "max_tokens",
+        )
     room = limit - prompt_tokens
     if room < 1 or (max_tokens is not None and max_tokens > room):
         raise _Refused(
@@ -341,9 +359,7 @@ def _fault(state: SimState) -> web.Response | None:
     vLLM refuses a malformed request in the API server, before the engine, so a 400 is
     neither counted toward --fail-after nor turned into a 500 by a dead engine."""
     if state.dead:
-        return _error(
-            "EngineCore encountered an issue. See stack trace (above) for the root cause.",
-                      "InternalServerError", 500)  # fmt: skip
+        return _error(ENGINE_ERROR, "InternalServerError", 500)
     state.requests += 1
     if state.options.error_rate > 0 and state.rng.random() < state.options.error_rate:
         return _error("simulated engine error (--error-rate)", "InternalServerError", 500)
@@ -361,7 +377,8 @@ async def completions(request: web.Request) -> web.StreamResponse:
 async def _complete(request: web.Request, *, chat: bool) -> web.StreamResponse:
     state = request.app[STATE_KEY]
     if state.draining:
-        return _error("The server is shutting down", "ServiceUnavailableError", 503)
+        # vLLM 0.32 with --shutdown-timeout: the engine client's executor is shut down
+        return _error(SHUTDOWN_REFUSAL, "InternalServerError", 500)
     state.active += 1
     state.idle.clear()
     try:
@@ -445,6 +462,11 @@ async def _stream(
                     parts.append(enc.tool(call, sent, finish))
             if parts:
                 await response.write(b"".join(parts))
+            if state.aborting:
+                seq.cancelled = True
+                await response.write(ABORT_EVENT + DONE)
+                await response.write_eof()
+                return response
         tail = enc.usage(seq.generated) + DONE if req.include_usage else DONE
         await response.write(tail)
         await response.write_eof()

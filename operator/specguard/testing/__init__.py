@@ -6,9 +6,12 @@ image as the simulator), real nodes (kubelet, containerd, runc, CNI, kube-proxy)
 the images built from the Dockerfile as containers, and a real Prometheus scraping them.
 See docs/local-cluster.md.
 Also what `specguard demo` runs on it: where the binaries come from and the build script,
-free ports, process-group inspection, and the streaming client of the tests.
+free ports, process-group inspection, and the streaming client of the tests. Real vLLM (the CPU
+build) and its tiny models for the real-vLLM tier: ``find_real_vllm``, ``serve_argv``,
+``start_vllm``.
 """
 
+from specguard.sim import SimProcess
 from specguard.testing._binaries import (
     ImageArchives,
     MissingBinariesError,
@@ -27,6 +30,13 @@ from specguard.testing._ports import free_port
 from specguard.testing._procs import group_members, proc_stat
 from specguard.testing._prometheus import PrometheusServer
 from specguard.testing._realnode import RealNode, RealNodeConfig
+from specguard.testing._realvllm import (
+    RealVllm,
+    RealVllmMissingError,
+    find_real_vllm,
+    serve_argv,
+    start_vllm,
+)
 
 __all__ = [
     "HOST_IMAGE",
@@ -41,14 +51,20 @@ __all__ = [
     "PrometheusServer",
     "RealNode",
     "RealNodeConfig",
+    "RealVllm",
+    "RealVllmMissingError",
+    "SimProcess",
     "StreamRecord",
     "build_images",
     "build_script",
     "cache_bin_dir",
     "find_binaries",
     "find_node_binaries",
+    "find_real_vllm",
     "free_port",
     "group_members",
     "proc_stat",
+    "serve_argv",
+    "start_vllm",
     "stream_once",
 ]

@@ -32,7 +32,13 @@ import httpx
 
 from specguard.sim import signal_group
 from specguard.testing._access import ClusterAccess, raise_for_status
-from specguard.testing._images import ImageRunner, Launch, UnknownImageError, resolve_argv
+from specguard.testing._images import (
+    ImageRunner,
+    Launch,
+    UnknownImageError,
+    is_vllm_image,
+    resolve_argv,
+)
 from specguard.testing._loopback import LoopbackPool
 from specguard.testing._nodes import heartbeat_patch, now_rfc3339
 from specguard.testing._podenv import (
@@ -43,6 +49,7 @@ from specguard.testing._podenv import (
 )
 from specguard.testing._probes import Probe, parse_probe, probe_once
 from specguard.testing._procs import ProcessGroups
+from specguard.testing._realvllm import RealVllm, pod_argv
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +69,10 @@ class KubeletConfig:
     sim_args_by_label: dict[str, tuple[str, ...]] = field(default_factory=dict)
     # image or repository -> argv builder, consulted before the built-in mappings.
     images: dict[str, ImageRunner] = field(default_factory=dict)
+    # Real vLLM for vLLM images instead of the simulator (specguard.testing.find_real_vllm()):
+    # the container's `vllm serve MODEL ARGS` runs as it is with the CPU build's environment
+    # and flags; MODEL must be a local folder (the tiny models). sim_args do not apply.
+    real_vllm: RealVllm | None = None
     # '127.0.X' for pod addresses; None picks a /24 where nothing listens.
     pod_subnet: str | None = None
     # Restart back-off: a real kubelet uses 10 s doubling to 5 min; tests want seconds.
@@ -205,7 +216,11 @@ class ContainerRunner:
             key, _, value = selector.partition("=")
             if labels.get(key) == value:
                 sim_args.extend(extra)
-        argv = resolve_argv(launch, sim_args=sim_args, images=config.images, python=config.python)
+        if config.real_vllm is not None and is_vllm_image(launch.image):
+            argv = pod_argv(config.real_vllm, launch)
+        else:
+            argv = resolve_argv(launch, sim_args=sim_args, images=config.images,
+                                python=config.python)  # fmt: skip
         self._env = process_env
         return argv, process_env
 
