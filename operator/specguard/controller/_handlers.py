@@ -42,7 +42,7 @@ from specguard.controller._metrics import OperatorMetrics
 log = logging.getLogger("specguard.controller")
 
 MANAGED = {c.LABEL_APP_MANAGED_BY: c.MANAGED_BY}
-ADMISSION = 4
+ADMISSION = 8
 
 
 @dataclass

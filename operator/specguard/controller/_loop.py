@@ -157,7 +157,7 @@ class ResourceLoop:
         self._resource: _Resource | None = None
         self._invalid: object = _NONE  # the generation whose invalid spec was reported
         self.applier = Applier(kube, f"{namespace}/{name}", admission)
-        self.status = StatusWriter(kube, metrics, namespace, name)
+        self.status = StatusWriter(kube, metrics, namespace, name, admission)
 
     async def aclose(self) -> None:
         if self._resource is not None:
@@ -432,12 +432,20 @@ def _needs_first_round(obj: Mapping[str, Any]) -> bool:
 class StatusWriter:
     """Writes the status where it differs from the stored one, as one merge patch; until
     the watch brings that write back, the next tick decides from what was written (or a
-    decision would be taken twice, or undone)."""
+    decision would be taken twice, or undone). Through the same ``admission`` as the
+    applies: while many resources wait to apply their objects, a status write waits its
+    turn behind them (the API server has the same work, done in arrival order)."""
 
     def __init__(
-        self, kube: KubeWrites, metrics: OperatorMetrics, namespace: str, name: str
+        self,
+        kube: KubeWrites,
+        metrics: OperatorMetrics,
+        namespace: str,
+        name: str,
+        admission: asyncio.Semaphore | None = None,
     ) -> None:
         self.kube = kube
+        self.admission = admission
         self.metrics = metrics
         self.namespace = namespace
         self.name = name
@@ -458,7 +466,8 @@ class StatusWriter:
         if not patch:
             return
         try:
-            await self.kube.patch_status(self.namespace, self.name, patch)
+            async with self.admission or contextlib.nullcontext():
+                await self.kube.patch_status(self.namespace, self.name, patch)
         except KubeError as exc:
             log.warning("%s/%s: status patch failed: %s", self.namespace, self.name, exc)
             return
