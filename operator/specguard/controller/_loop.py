@@ -344,16 +344,17 @@ class Applier:
         self.admission = admission
         self.error: str | None = None  # the last refusal, until an apply goes through
         self.reported: str | None = None  # the refusal the last ApplyFailed Event named
-        self._generations: dict[str, int] = {}  # Deployment → generation our apply returned
-        self._done: set[tuple[str, str]] = set()  # RBAC objects and Services applied
-        self._settled = False  # everything applied once for this spec
+        # What was applied for the current spec: Deployment → the generation our apply
+        # returned; RBAC objects and Services.
+        self._generations: dict[str, int] = {}
+        self._done: set[tuple[str, str]] = set()
         self._failures = 0
         self._retry_at = 0.0
 
     def reset(self) -> None:
         """A new spec: everything is applied again."""
         self._done.clear()
-        self._settled = False
+        self._generations.clear()
         self._failures, self._retry_at = 0, 0.0
 
     async def apply(
@@ -381,7 +382,6 @@ class Applier:
                 ):
                     if group and not await self._apply_group(group, now):
                         return
-        self._settled = True
         self._failures, self.error = 0, None
 
     async def _apply_group(self, group: Sequence[Mapping[str, Any]], now: float) -> bool:
@@ -409,11 +409,9 @@ class Applier:
     def _drifted(self, desired: Mapping[str, Any], live: Mapping[str, Any]) -> bool:
         """Does the live Deployment differ from what the operator wants now?
 
-        Its generation says whose view is newer: below the one our last apply returned,
-        the watch cache has not caught up yet (nothing to do); above it, someone else
-        changed the Deployment's spec (drift)."""
-        if not self._settled:
-            return True
+        Not applied for this spec yet: yes. Else its generation says whose view is newer:
+        below the one our last apply returned, the watch cache has not caught up yet
+        (nothing to do); above it, someone else changed the Deployment's spec (drift)."""
         ours = self._generations.get(desired["metadata"]["name"])
         generation = lookup(live, "metadata", "generation")
         if ours is None or not isinstance(generation, int):
