@@ -4,6 +4,7 @@ cluster tier (test_operator_cluster.py) runs the same loop against a real API se
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -150,15 +151,15 @@ class Loop:
         await self.loop.tick(b, observed or cluster(self.kube), now)
 
 
-OWNED = [
+OWNED = [  # two rounds: the RoleBinding after its Role, the router after its ServiceAccount
     ("apply", "ServiceAccount", "qwen-router"),
     ("apply", "Role", "qwen-router"),
     ("apply", "Service", "qwen"),
     ("apply", "Service", "qwen-spec"),
     ("apply", "Service", "qwen-base"),
-    ("apply", "RoleBinding", "qwen-router"),
     ("apply", "Deployment", "qwen-spec"),
     ("apply", "Deployment", "qwen-base"),
+    ("apply", "RoleBinding", "qwen-router"),
     ("apply", "Deployment", "qwen-router"),
 ]
 
@@ -181,18 +182,22 @@ async def test_a_refused_apply_waits_doubling_and_is_reported_once() -> None:
     loop = Loop()
     loop.kube.refuse["RoleBinding"] = "RoleBinding qwen-router: 422 forbidden"
     applied: list[float] = []
+    retried: list[tuple[str, ...]] = []
     for tenth in range(0, 80):
         now = T0 + tenth / 10
         await loop.tick(now)
         requests = loop.kube.writes()
         if ("apply", "RoleBinding", "qwen-router") in requests:
             applied.append(round(now - T0, 1))
+            if tenth:
+                retried += [r for r in requests if r[0] == "apply"]
         if tenth == 0:
             assert ("event", "Warning", "ApplyFailed") in requests
-            assert not any(r[:2] == ("apply", "Deployment") for r in requests)  # the rest waits
+            assert [r for r in requests if r[0] == "apply"] == OWNED
         else:
             assert ("event", "Warning", "ApplyFailed") not in requests  # said once
     assert applied == [0.0, 1.0, 3.0, 7.0]  # 1 s, 2 s, 4 s: never a hot loop
+    assert retried == [("apply", "RoleBinding", "qwen-router")] * 3  # only what was refused
     ready = next(c for c in loop.kube.status["conditions"] if c["type"] == "Ready")
     assert (ready["status"], ready["reason"]) == ("False", "ApplyFailed")
     assert "422 forbidden" in ready["message"]
@@ -200,10 +205,7 @@ async def test_a_refused_apply_waits_doubling_and_is_reported_once() -> None:
     await loop.tick(T0 + 15)
     await loop.tick(T0 + 16)
     assert [r for r in loop.kube.writes() if r[0] == "apply"] == [
-        ("apply", "RoleBinding", "qwen-router"),
-        ("apply", "Deployment", "qwen-spec"),
-        ("apply", "Deployment", "qwen-base"),
-        ("apply", "Deployment", "qwen-router"),
+        ("apply", "RoleBinding", "qwen-router"),  # what went through before is kept
     ]
     ready = next(c for c in loop.kube.status["conditions"] if c["type"] == "Ready")
     assert ready["reason"] == "Serving"
@@ -334,3 +336,55 @@ async def test_a_source_that_is_down_is_named_in_judge_degraded() -> None:
         "True", "SourceUnavailable", "prometheus unavailable: query failed: connection refused",
     )  # fmt: skip
     assert loop.kube.status["lastVerdict"]["outcome"] == "inconclusive"
+
+
+async def test_an_idle_tick_renders_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    from specguard.controller import _loop
+
+    calls: list[object] = []
+    real = _loop.render_all  # type: ignore[attr-defined]
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(_loop, "render_all", counted)
+    loop = Loop()
+    for second in range(5):
+        await loop.tick(T0 + second)
+    assert len(calls) == 1  # rendered once; the same replicas again: the same objects
+
+
+class SlowKube(FakeKube):
+    """Every apply takes a while; the order in which applies finish is kept."""
+
+    def __init__(self, finished: list[str]) -> None:
+        super().__init__()
+        self.finished = finished
+
+    async def apply(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        await asyncio.sleep(0.01)
+        result = await super().apply(obj)
+        self.finished.append(obj["metadata"]["namespace"])
+        return result
+
+
+async def test_resources_arriving_together_are_applied_first_come_first_served() -> None:
+    finished: list[str] = []
+    admission = asyncio.Semaphore(1)
+    loops = []
+    for ns in ("a", "b", "c"):
+        kube = SlowKube(finished)
+        loop = ResourceLoop(kube, OperatorMetrics(), ns, "qwen", admission=admission,
+                            open_source=lambda sd: FakeSource(),
+                            read_counters=lambda urls: _no_readings())  # fmt: skip
+        b = body(kube)
+        b["metadata"]["namespace"] = ns
+        loops.append(loop.tick(b, cluster(kube), T0))
+    await asyncio.gather(*loops)
+    # each resource's nine objects before the next resource's first
+    assert finished == ["a"] * 9 + ["b"] * 9 + ["c"] * 9
+
+
+async def _no_readings() -> Mapping[str, Reading]:
+    return {}

@@ -42,6 +42,7 @@ from specguard.controller._metrics import OperatorMetrics
 log = logging.getLogger("specguard.controller")
 
 MANAGED = {c.LABEL_APP_MANAGED_BY: c.MANAGED_BY}
+ADMISSION = 8
 
 
 @dataclass
@@ -59,6 +60,8 @@ class Context:
     metrics: OperatorMetrics
     tick_s: float = TICK_S
     loops: dict[str, _Running] = field(default_factory=dict)
+    # Resources applying their objects at once (first come, first served; see Applier).
+    admission: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(ADMISSION))
 
 
 def _key(namespace: str | None, labels: Mapping[str, str]) -> tuple[str | None, str | None]:
@@ -154,7 +157,7 @@ async def _run(
     ctx: Context, holder: _Running, namespace: str, name: str, indexes: tuple[Any, Any, Any]
 ) -> None:
     deployments, pods, services = indexes
-    loop = ResourceLoop(ctx.kube, ctx.metrics, namespace, name)
+    loop = ResourceLoop(ctx.kube, ctx.metrics, namespace, name, admission=ctx.admission)
     key = (namespace, name)
     try:
         while True:

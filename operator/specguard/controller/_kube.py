@@ -21,6 +21,7 @@ from specguard.api import constants as c
 
 FIELD_MANAGER = "specguard"
 API_THREADS = 16  # worker threads (and pooled connections) for API requests
+REQUEST_TIMEOUT_S = 60.0  # one request's longest wait (never a worker stuck for good)
 
 Counter = Callable[[str], None]
 
@@ -87,6 +88,7 @@ class Kube:
                 auth_settings=["BearerToken"],
                 _return_http_data_only=True,
                 _preload_content=True,
+                _request_timeout=REQUEST_TIMEOUT_S,
             )
         except ApiException as exc:
             detail = exc.body if isinstance(exc.body, str) else exc.reason

@@ -20,6 +20,7 @@ change, a swap steps, or the status differs from the stored one.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -124,6 +125,15 @@ class _Resource:
     source: Source
     window_start: float | None = None
     drafts_at_start: Mapping[str, Reading] | None = None
+    _rendered: tuple[tuple[tuple[str, int], ...], list[dict[str, Any]]] | None = None
+
+    def objects(self, replicas: Mapping[c.Arm, int]) -> list[dict[str, Any]]:
+        """The owned objects with these replicas (rendered again only when they change: an
+        idle tick renders nothing)."""
+        key = tuple(sorted(replicas.items()))
+        if self._rendered is None or self._rendered[0] != key:
+            self._rendered = (key, render_all(self.sd, replicas=replicas))
+        return self._rendered[1]
 
 
 class ResourceLoop:
@@ -136,6 +146,7 @@ class ResourceLoop:
         *,
         open_source: OpenSource = source_for,
         read_counters: ReadCounters = read_drafters,
+        admission: asyncio.Semaphore | None = None,
     ) -> None:
         self.kube = kube
         self.metrics = metrics
@@ -145,8 +156,8 @@ class ResourceLoop:
         self._read_counters = read_counters
         self._resource: _Resource | None = None
         self._invalid: object = _NONE  # the generation whose invalid spec was reported
-        self.applier = Applier(kube, f"{namespace}/{name}")
-        self.status = StatusWriter(kube, metrics, namespace, name)
+        self.applier = Applier(kube, f"{namespace}/{name}", admission)
+        self.status = StatusWriter(kube, metrics, namespace, name, admission)
 
     async def aclose(self) -> None:
         if self._resource is not None:
@@ -184,8 +195,7 @@ class ResourceLoop:
         outcome = decide(obs)
         if obs.window is not None:
             self._record_window(obs.window, outcome, now)
-        objects = render_all(resource.sd, replicas=outcome.plan.replicas)
-        await self.applier.apply(objects, observed, now)
+        await self.applier.apply(resource.objects(outcome.plan.replicas), observed, now)
         await self.status.write(raw_status, outcome.status)
         events = list(outcome.events)
         if self.applier.error is not None and self.applier.error != self.applier.reported:
@@ -314,27 +324,37 @@ class Applier:
 
     Deployments are compared with the watch cache (a missing, scaled or edited Deployment
     is applied again); RBAC objects and Services are applied once per spec generation (and
-    a Service again when the watch no longer shows it). Groups go in order, each group's
-    objects at once: the ServiceAccount, Role and Services first (a pod's ServiceAccount
-    must exist), then the RoleBinding (its Role must exist, or the API server refuses it
-    as an escalation: the operator may not grant a role that is not there yet), then the
-    Deployments. What was applied is kept; after a refusal the rest waits."""
+    a Service again when the watch no longer shows it). Two rounds, each round's objects at
+    once: first everything that needs nothing else, then what needs an object of the first
+    round — a RoleBinding its Role (else the API server refuses it as an escalation: the
+    operator may not grant a role that is not there yet) and a Deployment whose pods run as
+    a ServiceAccount (else the first pods are refused until it exists). What was applied is
+    kept; after a refusal the rest waits.
 
-    def __init__(self, kube: KubeWrites, who: str) -> None:
+    ``admission`` (shared by every resource's applier) lets a few resources apply at a
+    time, first come first served: when many resources arrive at once, the first ones
+    finish first instead of every one waiting for the last one's objects (the API server's
+    throughput is the same either way)."""
+
+    def __init__(
+        self, kube: KubeWrites, who: str, admission: asyncio.Semaphore | None = None
+    ) -> None:
         self.kube = kube
         self.who = who
+        self.admission = admission
         self.error: str | None = None  # the last refusal, until an apply goes through
         self.reported: str | None = None  # the refusal the last ApplyFailed Event named
-        self._generations: dict[str, int] = {}  # Deployment → generation our apply returned
-        self._done: set[tuple[str, str]] = set()  # RBAC objects and Services applied
-        self._settled = False  # everything applied once for this spec
+        # What was applied for the current spec: Deployment → the generation our apply
+        # returned; RBAC objects and Services.
+        self._generations: dict[str, int] = {}
+        self._done: set[tuple[str, str]] = set()
         self._failures = 0
         self._retry_at = 0.0
 
     def reset(self) -> None:
         """A new spec: everything is applied again."""
         self._done.clear()
-        self._settled = False
+        self._generations.clear()
         self._failures, self._retry_at = 0, 0.0
 
     async def apply(
@@ -354,14 +374,14 @@ class Applier:
             elif (kind, name) in self._done and (kind != "Service" or name in services):
                 continue
             todo.append(obj)
-        for group in (
-            [o for o in todo if o["kind"] not in ("RoleBinding", "Deployment")],
-            [o for o in todo if o["kind"] == "RoleBinding"],
-            [o for o in todo if o["kind"] == "Deployment"],
-        ):
-            if group and not await self._apply_group(group, now):
-                return
-        self._settled = True
+        if todo:
+            async with self.admission or contextlib.nullcontext():
+                for group in (
+                    [o for o in todo if not _needs_first_round(o)],
+                    [o for o in todo if _needs_first_round(o)],
+                ):
+                    if group and not await self._apply_group(group, now):
+                        return
         self._failures, self.error = 0, None
 
     async def _apply_group(self, group: Sequence[Mapping[str, Any]], now: float) -> bool:
@@ -389,11 +409,9 @@ class Applier:
     def _drifted(self, desired: Mapping[str, Any], live: Mapping[str, Any]) -> bool:
         """Does the live Deployment differ from what the operator wants now?
 
-        Its generation says whose view is newer: below the one our last apply returned,
-        the watch cache has not caught up yet (nothing to do); above it, someone else
-        changed the Deployment's spec (drift)."""
-        if not self._settled:
-            return True
+        Not applied for this spec yet: yes. Else its generation says whose view is newer:
+        below the one our last apply returned, the watch cache has not caught up yet
+        (nothing to do); above it, someone else changed the Deployment's spec (drift)."""
         ours = self._generations.get(desired["metadata"]["name"])
         generation = lookup(live, "metadata", "generation")
         if ours is None or not isinstance(generation, int):
@@ -403,15 +421,29 @@ class Applier:
         return generation > ours or lookup(live, "spec", "replicas") != desired["spec"]["replicas"]
 
 
+def _needs_first_round(obj: Mapping[str, Any]) -> bool:
+    """A RoleBinding (its Role first), a Deployment whose pods run as a ServiceAccount."""
+    account = lookup(obj, "spec", "template", "spec", "serviceAccountName")
+    return obj["kind"] == "RoleBinding" or (obj["kind"] == "Deployment" and bool(account))
+
+
 class StatusWriter:
     """Writes the status where it differs from the stored one, as one merge patch; until
     the watch brings that write back, the next tick decides from what was written (or a
-    decision would be taken twice, or undone)."""
+    decision would be taken twice, or undone). Through the same ``admission`` as the
+    applies: while many resources wait to apply their objects, a status write waits its
+    turn behind them (the API server has the same work, done in arrival order)."""
 
     def __init__(
-        self, kube: KubeWrites, metrics: OperatorMetrics, namespace: str, name: str
+        self,
+        kube: KubeWrites,
+        metrics: OperatorMetrics,
+        namespace: str,
+        name: str,
+        admission: asyncio.Semaphore | None = None,
     ) -> None:
         self.kube = kube
+        self.admission = admission
         self.metrics = metrics
         self.namespace = namespace
         self.name = name
@@ -432,7 +464,8 @@ class StatusWriter:
         if not patch:
             return
         try:
-            await self.kube.patch_status(self.namespace, self.name, patch)
+            async with self.admission or contextlib.nullcontext():
+                await self.kube.patch_status(self.namespace, self.name, patch)
         except KubeError as exc:
             log.warning("%s/%s: status patch failed: %s", self.namespace, self.name, exc)
             return

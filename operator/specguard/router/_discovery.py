@@ -91,6 +91,8 @@ class KubeDiscovery:
         self._poller: asyncio.Task[None] | None = None
         self._api: Any = None
         self.synced = asyncio.Event()
+        self.lists = 0  # full pod lists: one at start, again only after an expired watch
+        self.bookmarks = 0  # BOOKMARK events the watch resumed from
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -146,6 +148,7 @@ class KubeDiscovery:
         while not self._stop.is_set():
             try:
                 if version is None:
+                    self.lists += 1
                     listed = core.list_namespaced_pod(self.namespace, label_selector=selector)
                     pods = {
                         item.metadata.name: self._api.sanitize_for_serialization(item)
@@ -166,9 +169,13 @@ class KubeDiscovery:
                     if kind == "ERROR":
                         version = None  # usually 410 Gone: list again
                         break
-                    version = obj.metadata.resource_version
                     if kind == "BOOKMARK":
+                        # Only a resourceVersion to resume from; the client leaves the
+                        # object undecoded (a dict), unlike every other event's.
+                        self.bookmarks += 1
+                        version = lookup(obj, "metadata", "resourceVersion") or version
                         continue
+                    version = obj.metadata.resource_version
                     if kind == "DELETED":
                         pods.pop(obj.metadata.name, None)
                     else:
