@@ -232,7 +232,7 @@ def test_weighted_estimate_over_the_windows() -> None:
 
 def test_settings_are_checked() -> None:
     for bad in (
-        {"windows_per_false_alarm": 5.0},
+        {"windows_per_false_alarm": 1.0},
         {"windows_per_false_alarm": -1.0},
         {"windows_per_false_alarm": math.inf},
         {"tolerance": -0.1},

@@ -44,7 +44,6 @@ from specguard.judge._verdict import INEXACT_MEASUREMENTS, Verdict
 Direction = Literal["loss", "gain"]
 
 DEFAULT_WINDOWS_PER_FALSE_ALARM = 10_000.0
-MIN_WINDOWS_PER_FALSE_ALARM = 10.0
 # The design shift beyond the tolerance is ln(1 + tolerance), at least this (tolerance 0).
 MIN_SHIFT = 0.01
 # Spread between windows that no window's interval shows (log scale): 0.5%.
@@ -65,11 +64,8 @@ class EvidenceSettings:
 
     def __post_init__(self) -> None:
         budget = self.windows_per_false_alarm
-        if not (budget == 0 or (math.isfinite(budget) and budget >= MIN_WINDOWS_PER_FALSE_ALARM)):
-            raise ValueError(
-                f"windows_per_false_alarm: must be 0 (off) or at least "
-                f"{MIN_WINDOWS_PER_FALSE_ALARM:g}, got {budget!r}"
-            )
+        if not (budget == 0 or (math.isfinite(budget) and budget > 1)):
+            raise ValueError(f"windows_per_false_alarm: must be 0 (off) or above 1, got {budget!r}")
         if not (math.isfinite(self.tolerance) and 0 <= self.tolerance < 1):
             raise ValueError(f"tolerance: must be in [0, 1), got {self.tolerance!r}")
         for name in ("min_windows", "min_windows_gain"):
@@ -239,7 +235,6 @@ __all__ = [
     "DEFAULT_WINDOWS_PER_FALSE_ALARM",
     "GAIN_STRICTNESS",
     "MIN_SHIFT",
-    "MIN_WINDOWS_PER_FALSE_ALARM",
     "Direction",
     "Evidence",
     "EvidenceSettings",
