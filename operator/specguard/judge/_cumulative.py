@@ -1,4 +1,5 @@
-"""Evidence across windows: a one-sided CUSUM of the windows' log-likelihood ratios.
+"""Evidence across windows (the cumulative rule): a one-sided CUSUM of the windows'
+log-likelihood ratios.
 
 One window at ~200 mirrored pairs resolves a per-token change of about ±3.7% (99%), so a
 drafter 5–8% slower than the baseline is rarely *regressed* in any single window, and K such
@@ -13,7 +14,7 @@ up, window after window, as evidence for a change beyond the tolerance:
   ratio is ``Δ / v · (x − θ0 − Δ / 2)``: positive when ``x`` is nearer θ1, negative nearer
   θ0, and the more so the narrower the window's interval.
 - The running total ``S = max(0, S + LLR)`` (Page's CUSUM): a drafter within the tolerance
-  drives it down to 0 and keeps it there; one beyond it drives it up. Evidence acts when
+  drives it down to 0 and keeps it there; one beyond it drives it up. The evidence acts when
   ``S ≥ h = ln(windows_per_false_alarm)``: by Wald's and Lorden's bound, a drafter exactly at
   the tolerance reaches ``h`` on average no more often than once per ``windows_per_false_alarm``
   windows (one well inside it — an unchanged drafter — practically never, the drift being
@@ -27,7 +28,7 @@ up, window after window, as evidence for a change beyond the tolerance:
   change in the pods). Such a window adds nothing; ``min_windows`` of them in a row clear the
   evidence (what was shown before a long gap is about other traffic).
 
-Pure: the policy (``_policy.py``) keeps an :class:`Evidence` per direction in its state and
+Pure: the policy (``_policy.py``) keeps a :class:`Cumulative` per direction in its state and
 asks :func:`reached`. ``bench/decision_calibration.py`` measures the false-action rate and
 the windows a loss takes on realistic traffic (docs/judge.md, "Evidence across windows").
 """
@@ -53,7 +54,7 @@ GAIN_STRICTNESS = 10.0
 
 
 @dataclass(frozen=True, slots=True)
-class EvidenceSettings:
+class CumulativeSettings:
     """``windows_per_false_alarm`` 0 turns the cumulative rule off."""
 
     tolerance: float = 0.03
@@ -100,7 +101,7 @@ class EvidenceSettings:
 
 
 @dataclass(frozen=True, slots=True)
-class Evidence:
+class Cumulative:
     """The running evidence toward one change.
 
     ``total``: the CUSUM (log-likelihood ratio, ≥ 0); ``windows``: the windows it has added
@@ -133,7 +134,7 @@ class Evidence:
 
 
 @dataclass(frozen=True, slots=True)
-class WindowEvidence:
+class WindowWeight:
     """What one window shows: log ratio ``x``, its variance ``v`` (between-window spread
     included) and the capped log-likelihood ratio toward ``direction``."""
 
@@ -154,8 +155,8 @@ def standard_error(verdict: Verdict) -> float | None:
 
 
 def weigh(
-    verdict: Verdict | None, direction: Direction, settings: EvidenceSettings
-) -> WindowEvidence | None:
+    verdict: Verdict | None, direction: Direction, settings: CumulativeSettings
+) -> WindowWeight | None:
     """This window's evidence toward ``direction``, or None when it brings none (no verdict,
     inconclusive, no interval, or measured inexactly)."""
     if verdict is None or verdict.outcome == "inconclusive" or verdict.ratio is None:
@@ -174,27 +175,27 @@ def weigh(
     # Loss: H0 x ~ N(edge, v), H1 x ~ N(edge + shift, v). Gain: the mirror image.
     toward = x - edge - shift / 2 if direction == "loss" else -x - edge - shift / 2
     llr = min(shift / v * toward, settings.cap(direction))
-    return WindowEvidence(x, v, llr)
+    return WindowWeight(x, v, llr)
 
 
 def add(
-    evidence: Evidence,
-    window: WindowEvidence | None,
+    evidence: Cumulative,
+    window: WindowWeight | None,
     direction: Direction,
-    settings: EvidenceSettings,
-) -> Evidence:
+    settings: CumulativeSettings,
+) -> Cumulative:
     """``evidence`` after one more window (None: a window that brings none)."""
     if not settings.enabled:
-        return Evidence()
+        return Cumulative()
     if window is None:
         gap = evidence.gap + 1
         if gap >= settings.windows(direction):
-            return Evidence()
+            return Cumulative()
         return replace(evidence, gap=gap)
     total = evidence.total + window.llr
     if total <= 0:
-        return Evidence()
-    return Evidence(
+        return Cumulative()
+    return Cumulative(
         total=total,
         windows=evidence.windows + 1,
         gap=0,
@@ -203,7 +204,7 @@ def add(
     )
 
 
-def reached(evidence: Evidence, direction: Direction, settings: EvidenceSettings) -> bool:
+def reached(evidence: Cumulative, direction: Direction, settings: CumulativeSettings) -> bool:
     """Is the evidence enough to act on?"""
     return (
         settings.enabled
@@ -212,7 +213,7 @@ def reached(evidence: Evidence, direction: Direction, settings: EvidenceSettings
     )
 
 
-def describe(evidence: Evidence, direction: Direction, settings: EvidenceSettings) -> str:
+def describe(evidence: Cumulative, direction: Direction, settings: CumulativeSettings) -> str:
     """E.g. ``evidence of a loss 7.9 of 9.2 over 5 windows (together +6.3% ±2.1%)``."""
     kind = "a loss" if direction == "loss" else "a gain"
     head = (
@@ -235,10 +236,10 @@ __all__ = [
     "DEFAULT_WINDOWS_PER_FALSE_ALARM",
     "GAIN_STRICTNESS",
     "MIN_SHIFT",
+    "Cumulative",
+    "CumulativeSettings",
     "Direction",
-    "Evidence",
-    "EvidenceSettings",
-    "WindowEvidence",
+    "WindowWeight",
     "add",
     "describe",
     "reached",

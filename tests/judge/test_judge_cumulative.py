@@ -1,4 +1,4 @@
-"""The cumulative rule (judge._evidence): each window's log-likelihood ratio, the CUSUM, the
+"""The cumulative rule (judge._cumulative): each window's log-likelihood ratio, the CUSUM, the
 cap that makes it need K windows, gaps, the gain mirror, and the issue's case (a sustained
 +5–8% loss that no single window shows)."""
 
@@ -11,13 +11,13 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from specguard.judge._evidence import (
+from specguard.judge._cumulative import (
     DEFAULT_BETWEEN_WINDOWS,
     GAIN_STRICTNESS,
+    Cumulative,
+    CumulativeSettings,
     Direction,
-    Evidence,
-    EvidenceSettings,
-    WindowEvidence,
+    WindowWeight,
     add,
     describe,
     reached,
@@ -27,8 +27,8 @@ from specguard.judge._evidence import (
 from specguard.judge._verdict import Outcome, Verdict, classify
 
 Z99 = 2.5758293035489004
-S = EvidenceSettings()  # tolerance 0.03, 10 000 windows per false alarm, K 3 (4 to re-promote)
-UNCAPPED = EvidenceSettings(windows_per_false_alarm=1e300)  # no cap in the way
+S = CumulativeSettings()  # tolerance 0.03, 10 000 windows per false alarm, K 3 (4 to re-promote)
+UNCAPPED = CumulativeSettings(windows_per_false_alarm=1e300)  # no cap in the way
 
 
 def verdict(
@@ -61,12 +61,12 @@ def verdict(
 
 def feed(
     ratios: Sequence[float | None],
-    settings: EvidenceSettings = S,
+    settings: CumulativeSettings = S,
     half: float = 0.04,
     direction: Direction = "loss",
-) -> list[Evidence]:
+) -> list[Cumulative]:
     """The evidence after each window (None: a window that brings none)."""
-    evidence, out = Evidence(), []
+    evidence, out = Cumulative(), []
     for r in ratios:
         w = None if r is None else weigh(verdict(r, half), direction, settings)
         evidence = add(evidence, w, direction, settings)
@@ -76,7 +76,7 @@ def feed(
 
 def acted(
     ratios: Sequence[float | None],
-    settings: EvidenceSettings = S,
+    settings: CumulativeSettings = S,
     half: float = 0.04,
     direction: Direction = "loss",
 ) -> int | None:
@@ -112,7 +112,7 @@ def test_window_log_likelihood_ratio_is_exact_at_the_hypotheses() -> None:
 def test_a_window_adds_at_most_a_kth_of_the_threshold() -> None:
     w = weigh(verdict(2.0, 0.01), "loss", S)
     assert w is not None and w.llr == pytest.approx(math.log(10_000) / 3)
-    k5 = EvidenceSettings(min_windows=5)
+    k5 = CumulativeSettings(min_windows=5)
     assert weigh(verdict(2.0, 0.01), "loss", k5).llr == pytest.approx(math.log(10_000) / 5)  # type: ignore[union-attr]
     # A very good window is not capped below: it clears the evidence at once.
     assert weigh(verdict(0.5, 0.01), "loss", S).llr < -100  # type: ignore[union-attr]
@@ -143,14 +143,14 @@ def test_histogram_verdicts_without_a_measurement_kind_count() -> None:
 
 def test_never_on_fewer_than_k_windows_however_strong() -> None:
     assert acted([3.0, 3.0, 3.0]) == 3
-    assert acted([3.0, 3.0, 3.0], EvidenceSettings(min_windows=5)) is None
-    assert acted([3.0] * 5, EvidenceSettings(min_windows=5)) == 5
-    assert acted([3.0], EvidenceSettings(min_windows=1)) == 1
+    assert acted([3.0, 3.0, 3.0], CumulativeSettings(min_windows=5)) is None
+    assert acted([3.0] * 5, CumulativeSettings(min_windows=5)) == 5
+    assert acted([3.0], CumulativeSettings(min_windows=1)) == 1
     # One odd window cannot carry the decision: the others must show a loss too.
     assert acted([3.0, 1.0, 1.0, 1.0, 1.0]) is None
     assert acted([3.0, 1.03, 1.03, 3.0]) is None  # two odd windows around the tolerance
     assert acted([3.0, 1.06, 1.06, 3.0]) == 4  # windows that show a loss add up
-    assert feed([3.0, 1.0])[-1] == Evidence()
+    assert feed([3.0, 1.0])[-1] == Cumulative()
 
 
 def test_the_issue_case_a_sustained_loss_no_single_window_shows() -> None:
@@ -164,7 +164,7 @@ def test_the_issue_case_a_sustained_loss_no_single_window_shows() -> None:
     assert acted(list(ratios), half=0.03) == 4
     assert acted([1.065] * 20, half=0.05) == 7
     # Off: never.
-    assert acted(ratios, EvidenceSettings(windows_per_false_alarm=0), half=0.05) is None
+    assert acted(ratios, CumulativeSettings(windows_per_false_alarm=0), half=0.05) is None
 
 
 def test_losses_within_the_tolerance_never_act() -> None:
@@ -178,20 +178,20 @@ def test_an_inconclusive_window_holds_the_evidence_and_k_in_a_row_clear_it() -> 
     after_gap = feed([1.08, 1.08, None])[-1]
     assert after_gap == replace(before, gap=1)
     assert feed([1.08, 1.08, None, None])[-1].gap == 2
-    assert feed([1.08, 1.08, None, None, None])[-1] == Evidence()  # K = 3 gaps in a row
+    assert feed([1.08, 1.08, None, None, None])[-1] == Cumulative()  # K = 3 gaps in a row
     # A gap neither counts nor breaks: windows on both sides of it add up.
     assert acted([1.2, 1.2, None, 1.2]) == 4
     assert acted([1.2, 1.2, None, None, None, 1.2]) is None
     # K = 1: any gap clears.
-    assert add(Evidence(total=1.0, windows=1), None, "loss", EvidenceSettings(min_windows=1)) == (
-        Evidence()
-    )
+    assert add(
+        Cumulative(total=1.0, windows=1), None, "loss", CumulativeSettings(min_windows=1)
+    ) == (Cumulative())
 
 
 def test_cusum_restarts_at_zero_so_old_good_windows_do_not_hide_a_new_loss() -> None:
     good = [0.95] * 500
     assert acted(good + [1.2] * 3) == 503
-    assert feed(good)[-1] == Evidence()
+    assert feed(good)[-1] == Cumulative()
 
 
 def test_the_gain_direction_is_the_mirror_image_and_stricter() -> None:
@@ -225,7 +225,7 @@ def test_weighted_estimate_over_the_windows() -> None:
     assert text.startswith(
         f"evidence of a loss {e.total:.1f} of 9.2 over 3 windows (together +7.0%"
     )
-    assert Evidence().ratio() is None and describe(Evidence(), "gain", S) == (
+    assert Cumulative().ratio() is None and describe(Cumulative(), "gain", S) == (
         "evidence of a gain 0.0 of 11.5 over 0 windows"
     )
 
@@ -242,15 +242,15 @@ def test_settings_are_checked() -> None:
         {"between_windows": -0.01},
     ):
         with pytest.raises(ValueError, match=next(iter(bad))):
-            EvidenceSettings(**bad)
-    off = EvidenceSettings(windows_per_false_alarm=0)
+            CumulativeSettings(**bad)
+    off = CumulativeSettings(windows_per_false_alarm=0)
     assert not off.enabled and off.threshold("loss") == math.inf
-    assert add(Evidence(total=5.0, windows=3), WindowEvidence(0.1, 1e-4, 1.0), "loss", off) == (
-        Evidence()
+    assert add(Cumulative(total=5.0, windows=3), WindowWeight(0.1, 1e-4, 1.0), "loss", off) == (
+        Cumulative()
     )
-    assert not reached(Evidence(total=1e9, windows=99), "loss", off)
+    assert not reached(Cumulative(total=1e9, windows=99), "loss", off)
     # Tolerance 0: the design shift has a floor, so windows still weigh.
-    zero = EvidenceSettings(tolerance=0.0)
+    zero = CumulativeSettings(tolerance=0.0)
     assert zero.shift == pytest.approx(math.log(1.01))
     assert weigh(verdict(1.05), "loss", zero).llr > 0  # type: ignore[union-attr]
 
@@ -260,13 +260,13 @@ def test_a_drafter_at_the_tolerance_rarely_reaches_the_threshold() -> None:
     budget (Lorden: at most one per ``windows_per_false_alarm`` windows on average)."""
     rng = np.random.default_rng(5)
     budget = 100.0  # a small budget, so that alarms come often enough to count
-    settings = EvidenceSettings(windows_per_false_alarm=budget, between_windows=0.0)
+    settings = CumulativeSettings(windows_per_false_alarm=budget, between_windows=0.0)
     s = math.log(1.04) / Z99
-    alarms, evidence, windows = 0, Evidence(), 20_000
+    alarms, evidence, windows = 0, Cumulative(), 20_000
     for x in rng.normal(math.log(1.03), s, windows):
         evidence = add(evidence, weigh(verdict(math.exp(x), 0.04), "loss", settings), "loss",
                        settings)  # fmt: skip
         if reached(evidence, "loss", settings):
-            alarms, evidence = alarms + 1, Evidence()
+            alarms, evidence = alarms + 1, Cumulative()
     assert alarms / windows <= 1 / budget
     assert alarms > 0  # the test can see an alarm: the bound is not vacuous here
