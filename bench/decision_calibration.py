@@ -32,7 +32,10 @@ Rows:
   right) and the between-window spread of x that the intervals do not show;
 - ``A/A`` and ``at tolerance`` (every request 1.03× slower, what a drafter exactly at the
   tolerance or a persistently slower shadow pod of +3% does): actions per window and per day
-  of ``--windows-per-day`` windows, with the count;
+  of ``--windows-per-day`` windows, with the count and a 95% upper bound, for the cumulative
+  rule at ``--budget`` and at 1000 and 100 windows per false alarm (the budget is an upper
+  bound on the rate at the tolerance: a small one shows it is not empty), and the most
+  evidence it reached (against its threshold, ln(budget));
 - ``+5%`` … ``+20%``: ``--runs`` runs from the loss's first window (the day's peak hour,
   ``--n`` pairs per window), windows until the action: median, 90th percentile, and the
   share acted on within 4, 10 and ``--max-windows`` windows.
@@ -48,6 +51,8 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
+from itertools import islice
 from typing import Protocol
 
 import numpy as np
@@ -119,11 +124,13 @@ class CumulativeRule:
         )
         self.streak = 0
         self.evidence = Cumulative()
+        self.peak = 0.0  # the most evidence seen (before an action cleared it)
 
     def __call__(self, verdict: Verdict) -> bool:
         self.streak = self.streak + 1 if verdict.outcome == "regressed" else 0
         window = weigh(verdict, "loss", self.settings)
         self.evidence = add(self.evidence, window, "loss", self.settings)
+        self.peak = max(self.peak, self.evidence.total)
         if self.streak >= self.k or reached(self.evidence, "loss", self.settings):
             self.streak, self.evidence = 0, Cumulative()
             return True
@@ -153,22 +160,23 @@ def _rate(hits: int, total: int) -> str:
     return f"{p:.2e} ({hits}/{total}, ≤{upper:.1e})"
 
 
-def false_actions(
-    day: Day, effect: float, *, days: int, rules: Sequence[Callable[[], Rule]], seed: Sequence[int]
-) -> tuple[list[int], int, list[Verdict]]:
-    """Actions of each rule over ``days`` days (a fresh day each: its own pods)."""
-    hits = [0] * len(rules)
-    total = 0
-    kept: list[Verdict] = []
-    for d in range(days):
-        rng = np.random.default_rng([*seed, d])
-        steps = [make() for make in rules]
-        for _, v in zip(range(day.windows), day_verdicts(day, effect, rng), strict=False):
-            total += 1
-            kept.append(v)
-            for j, rule in enumerate(steps):
-                hits[j] += rule(v)
-    return hits, total, kept
+def judged_days(day: Day, effect: float, *, days: int, seed: Sequence[int]) -> list[list[Verdict]]:
+    """``days`` days of judged windows (a fresh day each: its own pods)."""
+    return [
+        list(islice(day_verdicts(day, effect, np.random.default_rng([*seed, d])), day.windows))
+        for d in range(days)
+    ]
+
+
+def replay(days: Sequence[Sequence[Verdict]], make: Callable[[], Rule]) -> tuple[int, float]:
+    """A rule over each day from a fresh start: its actions, and (the cumulative rule) the
+    most evidence it reached."""
+    hits, peak = 0, 0.0
+    for verdicts in days:
+        rule = make()
+        hits += sum(rule(v) for v in verdicts)
+        peak = max(peak, getattr(rule, "peak", 0.0))
+    return hits, peak
 
 
 def to_action(
@@ -267,7 +275,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         traffic = replace(traffic, pair_noise=args.pair_noise)
     day = Day(traffic, args.n, args.pairing == "paired", args.windows_per_day)
     k, budget = args.consecutive, args.budget
-    rules: list[Callable[[], Rule]] = [lambda: CumulativeRule(k, budget), lambda: StreakRule(k)]
+    rules: list[Callable[[], Rule]] = [partial(CumulativeRule, k, budget), partial(StreakRule, k)]
     names = (f"cumulative (budget {args.budget:g}, K {args.consecutive})",
              f"{args.consecutive} in a row")  # fmt: skip
     print(
@@ -276,16 +284,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     started = time.perf_counter()
     shape_id = list(SHAPES).index(args.shape)
+    budgets = sorted({budget, 1000.0, 100.0}, reverse=True)
     for label, effect, part in (("A/A", 1.0, 0), ("at tolerance (+3%)", 1.03, 1)):
         if not args.days:
             continue
         seed = (args.seed, part, shape_id, int(day.paired), args.n)
-        hits, total, verdicts = false_actions(day, effect, days=args.days, rules=rules, seed=seed)
+        days = judged_days(day, effect, days=args.days, seed=seed)
+        total = sum(len(d) for d in days)
+        every = [v for d in days for v in d]
         print(f"{label}: {args.days} day(s), {total} windows; calibration: "
-              f"{calibration(verdicts, effect)}")  # fmt: skip
-        for name, h in zip(names, hits, strict=True):
-            per_day = h / args.days
-            print(f"  {name:<32} per window {_rate(h, total):<34} per day {per_day:.3g}")
+              f"{calibration(every, effect)}")  # fmt: skip
+        replays: list[tuple[str, Callable[[], Rule]]] = [
+            (f"cumulative (budget {b:g}, K {k})", partial(CumulativeRule, k, b)) for b in budgets
+        ]
+        replays.append((f"{k} in a row", partial(StreakRule, k)))
+        for name, make in replays:
+            hits, peak = replay(days, make)
+            most = f", most evidence {peak:.1f}" if name.startswith("cumulative") else ""
+            print(f"  {name:<34} per window {_rate(hits, total):<32} per day "
+                  f"{hits / args.days:.3g}{most}")  # fmt: skip
     for e, effect in enumerate(effects):
         if not args.runs:
             continue
