@@ -3,14 +3,21 @@
 - ``sample``: the per-request Sample record (the schema shared with router and evaluate);
 - ``verdict``: one window of samples → ``Verdict`` (``judge``, ``JudgeSettings``);
 - ``histogram``: per-arm TPOT histograms → ``Verdict`` (coarser; ``judge_histograms``);
-- ``policy``: successive verdicts + guardrails → ``Decision`` (``step``, ``PolicySettings``);
-- ``settings``: the resource's ``spec.evaluation``/``spec.rollback`` → ``JudgeSettings`` and
-  ``PolicySettings`` (``settings_from_spec``), the one conversion.
+- ``evidence``: what one decision sees (``Evidence``: verdict, startup, errors,
+  speculation, pin, retry);
+- ``guardrails``: checks that act at once while the drafter serves (``GUARDRAILS``);
+- ``policy``: the stored ``PolicyState`` and one window's ``Evidence`` → new state and
+  ``Decision`` (``step``);
+- ``settings``: ``PolicySettings``, and the judge's settings as command-line flags.
 
-The CLI front end is ``specguard.commands.judge`` (``specguard judge SAMPLES.jsonl``).
-See docs/judge.md.
+The CLI front end is ``specguard.commands.judge`` (``specguard judge SAMPLES.jsonl``); the
+resource's settings become ``JudgeSettings`` and ``PolicySettings`` in the controller.
+See docs/judge.md and docs/architecture.md.
 """
 
+from specguard._arms import ARMS, ROLES, Arm, Role
+from specguard.judge._evidence import ArmErrors, DraftCounters, Evidence, Startup
+from specguard.judge._guardrails import GUARDRAILS, Guardrail, Trip
 from specguard.judge._histogram import (
     BASIS_PROMETHEUS,
     BASIS_SCRAPE,
@@ -20,28 +27,27 @@ from specguard.judge._histogram import (
 )
 from specguard.judge._policy import (
     MAX_TRANSITIONS_KEPT,
+    Action,
     Command,
     Decision,
-    Guardrails,
-    PolicySettings,
     PolicyState,
     change_mode,
-    error_guardrail,
-    startup_guardrail,
     step,
 )
 from specguard.judge._sample import (
-    ARMS,
-    Arm,
     Measurement,
-    Role,
     Sample,
     SampleError,
     parse_lines,
     read_lines,
     tpot,
 )
-from specguard.judge._settings import judge_settings, policy_settings, settings_from_spec
+from specguard.judge._settings import (
+    PolicySettings,
+    add_judge_flags,
+    flag_message,
+    judge_settings_from_args,
+)
 from specguard.judge._verdict import MAX_RESAMPLES, JudgeSettings, Verdict, judge
 
 __all__ = [
@@ -49,12 +55,18 @@ __all__ = [
     "BASIS_PROMETHEUS",
     "BASIS_SCRAPE",
     "EMPTY",
+    "GUARDRAILS",
     "MAX_RESAMPLES",
     "MAX_TRANSITIONS_KEPT",
+    "ROLES",
+    "Action",
     "Arm",
+    "ArmErrors",
     "Command",
     "Decision",
-    "Guardrails",
+    "DraftCounters",
+    "Evidence",
+    "Guardrail",
     "Histogram",
     "JudgeSettings",
     "Measurement",
@@ -63,17 +75,17 @@ __all__ = [
     "Role",
     "Sample",
     "SampleError",
+    "Startup",
+    "Trip",
     "Verdict",
+    "add_judge_flags",
     "change_mode",
-    "error_guardrail",
+    "flag_message",
     "judge",
     "judge_histograms",
-    "judge_settings",
+    "judge_settings_from_args",
     "parse_lines",
-    "policy_settings",
     "read_lines",
-    "settings_from_spec",
-    "startup_guardrail",
     "step",
     "tpot",
 ]

@@ -11,13 +11,7 @@ import itertools
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 
-from specguard.judge import Arm
-
-ARM_NAMES: tuple[Arm, ...] = ("speculative", "baseline")
-
-
-def other_arm(arm: Arm) -> Arm:
-    return "baseline" if arm == "speculative" else "speculative"
+from specguard._arms import ARMS, Arm, other_arm
 
 
 @dataclass(eq=False)
@@ -48,7 +42,7 @@ class Topology:
     # During the operator's rolling swap (status.arms.swapping) clients are answered from the
     # ready pods of both arms, so the pods that serve never drop below replicas - 1.
     swapping: bool = False
-    pods: dict[Arm, list[Pod]] = field(default_factory=lambda: {arm: [] for arm in ARM_NAMES})
+    pods: dict[Arm, list[Pod]] = field(default_factory=lambda: {arm: [] for arm in ARMS})
     _turn: itertools.count[int] = field(default_factory=itertools.count)
 
     @property
@@ -66,8 +60,8 @@ class Topology:
 
     def set_endpoints(self, endpoints: Iterable[Endpoint]) -> None:
         """Replace the ready pods, keeping the counters of pods that are still there."""
-        known = {(pod.arm, pod.url): pod for arm in ARM_NAMES for pod in self.pods[arm]}
-        fresh: dict[Arm, list[Pod]] = {arm: [] for arm in ARM_NAMES}
+        known = {(pod.arm, pod.url): pod for arm in ARMS for pod in self.pods[arm]}
+        fresh: dict[Arm, list[Pod]] = {arm: [] for arm in ARMS}
         for endpoint in endpoints:
             pod = known.get((endpoint.arm, endpoint.url))
             if pod is None:
@@ -75,7 +69,7 @@ class Topology:
             else:
                 pod.name = endpoint.name
             fresh[endpoint.arm].append(pod)
-        for arm in ARM_NAMES:
+        for arm in ARMS:
             fresh[arm].sort(key=lambda p: p.name)
         self.pods = fresh
 
