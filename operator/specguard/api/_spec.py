@@ -35,7 +35,6 @@ METHODS_WITHOUT_REQUIRED_MODEL: tuple[str, ...] = ("ngram", "suffix", "mtp", "ds
 METHODS_WITHOUT_MODEL: tuple[str, ...] = ("ngram", "suffix")
 
 
-
 def _not_a_boolean(value: Any) -> Any:
     # A Literal of integers takes True for 1 (True == 1); the CRD's schema does not.
     if isinstance(value, bool):

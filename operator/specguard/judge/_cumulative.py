@@ -55,9 +55,9 @@ GAIN_STRICTNESS = 10.0
 
 @dataclass(frozen=True, slots=True)
 class CumulativeSettings:
-    """``windows_per_false_alarm`` 0 turns the cumulative rule off."""
+    """``windows_per_false_alarm`` 0 turns the cumulative rule off. The tolerance is each
+    verdict's own (``Verdict.tolerance``, the judge's setting)."""
 
-    tolerance: float = 0.03
     windows_per_false_alarm: float = DEFAULT_WINDOWS_PER_FALSE_ALARM
     min_windows: int = 3
     min_windows_gain: int = 4
@@ -67,8 +67,6 @@ class CumulativeSettings:
         budget = self.windows_per_false_alarm
         if not (budget == 0 or (math.isfinite(budget) and budget > 1)):
             raise ValueError(f"windows_per_false_alarm: must be 0 (off) or above 1, got {budget!r}")
-        if not (math.isfinite(self.tolerance) and 0 <= self.tolerance < 1):
-            raise ValueError(f"tolerance: must be in [0, 1), got {self.tolerance!r}")
         for name in ("min_windows", "min_windows_gain"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: must be at least 1, got {getattr(self, name)!r}")
@@ -78,11 +76,6 @@ class CumulativeSettings:
     @property
     def enabled(self) -> bool:
         return self.windows_per_false_alarm > 0
-
-    @property
-    def shift(self) -> float:
-        """Δ: the design shift beyond the tolerance, in log ratio."""
-        return math.log1p(max(self.tolerance, MIN_SHIFT))
 
     def threshold(self, direction: Direction) -> float:
         """h: the evidence that acts (a re-promotion needs ln(GAIN_STRICTNESS) more)."""
@@ -143,6 +136,12 @@ class WindowWeight:
     llr: float
 
 
+def design_shift(tolerance: float) -> float:
+    """Δ: the shift beyond the tolerance the rule is designed for, in log ratio (H1 is one
+    tolerance further: ln(1 + tolerance), at least ln(1 + MIN_SHIFT))."""
+    return math.log1p(max(tolerance, MIN_SHIFT))
+
+
 def standard_error(verdict: Verdict) -> float | None:
     """The standard error of the window's log ratio, from its interval's width."""
     low, high = verdict.ci_low, verdict.ci_high
@@ -168,10 +167,10 @@ def weigh(
         return None
     x = math.log(verdict.ratio)
     v = s * s + settings.between_windows**2
-    if v <= 0:
+    if v <= 0 or not 0 <= verdict.tolerance < 1:
         return None
-    shift = settings.shift
-    edge = math.log1p(settings.tolerance)
+    shift = design_shift(verdict.tolerance)
+    edge = math.log1p(verdict.tolerance)
     # Loss: H0 x ~ N(edge, v), H1 x ~ N(edge + shift, v). Gain: the mirror image.
     toward = x - edge - shift / 2 if direction == "loss" else -x - edge - shift / 2
     llr = min(shift / v * toward, settings.cap(direction))
@@ -189,8 +188,8 @@ def add(
         return Cumulative()
     if window is None:
         gap = evidence.gap + 1
-        if gap >= settings.windows(direction):
-            return Cumulative()
+        if gap >= settings.windows(direction) or not evidence.windows:
+            return Cumulative()  # nothing held, or held too long
         return replace(evidence, gap=gap)
     total = evidence.total + window.llr
     if total <= 0:
@@ -213,7 +212,9 @@ def reached(evidence: Cumulative, direction: Direction, settings: CumulativeSett
     )
 
 
-def describe(evidence: Cumulative, direction: Direction, settings: CumulativeSettings) -> str:
+def evidence_summary(
+    evidence: Cumulative, direction: Direction, settings: CumulativeSettings
+) -> str:
     """E.g. ``evidence of a loss 7.9 of 9.2 over 5 windows (together +6.3% ±2.1%)``."""
     kind = "a loss" if direction == "loss" else "a gain"
     head = (
@@ -241,7 +242,8 @@ __all__ = [
     "Direction",
     "WindowWeight",
     "add",
-    "describe",
+    "design_shift",
+    "evidence_summary",
     "reached",
     "standard_error",
     "weigh",

@@ -377,6 +377,7 @@ def judge(
         arm: float(np.median([s.concurrency for s in chosen[arm]])) if n[arm] else None
         for arm in ARMS
     }
+    domains = _domains(chosen, settings.min_domain_requests, paired=paired)
     base = {
         "confidence": settings.confidence,
         "tolerance": settings.tolerance,
@@ -392,7 +393,7 @@ def judge(
         "strata": _strata(chosen),
         "concurrency": concurrency,
         "pod_concurrency": {arm: _pod_concurrency(chosen[arm]) for arm in ARMS},
-        "domains": _domains(chosen, settings.min_domain_requests, paired=paired),
+        "domains": domains,
         "acceptance_length": acceptance_length,
         "requests": requests,
         "errors": errors,
@@ -471,8 +472,8 @@ def judge(
     if outcome == "regressed" and kind in INEXACT_MEASUREMENTS:
         outcome = "inconclusive"
         notes.insert(0, f"not judged regressed on {_KIND_TEXT[kind]}: {_FIX[kind]}")
-    if len(base["domains"]) == 1 and base["domains"][0].ratio is not None:
-        base["domains"] = (replace(base["domains"][0], ratio=ratio),)  # one figure, not two
+    if len(domains) == 1 and domains[0].ratio is not None:
+        base["domains"] = (replace(domains[0], ratio=ratio),)  # one figure, not two
     return Verdict(
         outcome=outcome,
         ratio=ratio,
@@ -875,10 +876,10 @@ def _domains(
 ) -> tuple[DomainRatio, ...]:
     by_domain: dict[str, dict[str, list[float]]] = {}
     if paired:  # chosen[arm][i] are the two halves of pair i: one prompt, one domain
-        for spec, base in zip(chosen["speculative"], chosen["baseline"], strict=True):
-            arms = by_domain.setdefault(spec.domain, {a: [] for a in ARMS})
-            arms["speculative"].append(spec.tpot_s or 0.0)
-            arms["baseline"].append(base.tpot_s or 0.0)
+        for with_drafter, without in zip(chosen["speculative"], chosen["baseline"], strict=True):
+            arms = by_domain.setdefault(with_drafter.domain, {a: [] for a in ARMS})
+            arms["speculative"].append(with_drafter.tpot_s or 0.0)
+            arms["baseline"].append(without.tpot_s or 0.0)
     else:
         for arm in ARMS:
             for s in chosen[arm]:
