@@ -100,7 +100,10 @@ _JUDGE_FLAGS: Mapping[str, tuple[str, str, str]] = {
     "--seed": ("seed", "seed", "unpaired bootstrap seed"),
 }
 # Settings fields that other flags of the commands set, for the same error messages.
-_OTHER_FLAGS: Mapping[str, str] = {"consecutive_windows": "--consecutive"}
+_OTHER_FLAGS: Mapping[str, str] = {
+    "consecutive_windows": "--consecutive",
+    "windows_per_false_alarm": "--windows-per-false-alarm",
+}
 
 
 def add_judge_flags(parser: argparse.ArgumentParser, *flags: str) -> None:
