@@ -20,10 +20,11 @@ request noise), a *day* of windows moves as a day does:
   for all its windows (centred within each arm, so the arms are equal on average: the A/A
   case); the pods' shares of a window vary by chance.
 
-Then the policy runs over the day's windows (the drafter serving, the loss direction), once
-with the cumulative rule (``judge._cumulative``: a CUSUM of each window's log-likelihood ratio,
-``--budget`` windows per false alarm at the tolerance, at most 1/K of it per window) and
-``consecutiveWindows`` K, once with K regressed windows in a row alone (the rule before).
+Then the policy itself (``judge.step``) runs over the day's windows (the drafter serving,
+the loss direction), once as the resource configures it — K = ``consecutiveWindows`` regressed
+windows in a row, or the cumulative rule (``judge._cumulative``: a CUSUM of each window's
+log-likelihood ratio, ``--budget`` windows per false alarm at the tolerance, at most 1/K of it
+per window) — and once with K regressed windows in a row alone (the rule before).
 After an action the evidence starts again (as after a rollback), so every window can act.
 
 Rows:
@@ -57,7 +58,7 @@ from typing import Protocol
 
 import numpy as np
 
-from specguard.judge._cumulative import Cumulative, CumulativeSettings, add, reached, weigh
+from specguard.judge import Evidence, PolicySettings, PolicyState, step
 from specguard.judge._verdict import JudgeSettings, Verdict, judge
 from specguard.testing._traffic import Traffic, pod_factors, window
 
@@ -115,24 +116,22 @@ class Rule(Protocol):
 
 
 class CumulativeRule:
-    """K regressed windows in a row, or the cumulative evidence (``judge._cumulative``)."""
+    """The policy itself (``judge.step``) while the drafter serves: K regressed windows in a
+    row, or the cumulative evidence (``judge._cumulative``). After an action it starts again
+    from a fresh state, as after a rollback."""
 
     def __init__(self, k: int, budget: float) -> None:
-        self.k = k
-        self.settings = CumulativeSettings(
-            windows_per_false_alarm=budget, min_windows=k, min_windows_gain=k + 1
-        )
-        self.streak = 0
-        self.evidence = Cumulative()
+        self.settings = PolicySettings(consecutive_windows=k, windows_per_false_alarm=budget)
+        self.state = PolicyState()
+        self.now = 0.0
         self.peak = 0.0  # the most evidence seen (before an action cleared it)
 
     def __call__(self, verdict: Verdict) -> bool:
-        self.streak = self.streak + 1 if verdict.outcome == "regressed" else 0
-        window = weigh(verdict, "loss", self.settings)
-        self.evidence = add(self.evidence, window, "loss", self.settings)
-        self.peak = max(self.peak, self.evidence.total)
-        if self.streak >= self.k or reached(self.evidence, "loss", self.settings):
-            self.streak, self.evidence = 0, Cumulative()
+        self.now += 60.0
+        self.state, decision = step(self.state, self.settings, self.now, Evidence(verdict))
+        self.peak = max(self.peak, self.state.cumulative.total)
+        if decision.action == "rollback":
+            self.state = PolicyState()
             return True
         return False
 
@@ -266,7 +265,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         effects = [float(e) for e in args.effects.split(",") if e]
         if min(args.days, args.runs, args.max_windows, args.windows_per_day, args.n) < 0:
             raise ValueError("counts must be >= 0")
-        CumulativeSettings(windows_per_false_alarm=args.budget, min_windows=args.consecutive)
+        PolicySettings(windows_per_false_alarm=args.budget, consecutive_windows=args.consecutive)
     except ValueError as exc:
         print(f"decision_calibration: {exc}", file=sys.stderr)
         return 2
