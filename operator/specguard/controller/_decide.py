@@ -275,8 +275,9 @@ def _transition(
     else:
         reason, message = "Unpinned", f"{c.ANNOTATION_PIN_MODE} removed"
     ratio = None if verdict is None else verdict.ratio
-    if decision.cumulative is not None and decision.cumulative.ratio() is not None:
-        ratio = round(decision.cumulative.ratio() or 1.0, 4)  # what the windows show together
+    together = None if decision.cumulative is None else decision.cumulative.ratio()
+    if together is not None:
+        ratio = round(together, 4)  # what the windows of the cumulative rule show together
     return Transition(
         time=now_iso,
         from_mode=old_target,
