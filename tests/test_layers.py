@@ -30,8 +30,9 @@ PURE_CORES = ("api", "render", "judge")
 # The rooms with I/O (network, processes, files, the API server, the terminal).
 IO_ROOMS = ("sim", "router", "sources", "evaluate", "testing", "controller", "commands",
             "demo", "cli", "__main__")  # fmt: skip
-# What api and judge may import besides themselves: the root (version) and the vocabulary.
-BASE = ("specguard", "_arms")
+# What api and judge may import besides themselves: the root (version), the vocabulary and
+# the time format.
+BASE = ("specguard", "_arms", "_times")
 # Libraries (and builtins) that do I/O or read the clock: a pure module uses none of them.
 IO_LIBRARIES = (
     "aiohttp", "asyncio", "http", "httpx", "kopf", "kubernetes", "logging", "os",
@@ -45,7 +46,7 @@ PURE_LIBRARY_MODULES = ("prometheus_client.parser",)
 # pure cores whole, the shared top-level modules, and the pure parts of the I/O rooms that
 # docs/architecture.md names (what tests compare by exact equality).
 PURE_MODULES = (
-    "specguard.api", "specguard.render", "specguard.judge", "specguard._arms",
+    "specguard.api", "specguard.render", "specguard.judge", "specguard._arms", "specguard._times",
     "specguard._objects", "specguard._exposition", "specguard.meter",
     "specguard.controller._decide",
     "specguard.controller._settings", "specguard.controller._observe",

@@ -102,6 +102,9 @@ def valid_specs(draw: st.DrawFn) -> Obj:
         spec["shadow"].update({"schedule": "periodic", "every": "6h", "activeFor": "30m"})
     if draw(st.booleans()):
         spec["evaluation"] = {"window": "2m", "tolerance": 0.05, "confidence": 0.95}
+        if draw(st.booleans()):
+            budget = draw(st.sampled_from([0, 1, 9, 10, 11, 10_000, 10**12, 10**12 + 1]))
+            spec["evaluation"]["windowsPerFalseAlarm"] = budget
     if draw(st.booleans()):
         spec["rollback"] = {"policy": "notify", "cooldown": "0s", "startupDeadline": "1h"}
     if draw(st.booleans()):

@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from specguard.api import SpecError, parse_resource
+from specguard.judge import PolicyState
 from specguard.testing._cluster import LocalCluster
 
 pytestmark = pytest.mark.cluster
@@ -103,7 +104,19 @@ def test_status_subresource_and_printer_columns(
     assert _kubectl(installed_crd, "create", "-n", cluster_namespace, "-f", "-",
                     stdin=json.dumps(obj)).returncode == 0  # fmt: skip
     verdict = {"outcome": "regressed", "ratio": 1.17, "concurrency": {"speculative": 12}}
-    status = {"status": {"mode": "baseline", "lastVerdict": verdict}}
+    at = "2026-12-01T05:00:00Z"
+    conditions = [
+        {"type": kind, "status": "True", "reason": reason, "lastTransitionTime": at}
+        for kind, reason in (("Ready", "Serving"), ("Swapping", "RollingSwap"))
+    ]
+    # The policy memory an operator before readable times wrote (Unix seconds, a streak with
+    # its outcome): an upgraded operator must still read it from the server.
+    old_memory = {
+        "mode": "baseline", "streak": 2, "streakOutcome": "improved",
+        "since": 1_800_000_000.5, "flapTimes": [1_800_000_000.5], "halted": False,
+    }  # fmt: skip
+    status = {"status": {"mode": "baseline", "lastVerdict": verdict, "conditions": conditions,
+                         "policy": old_memory}}  # fmt: skip
     patched = _kubectl(
         installed_crd, "patch", "sd", name, "-n", cluster_namespace,
         "--subresource=status", "--type=merge", "-p", json.dumps(status),
@@ -112,8 +125,18 @@ def test_status_subresource_and_printer_columns(
     table = _kubectl(installed_crd, "get", "sd", name, "-n", cluster_namespace)
     assert table.returncode == 0, table.stderr
     header, row = table.stdout.splitlines()[:2]
-    assert header.split()[:7] == ["NAME", "MODE", "DRAFTER", "RATIO", "CONCURRENCY", "READY", "AGE"]
-    assert row.split()[1:5] == ["baseline", obj["spec"]["drafter"]["method"], "1.17", "12"]
+    assert header.split()[:8] == [
+        "NAME", "MODE", "DRAFTER", "RATIO", "CONCURRENCY", "READY", "SWAPPING", "AGE",
+    ]  # fmt: skip
+    assert row.split()[1:7] == ["baseline", obj["spec"]["drafter"]["method"], "1.17", "12",
+                                "True", "True"]  # fmt: skip
+    stored = json.loads(
+        _kubectl(installed_crd, "get", "sd", name, "-n", cluster_namespace, "-o", "json").stdout
+    )["status"]["policy"]
+    assert stored == old_memory  # kept whole
+    assert PolicyState.from_wire(stored) == PolicyState(
+        mode="baseline", streak=2, since=1_800_000_000.5, flap_times=(1_800_000_000.5,)
+    )
     # A spec-only update cannot write status: the subresource keeps them apart.
     obj["status"] = {"mode": "speculative"}
     replaced = _kubectl(

@@ -181,6 +181,10 @@ REGRESSIONS: list[tuple[str, Any]] = [
     ("spec.runtime.resources", {"requests": {"cpu": None}}),
     ("spec.runtime.extraArgs", ["-pp", "2"]),  # Python only, by design (rules.py)
     ("metadata.namespace", ""),
+    ("spec.runtime.tensorParallelSize", True),  # a Literal of ints took True for 1
+    ("spec.evaluation.windowsPerFalseAlarm", 9),
+    ("spec.evaluation.windowsPerFalseAlarm", 0),
+    ("spec.evaluation.windowsPerFalseAlarm", 10**12 + 1),
 ]
 
 

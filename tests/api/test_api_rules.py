@@ -225,6 +225,12 @@ INVALID: list[tuple[str, dict[str, Any], str, str]] = [
         "spec.shadow.every",
         "between 1m and 168h",
     ),
+    (
+        "false-alarm-budget",
+        patched(evaluation={"windowsPerFalseAlarm": 9}),
+        "spec.evaluation.windowsPerFalseAlarm",
+        "must be 0 (off) or at least 10, got 9",
+    ),
 ]
 
 # Cases of the rules that keep rendered pods acceptable to the API server.
@@ -455,6 +461,8 @@ OWNED_ARGS: list[tuple[str, str, str]] = [
 
 VALID: list[tuple[str, dict[str, Any]]] = [
     ("base", copy.deepcopy(BASE_SPEC)),
+    ("cumulative evidence off", patched(evaluation={"windowsPerFalseAlarm": 0})),
+    ("cumulative evidence at its floor", patched(evaluation={"windowsPerFalseAlarm": 10})),
     ("eagle3 with model", patched(drafter=EAGLE)),
     (
         "mtp without model",

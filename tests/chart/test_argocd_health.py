@@ -100,6 +100,22 @@ def test_progressing_while_swapping() -> None:
     assert health(resource(done)) == ("Degraded", "Rolled back to no drafter: +27% per token")
 
 
+def test_a_swap_is_its_own_condition_and_ready_stays_true() -> None:
+    """Clients are served through a swap (Ready True); the Swapping condition says it runs."""
+    swap = condition(
+        c.CONDITION_SWAPPING, "True", "RollingSwap", "speculative → baseline: 1 pod left"
+    )
+    swapping = replace_condition(healthy_status(arms=arms(c.ARM_SPECULATIVE, swapping=True)), swap)
+    assert health(resource(swapping)) == (
+        "Progressing",
+        "Swapping the arms: speculative → baseline: 1 pod left",
+    )
+    settled = replace_condition(
+        healthy_status(), condition(c.CONDITION_SWAPPING, "False", "Settled", "no swap running")
+    )
+    assert health(resource(settled)) == ("Healthy", "4/4 speculative pods ready")
+
+
 @pytest.mark.parametrize(
     ("new", "expected"),
     [

@@ -262,6 +262,7 @@ class Moment:
     target: str = ""
     share: float | None = None
     verdict: dict[str, Any] = field(default_factory=dict)  # status.lastVerdict
+    conditions: dict[str, str] = field(default_factory=dict)  # type → status
 
 
 @dataclass
@@ -312,6 +313,9 @@ class PodSampler:
             target=status.get("targetMode", mode),
             share=arms_status.get("mirrorShare"),
             verdict=dict(status.get("lastVerdict") or {}),
+            conditions={
+                c.get("type", ""): c.get("status", "") for c in status.get("conditions") or []
+            },
         )
 
     def windows(self) -> list[tuple[float, dict[str, Any], float | None]]:

@@ -7,6 +7,7 @@ import dataclasses
 from typing import Any
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -17,6 +18,7 @@ from specguard.api.constants import Arm
 from specguard.controller._conditions import get_condition
 from specguard.controller._conditions import status_verdict as conditions_status_verdict
 from specguard.controller._decide import (
+    Disturbance,
     EventSpec,
     Observation,
     Outcome,
@@ -24,6 +26,8 @@ from specguard.controller._decide import (
     decide,
     gather,
     judging,
+    pods_changed,
+    window_spans,
 )
 from specguard.controller._loop import status_patch
 from specguard.controller._swap import ArmObserved, SwapPlan
@@ -106,6 +110,9 @@ def test_a_settled_resource_outcome_exactly(sd: SpeculativeDeployment) -> None:
                 Condition(type="Ready", status="True", reason="Serving",
                           message="2/2 speculative pods ready", observed_generation=1,
                           last_transition_time=ISO),
+                Condition(type="Swapping", status="False", reason="Settled",
+                          message="speculative serves; no swap running", observed_generation=1,
+                          last_transition_time=ISO),
                 Condition(type="SpecValid", status="True", reason="Valid",
                           message="the spec passes every rule", observed_generation=1,
                           last_transition_time=ISO),
@@ -126,7 +133,7 @@ def test_a_settled_resource_outcome_exactly(sd: SpeculativeDeployment) -> None:
                 shadow=ArmStatus(arm=BASE, deployment="qwen-base", replicas=1, ready_replicas=1),
                 mirror_share=1.0,
             ),
-            policy={"mode": SPEC, "streak": 0, "flapTimes": [], "halted": False},
+            policy={"mode": SPEC, "flapTimes": [], "halted": False},
         ),
         events=(),
         decision=Decision("hold", "no window ended", SPEC, SPEC, "Hold"),
@@ -144,20 +151,27 @@ def test_nothing_changed_gives_the_same_status_byte_for_byte(sd: SpeculativeDepl
 def test_rollback_after_consecutive_regressed_windows(sd: SpeculativeDeployment) -> None:
     first = decide(observe(sd, window=window_of(1.3)))
     assert first.target == SPEC and first.transition is None and first.events == ()
+    assert first.status.policy is not None
+    evidence = first.status.policy["evidence"]
     assert first.status.policy == {
-        "mode": SPEC, "streak": 1, "streakOutcome": "regressed", "flapTimes": [], "halted": False,
+        "mode": SPEC, "flapTimes": [], "halted": False,
+        "evidence": {"toward": BASE, "inARow": 1, "cumulative": evidence["cumulative"],
+                     "windows": 1, "gap": 0, "ratio": evidence["ratio"],
+                     "weight": evidence["weight"]},
     }  # fmt: skip
+    assert 1.25 < evidence["ratio"] < 1.35 and evidence["cumulative"] > 0
     second = decide(observe(sd, status=first.status, now=NOW + 10, window=window_of(1.3, 1)))
     sentence = (
-        "per-token latency +29% with the drafter (99% CI +28..+30%) at 8 concurrent "
-        "per pod, n=200 pairs; chat +28%"
+        "per-token latency +29% with the drafter (99% CI +28..+30%) at 8 concurrent per "
+        "serving pod, the median per-request ratio of 200 pairs"
     )
     assert second.target == BASE
     assert second.transition is not None
     assert (second.transition.reason, second.transition.message) == ("Regressed", sentence)
     assert second.events == (EventSpec("Warning", "RolledBack", f"Regressed: {sentence}"),)
     assert second.status.policy == {
-        "mode": BASE, "streak": 0, "since": NOW + 10, "flapTimes": [NOW + 10], "halted": False,
+        "mode": BASE, "lastChange": "1970-01-12T13:46:50Z",
+        "flapTimes": ["1970-01-12T13:46:50Z"], "halted": False,
     }  # fmt: skip
     # The swap starts: routers serve from both arms before any pod goes; not judged.
     assert second.plan == SwapPlan({SPEC: 2, BASE: 1}, SPEC, True, False,
@@ -169,15 +183,19 @@ def test_rollback_after_consecutive_regressed_windows(sd: SpeculativeDeployment)
 
 
 def test_neutral_window_breaks_the_streak(sd: SpeculativeDeployment) -> None:
+    # A memory written before the evidence object (streak, streakOutcome) still reads.
     status = Status(policy={"mode": SPEC, "streak": 1, "streakOutcome": "regressed"})
     out = decide(observe(sd, status=status, window=window_of(1.0)))
-    assert out.target == SPEC and out.status.policy is not None
-    assert (out.status.policy["streak"], out.status.policy["streakOutcome"]) == (0, "neutral")
+    assert out.target == SPEC and out.status.policy == {
+        "mode": SPEC, "flapTimes": [], "halted": False,
+    }  # fmt: skip
 
 
 def test_between_windows_the_memory_stands(sd: SpeculativeDeployment) -> None:
     memory: dict[str, Any] = {
-        "mode": SPEC, "streak": 1, "streakOutcome": "regressed", "flapTimes": [], "halted": False,
+        "mode": SPEC, "flapTimes": [], "halted": False,
+        "evidence": {"toward": BASE, "inARow": 1, "cumulative": 2.5, "windows": 1, "gap": 0,
+                     "ratio": 1.08, "weight": 4000.0},
     }  # fmt: skip
     out = decide(observe(sd, status=Status(policy=memory)))
     assert out.status.policy == memory and out.events == ()
@@ -206,8 +224,8 @@ def test_notify_policy_reports_and_keeps_the_mode() -> None:
     assert out.target == SPEC and out.transition is None
     assert out.events == (
         EventSpec("Normal", "WouldRollBack", "would roll back (dry run): per-token latency "
-                  "+29% with the drafter (99% CI +27..+31%) at 8 concurrent per pod, n=200 "
-                  "pairs; chat +30%"),
+                  "+29% with the drafter (99% CI +27..+31%) at 8 concurrent per serving pod, "
+                  "the median per-request ratio of 200 pairs"),
     )  # fmt: skip
     evaluating = get_condition(out.status.conditions, "Evaluating")
     assert evaluating is not None and evaluating.reason == "DryRun"
@@ -369,7 +387,7 @@ def test_gather_fills_the_evidence_record(sd: SpeculativeDeployment) -> None:
         startup=READY
     )
     assert [f.name for f in dataclasses.fields(Evidence)] == [
-        "verdict", "startup", "errors", "speculation", "pin", "retry",
+        "verdict", "startup", "errors", "speculation", "pin", "retry", "spans",
     ]  # fmt: skip
 
 
@@ -404,3 +422,175 @@ def test_status_patch_turns_any_status_into_any_other(
     patch = status_patch(old, new)
     assert merge_patch(old, patch) == new
     assert (patch == {}) == (old == new)
+
+
+# -- windows that span a swap, a restart or a change in the pods ---------------------------
+
+
+def test_window_spans_the_last_disturbance_when_a_request_started_before_it() -> None:
+    w = Window(verdict_of(1.0), start=100.0, first_started=90.0)
+    assert window_spans(w, None, 10.0) is None
+    assert window_spans(w, Disturbance(95.0, "a swap"), 10.0) == "a swap"  # a request before
+    assert window_spans(w, Disturbance(90.0, "a swap"), 10.0) == "a swap"
+    assert window_spans(w, Disturbance(89.0, "a swap"), 10.0) is None  # all of it after
+    assert window_spans(w, Disturbance(105.0, "a change"), 10.0) == "a change"  # in it
+    # No per-request start times (histograms): up to one window before the start.
+    histogram = Window(verdict_of(1.0), start=100.0)
+    restart = Disturbance(99.0, "an operator restart")
+    assert window_spans(histogram, restart, 10.0) == "an operator restart"
+    assert window_spans(histogram, Disturbance(89.0, "x"), 10.0) is None
+    assert window_spans(Window(verdict_of(1.0)), Disturbance(1.0, "x"), 10.0) is None
+
+
+def test_pods_changed_names_the_change() -> None:
+    after = {SPEC: ArmObserved(2, 2, 2), BASE: ArmObserved(1, 1, 0)}
+    assert pods_changed(SETTLED, SETTLED) is None
+    assert pods_changed(SETTLED, after) == "a change in the pods (baseline ready 1→0)"
+    grown = {SPEC: ArmObserved(3, 3, 2), BASE: ArmObserved(1, 1, 1)}
+    assert pods_changed(SETTLED, grown) == "a change in the pods (speculative replicas 2→3)"
+
+
+@pytest.mark.parametrize(
+    "what",
+    ["a swap", "an operator restart", "a change in the pods (baseline ready 1→0)"],
+)
+def test_a_window_spanning_a_disturbance_never_counts(
+    sd: SpeculativeDeployment, what: str
+) -> None:
+    """K = 2: one regressed window counted, then a regressed window that spans a swap, a
+    restart or a change in the pods: no rollback, the streak broken, the cumulative evidence
+    held — where the same window not spanning anything rolls back."""
+    first = decide(observe(sd, window=window_of(1.3)))
+    window = window_of(1.3, 1, start=NOW, first_started=NOW - 5)
+    clean = decide(observe(sd, status=first.status, now=NOW + 10, window=window,
+                           disturbed=Disturbance(NOW - 6, what)))  # fmt: skip
+    assert clean.target == BASE  # the control: it counts, and K = 2 roll back
+    spanning = decide(observe(sd, status=first.status, now=NOW + 10, window=window,
+                              disturbed=Disturbance(NOW - 2, what)))  # fmt: skip
+    assert spanning.target == SPEC and spanning.transition is None and spanning.events == ()
+    assert spanning.decision.reason.startswith(f"window not counted: it spans {what}")
+    assert first.status.policy is not None and spanning.status.policy is not None
+    before, after = first.status.policy["evidence"], spanning.status.policy["evidence"]
+    assert after == {**before, "inARow": 0, "gap": 1}
+    # The window is still judged and shown.
+    assert spanning.status.last_verdict is not None
+    assert spanning.status.last_verdict.outcome == "regressed"
+
+
+def test_the_swap_window_does_not_count_toward_a_re_promotion(sd: SpeculativeDeployment) -> None:
+    """The issue's case: the window across a swap read 'improved 0.572' on 28 pairs and
+    counted toward a re-promotion streak."""
+    memory: dict[str, Any] = {"mode": BASE, "lastChange": "1970-01-01T00:00:00Z", "flapTimes": [],
+              "halted": False, "evidence": {"toward": SPEC, "inARow": 2}}  # fmt: skip
+    status = Status(mode=BASE, target_mode=BASE, policy=memory)
+    window = window_of(0.572, start=NOW, first_started=NOW - 8)
+    across = decide(observe(sd, status=status, window=window,
+                            disturbed=Disturbance(NOW - 3, "a swap")))  # fmt: skip
+    assert across.target == BASE and across.status.policy is not None
+    assert "evidence" not in across.status.policy  # the streak broken, nothing held
+    assert decide(observe(sd, status=status, window=window)).target == SPEC  # the control
+
+
+# -- Ready means clients are served; the swap is its own condition -------------------------
+
+
+def test_ready_stays_true_through_a_swap_and_swapping_says_the_step(
+    sd: SpeculativeDeployment,
+) -> None:
+    start = decide(observe(sd, startup=Startup(False, NOW - 61)))
+    status, arms, now = start.status, dict(SETTLED), NOW
+    seen = []
+    for _ in range(40):
+        ready = get_condition(status.conditions, "Ready")
+        swapping = get_condition(status.conditions, "Swapping")
+        assert ready is not None and swapping is not None
+        seen.append((ready.status, ready.reason, swapping.status, swapping.reason))
+        now += 7
+        out = decide(observe(sd, status=status, arms=arms, now=now))
+        arms = {arm: ArmObserved(n, n, n) for arm, n in out.plan.replicas.items()}
+        status = out.status
+        if out.plan.done:
+            break
+    assert seen[0] == ("True", "Serving", "True", "RollingSwap")
+    assert all(r[:2] == ("True", "Serving") for r in seen), seen
+    assert {s for _, _, s, _ in seen} == {"True"}
+    swapping = get_condition(status.conditions, "Swapping")
+    assert swapping is not None and (swapping.status, swapping.reason, swapping.message) == (
+        "False", "Settled", "baseline serves; no swap running",
+    )  # fmt: skip
+    ready = get_condition(status.conditions, "Ready")
+    assert ready is not None and (ready.status, ready.message) == (
+        "True", "2/2 baseline pods ready",
+    )  # fmt: skip
+    # During a swap, fewer pods answering than the swap's bound (replicas − 1): not ready.
+    none_ready = {SPEC: ArmObserved(2, 2, 0), BASE: ArmObserved(1, 1, 0)}
+    mid = decide(observe(sd, status=start.status, now=NOW + 7, arms=none_ready))
+    ready = get_condition(mid.status.conditions, "Ready")
+    assert ready is not None and (ready.status, ready.reason, ready.message) == (
+        "False", "PodsNotReady",
+        "0 pods answer clients during the swap (0 speculative, 0 baseline); 2 serve",
+    )  # fmt: skip
+    first = get_condition(start.status.conditions, "Ready")
+    assert first is not None and first.message == (
+        "3 pods answer clients during the swap (2 speculative, 1 baseline); 2 serve"
+    )
+
+
+# -- messages --------------------------------------------------------------------------------
+
+
+def _apart(ratio: float, spec_conc: int, base_conc: int, n: int = 200) -> Verdict:
+    """A paired window with the drafter shadow lighter than the serving baseline pods."""
+    samples = [
+        dataclasses.replace(s, concurrency=spec_conc if s.arm == SPEC else base_conc,
+                            role=SHADOW if s.arm == SPEC else SERVING)
+        for s in paired(ratio, n=n)
+    ]  # fmt: skip
+    return judge(samples, JudgeSettings(min_requests_per_arm=20, concurrency_match="off"))
+
+
+def test_repromoted_event_gives_the_serving_pods_concurrency(sd: SpeculativeDeployment) -> None:
+    """The Repromoted Event said 'at 8 concurrent per pod' (the drafter shadow's count)
+    while the serving pods held 15–16."""
+    memory: dict[str, Any] = {"mode": BASE, "lastChange": "1970-01-01T00:00:00Z", "flapTimes": [],
+              "halted": False, "evidence": {"toward": SPEC, "inARow": 2}}  # fmt: skip
+    status = Status(mode=BASE, target_mode=BASE, policy=memory)
+    out = decide(observe(sd, status=status, window=Window(_apart(0.7, 8, 16))))
+    assert out.target == SPEC and out.transition is not None
+    (event,) = out.events
+    assert event.reason == "Repromoted"
+    assert event.message.startswith("Improved: per-token latency −3")
+    assert " at 16 concurrent per serving pod (the drafter shadow at 8), the median " in (
+        event.message
+    )
+    assert out.transition.message == event.message.removeprefix("Improved: ")
+
+
+def test_a_sustained_loss_rolls_back_and_says_what_the_windows_show(
+    sd: SpeculativeDeployment,
+) -> None:
+    """+5–8% windows that are never regressed on their own: K = 2 in a row never comes, the
+    cumulative evidence rolls back, and the Event gives the windows' figure together."""
+    status = Status()
+    out = None
+    template = verdict_of(1.0)
+    for i, ratio in enumerate([1.07, 1.05, 1.08, 1.06, 1.07, 1.065, 1.075, 1.06] * 2):
+        # ±5% at 99%: none of these is regressed on its own.
+        verdict = dataclasses.replace(template, outcome="neutral", ratio=ratio,
+                                      ci_low=ratio / 1.05, ci_high=ratio * 1.05)  # fmt: skip
+        out = decide(observe(sd, status=status, now=NOW + 10 * i, window=Window(verdict)))
+        status = out.status
+        if out.transition is not None:
+            break
+    assert out is not None and out.transition is not None, status.policy
+    assert out.decision.cumulative is not None
+    (event,) = out.events
+    assert event.reason == "RolledBack"
+    assert event.message.startswith("Regressed: sustained loss over ")
+    assert "the " in event.message and " windows together) at 8 concurrent per serving pod" in (
+        event.message
+    )
+    assert "; last window +" in event.message
+    together = out.decision.cumulative.ratio()
+    assert together is not None and out.transition.ratio == round(together, 4)
+    assert 1.04 < together < 1.09

@@ -245,7 +245,7 @@ async def test_until_the_watch_brings_our_write_the_loop_decides_from_it() -> No
     await loop.loop.tick(stale, cluster(loop.kube, startup), T0 + 1)  # the same old body
     assert loop.kube.writes() == [("status",)]  # the swap's next step; no second rollback
     assert loop.kube.status["targetMode"] == "baseline"
-    assert loop.kube.status["policy"]["flapTimes"] == [T0]
+    assert loop.kube.status["policy"]["flapTimes"] == ["2027-01-15T08:00:00Z"]  # T0
     assert len(loop.kube.status["transitions"]) == 1
 
 
@@ -388,3 +388,101 @@ async def test_resources_arriving_together_are_applied_first_come_first_served()
 
 async def _no_readings() -> Mapping[str, Reading]:
     return {}
+
+
+# -- windows that span a swap, an operator restart or a change in the pods ------------------
+
+
+def _sample(started: float, e2e: float = 2.0) -> Sample:
+    return Sample(arm="speculative", role="serving", pod="p", domain="chat",
+                  started_at=started, concurrency=1, output_tokens=32, e2e_s=e2e, ttft_s=0.1,
+                  tpot_s=0.03)  # fmt: skip
+
+
+def _spans(monkeypatch: pytest.MonkeyPatch) -> list[tuple[float, str | None]]:
+    """(window start, what it spans) of every window the loop hands to decide."""
+    from specguard.controller import _loop
+    from specguard.controller._decide import gather
+
+    seen: list[tuple[float, str | None]] = []
+    real = _loop.decide  # type: ignore[attr-defined]
+
+    def spy(obs: Any) -> Any:
+        if obs.window is not None:
+            seen.append((obs.window.start - T0, gather(obs).spans))
+        return real(obs)
+
+    monkeypatch.setattr(_loop, "decide", spy)
+    return seen
+
+
+async def test_the_first_window_after_an_operator_restart_spans_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A new loop over a status an operator wrote before: the requests in flight when it
+    came up ran under the last one. Its first window never counts; the next does."""
+    seen = _spans(monkeypatch)
+    loop = Loop(WindowSamples("router", T0, T0 + 10, "ok", samples=(_sample(T0 - 1),)))
+    _running(loop.kube)
+    loop.kube.status = {"mode": "speculative", "targetMode": "speculative",
+                        "policy": {"mode": "speculative"}}  # fmt: skip
+    for second in range(11):
+        await loop.tick(T0 + second)
+    assert seen == [(0.0, "an operator restart")]
+    loop.window = WindowSamples("router", T0 + 10, T0 + 20, "ok", samples=(_sample(T0 + 11),))
+    loop.sources[0].window = loop.window
+    for second in range(11, 21):
+        await loop.tick(T0 + second)
+    assert seen == [(0.0, "an operator restart"), (10.0, None)]
+
+
+async def test_no_status_from_an_earlier_operator_is_no_restart(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    seen = _spans(monkeypatch)
+    loop = Loop(WindowSamples("router", T0, T0 + 10, "ok", samples=(_sample(T0 - 1),)))
+    _running(loop.kube)
+    for second in range(11):
+        await loop.tick(T0 + second)
+    assert seen == [(0.0, None)]
+
+
+def _running(kube: FakeKube) -> None:
+    """The arms' Deployments exist already (a resource the cluster runs)."""
+    for name, replicas in (("qwen-spec", 2), ("qwen-base", 1), ("qwen-router", 1)):
+        kube.deployments[name] = {"metadata": {"name": name, "generation": 1},
+                                  "spec": {"replicas": replicas}}  # fmt: skip
+
+
+async def test_a_window_across_a_change_in_the_pods_spans_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    seen = _spans(monkeypatch)
+    loop = Loop(WindowSamples("router", T0, T0 + 10, "ok", samples=(_sample(T0 + 1),)))
+    shadow_down = [*PODS[:2], vllm("baseline", "10.0.0.3") | {"status": {"phase": "Running"}}]
+    for second in range(11):
+        pods = shadow_down if second == 5 else PODS  # the shadow pod not ready for a second
+        await loop.tick(T0 + second, cluster(loop.kube, pods))
+    assert seen == [(0.0, "a change in the pods (baseline ready 0→1)")]
+
+
+async def test_the_first_window_after_a_swap_spans_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The issue's window across a swap ('improved 0.572' on 28 pairs) counted toward a
+    re-promotion: a request it judges began while the arms swapped."""
+    seen = _spans(monkeypatch)
+    loop = Loop(WindowSamples("router", T0, T0 + 10, "ok", samples=(_sample(T0 + 1),)))
+    await loop.tick(T0)
+    status = copy.deepcopy(loop.kube.status)
+    status["arms"]["swapping"] = True  # the stored status says a swap runs
+    loop.kube.status = status
+    second = 1
+    while loop.kube.status["arms"].get("swapping"):
+        await loop.tick(T0 + second)
+        second += 1
+        assert second < 60
+    ended = second
+    window = WindowSamples("router", T0, T0 + 99, "ok", samples=(_sample(T0 + ended - 2),))
+    loop.sources[0].window = window
+    for s in range(ended, ended + 11):
+        await loop.tick(T0 + s)
+    assert seen and seen[0][1] == "a swap", seen

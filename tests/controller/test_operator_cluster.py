@@ -309,7 +309,7 @@ def test_spec_edit_rerenders_and_resets_streaks(
             ]
         )
         assert '"num_speculative_tokens": 8' in args or '"num_speculative_tokens":8' in args
-        assert sd["status"]["policy"]["streak"] == 0
+        assert "evidence" not in sd["status"]["policy"]  # no evidence toward a change
 
 
 def test_source_down_is_judge_degraded_and_holds_the_mode(
@@ -480,6 +480,18 @@ def test_traffic_rollback_and_repromotion(
             "Regressed: per-token latency +"
         )
         assert " pairs" in rollback_event[0]["message"]  # the paired comparison was used
+        # The figures are the serving pods' load (the Repromoted Event named the drafter
+        # shadow's count as "per pod").
+        back_event = [e for e in events(cluster, ns, "qwen") if e["reason"] == "Repromoted"]
+        assert back_event and " concurrent per serving pod" in back_event[0]["message"]
+        assert " concurrent per serving pod" in rollback_event[0]["message"]
+        # Ready means clients are served: it stays True through both swaps, and the swap is
+        # its own condition.
+        in_swap = [m for m in sampler.moments if m.swapping]
+        assert in_swap and all(m.conditions.get("Ready") == "True" for m in in_swap), in_swap
+        assert all(m.conditions.get("Swapping") == "True" for m in in_swap)
+        assert all(m.conditions.get("Swapping") == "False" for m in sampler.moments
+                   if not m.swapping and m.conditions)  # fmt: skip
         assert (rolled - changed) / WINDOW_S <= 3.0, timeline
         assert settled_sd["status"]["transitions"][-1]["reason"] == "Improved"
         assert op.counter("specguard_rollbacks_total") == 1

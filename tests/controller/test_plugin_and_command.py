@@ -17,7 +17,8 @@ ROLLED_BACK = {
         "lastVerdict": {
             "outcome": "regressed", "ratio": 1.27, "ciLower": 1.21, "ciUpper": 1.33,
             "samples": {"speculative": 1210, "baseline": 1210},
-            "concurrency": {"speculative": 48.0}, "domains": {"tool_call": 1.41},
+            "concurrency": {"speculative": 48.0, "baseline": 47.0},
+            "domains": {"tool_call": 1.41},
             "windowEnd": "2026-12-01T05:00:00Z",
         },
         "transitions": [{"time": "2026-12-01T05:00:01Z", "from": "speculative",
@@ -30,11 +31,32 @@ def test_why_explains_the_last_verdict_in_sentences() -> None:
     assert explain(ROLLED_BACK) == (
         "The baseline arm serves clients. In the window ending 2026-12-01T05:00:00Z, "
         "per-token latency with the drafter was +27.0% against no drafter (confidence "
-        "interval +21.0% to +33.0%) at 48 concurrent requests per pod, over 1210 drafter and "
+        "interval +21.0% to +33.0%) at 47 concurrent requests per serving pod, over 1210 "
+        "drafter and "
         "1210 baseline requests. The whole interval is above +3%: the drafter is slower. By "
         "kind of request: tool_call +41.0%. The last mode change (speculative → baseline, "
         "2026-12-01T05:00:01Z) was Regressed: m."
     )
+
+
+def test_why_says_where_the_evidence_stands() -> None:
+    """The evidence toward the other mode, in sentences; none when there is none (describe
+    showed 'Streak: 0' beside 'Streak Outcome: regressed')."""
+    spec = {"evaluation": {"consecutiveWindows": 3, "windowsPerFalseAlarm": 10000}}
+    evidence = {"toward": "baseline", "inARow": 2, "cumulative": 7.9, "windows": 5, "gap": 0,
+                "ratio": 1.063, "weight": 20000.0}  # fmt: skip
+    last = {"outcome": "neutral", "ratio": 1.05, "ciLower": 1.01, "ciUpper": 1.09}
+    policy = {"mode": "speculative", "evidence": evidence}
+    obj = {"spec": spec, "status": {"mode": "speculative", "lastVerdict": last, "policy": policy}}
+    text = explain(obj)
+    assert "2 regressed window(s) in a row so far; 3 in a row roll back." in text
+    assert (
+        "Across windows: evidence of a loss 7.9 of 9.2 over 5 windows (together +6.3% ±1.8%); "
+        "reaching it would roll back." in text
+    )
+    old = {"mode": "baseline", "streak": 0, "streakOutcome": "regressed", "since": 1.8e9}
+    baseline = {"spec": spec, "status": {"mode": "baseline", "lastVerdict": last, "policy": old}}
+    assert "window(s) in a row" not in explain(baseline) and "Across" not in explain(baseline)
 
 
 def test_history_and_annotations() -> None:

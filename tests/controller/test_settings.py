@@ -42,6 +42,7 @@ def test_each_field_maps_to_its_setting() -> None:
         "tolerance": 0.5,
         "confidence": 0.999,
         "consecutiveWindows": 7,
+        "windowsPerFalseAlarm": 123,
         "concurrencyMatch": 1.0,
     }
     raw["rollback"] = {
@@ -56,6 +57,8 @@ def test_each_field_maps_to_its_setting() -> None:
     assert (judge.tolerance, judge.confidence) == (0.5, 0.999)
     assert (judge.concurrency_match, judge.concurrency_tolerance) == ("in_flight", 1.0)
     assert (policy.policy, policy.repromote, policy.consecutive_windows) == ("notify", "manual", 7)
+    assert policy.windows_per_false_alarm == 123.0
+    assert (policy.cumulative.min_windows, policy.cumulative.min_windows_gain) == (7, 8)
     assert (policy.cooldown_s, policy.startup_deadline_s, policy.max_flaps) == (0.0, 3600.0, 9)
 
 
@@ -95,6 +98,7 @@ EVALUATION_FIELDS: dict[str, st.SearchStrategy[Any]] = {
     "tolerance": _fraction(0.0, 0.5),
     "confidence": _fraction(0.5, 0.999),
     "consecutiveWindows": _count(1, 100),
+    "windowsPerFalseAlarm": st.one_of(_count(0, 12), _count(10, 10**12)),
     "concurrencyMatch": _fraction(0.0, 1.0),
 }
 ROLLBACK_FIELDS: dict[str, st.SearchStrategy[Any]] = {
@@ -125,6 +129,7 @@ def test_every_spec_the_api_accepts_converts(
     assert judge.concurrency_tolerance == spec.evaluation.concurrency_match
     assert policy.cooldown_s == spec.rollback.cooldown
     assert policy.consecutive_windows == spec.evaluation.consecutive_windows
+    assert policy.windows_per_false_alarm == spec.evaluation.windows_per_false_alarm
 
 
 # One field at a time, the others at their defaults: every bound of every field is reached.

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from specguard.testing import _traffic as traffic
 from specguard.testing._synthetic import window
 
 
@@ -239,3 +240,32 @@ def test_an_unwritable_output_is_one_line_exit_2(recording: Path) -> None:
     assert proc.returncode == 2
     assert "cannot write the report: No space left on device" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+
+
+def test_the_replay_acts_on_a_sustained_loss_no_window_shows(tmp_path: Path) -> None:
+    """Mirrored windows of 230 pairs with noisy requests (intervals of ±7%), the drafter 9%
+    slower: K in a row does not come, the cumulative evidence rolls back; off, it does not."""
+    rng = np.random.default_rng(31)
+    noisy = traffic.Traffic(pair_noise=0.2)
+    path = tmp_path / "sustained.jsonl"
+    with path.open("w") as out:
+        for w in range(12):
+            samples = traffic.window(rng, 230, noisy, effect=1.09, paired=True,
+                                     start=60.0 * w + 5, duration=50.0)  # fmt: skip
+            for s in samples:
+                record = s.to_dict()
+                record["started_at"] = 1_700_000_000 + s.started_at
+                out.write(json.dumps(record) + "\n")
+    on = specguard(str(path), "--window", "60")
+    assert on.returncode == 0, on.stderr
+    last = on.stdout.splitlines()[-1]
+    assert "cumulative evidence at 10000 windows per false alarm" in last
+    assert "would roll back at window(s)" in last, on.stdout
+    assert "(sustained loss: the cumulative evidence)" in on.stdout
+    off = specguard(str(path), "--window", "60", "--windows-per-false-alarm", "0")
+    assert off.stdout.splitlines()[-1] == (
+        "policy replay (dry run, 3 consecutive windows, no cumulative evidence): would not act"
+    ), off.stdout
+    bad = specguard(str(path), "--window", "60", "--windows-per-false-alarm", "1")
+    assert bad.returncode == 2
+    assert bad.stderr.startswith("specguard judge: --windows-per-false-alarm: must be 0 (off)")

@@ -86,6 +86,7 @@ FLAGS = st.lists(
                 "--resamples",
                 "--seed",
                 "--consecutive",
+                "--windows-per-false-alarm",
             ]
         ),
         FLAG_VALUES,

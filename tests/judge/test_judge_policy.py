@@ -69,10 +69,44 @@ def test_rolls_back_after_k_agreeing_windows_only() -> None:
     assert "1.300" in ds[-1].reason  # the verdict's numbers travel with the decision
 
 
-def test_inconclusive_windows_reset_the_streak_and_never_roll_back() -> None:
+def test_inconclusive_windows_break_the_streak_and_are_no_evidence() -> None:
+    streak_only = PolicySettings(consecutive_windows=3, windows_per_false_alarm=0)
+    assert actions(run("RR?RR?RR", streak_only)[1]) == "........"
     s = PolicySettings(consecutive_windows=3)
-    assert actions(run("RR?RR?RR", s)[1]) == "........"
     assert actions(run("????????????", s)[1]) == "." * 12
+    # The cumulative evidence holds across a window without evidence: four windows 30%
+    # slower around one inconclusive window are a sustained loss.
+    _, ds = run("RR?R", s)
+    assert actions(ds) == "...B" and ds[-1].reason.startswith("sustained loss: evidence of a loss")
+    assert ds[-1].cumulative is not None and ds[-1].cumulative.windows == 3
+    # K windows in a row without evidence clear it.
+    assert actions(run("RR???RR", s)[1]) == "......."
+
+
+def test_a_window_that_spans_a_swap_restart_or_resize_never_counts() -> None:
+    """Judged and reported, but no evidence: it neither completes a streak nor adds to the
+    cumulative evidence (the issue's window across a swap, 'improved 0.572' on 28 pairs,
+    counted toward a re-promotion)."""
+    s = PolicySettings(consecutive_windows=3, windows_per_false_alarm=0)
+    state, _ = run("RR", s)
+    for what in ("a swap", "an operator restart", "a change in the pods (baseline 1→0 ready)"):
+        spanning = Evidence(verdict("regressed"), spans=what)
+        after, d = step(state, s, 1000.0, spanning)
+        assert (d.action, after.streak) == ("hold", 0), what
+        assert d.reason.startswith(f"window not counted: it spans {what}")
+    # The cumulative evidence: the window adds nothing (a gap), however slow it looks.
+    on = PolicySettings(consecutive_windows=3)
+    state, _ = run("RR", on)
+    after, _ = step(state, on, 1000.0, Evidence(verdict("regressed"), spans="a swap"))
+    assert after.cumulative == replace(state.cumulative, gap=1) and after.streak == 0
+    # Re-promotion: after a rollback and the cooldown, improved windows; the one spanning a
+    # swap does not complete the K + 1 = 3.
+    s2 = PolicySettings(consecutive_windows=2, cooldown_s=0, windows_per_false_alarm=0)
+    state, _ = run("RR", s2)
+    state, _ = run("II", s2, state, t0=2 * WINDOW)
+    after, d = step(state, s2, 10 * WINDOW, Evidence(verdict("improved"), spans="a swap"))
+    assert d.action == "hold" and after.mode == "baseline"
+    assert step(state, s2, 10 * WINDOW, Evidence(verdict("improved")))[1].action == "repromote"
 
 
 def test_between_windows_the_streak_stands() -> None:
@@ -108,10 +142,16 @@ def test_cooldown_counts_from_a_transition_at_time_zero() -> None:
 
 
 def test_repromotion_streak_breaks_on_neutral() -> None:
-    s = PolicySettings(consecutive_windows=2, cooldown_s=0)  # re-promotion needs 3
-    state, _ = run("RR", s)
+    s = PolicySettings(consecutive_windows=2, cooldown_s=0, windows_per_false_alarm=0)
+    state, _ = run("RR", s)  # re-promotion needs 3 in a row
     state, ds = run("IINIIN", s, state, t0=2 * WINDOW)
     assert actions(ds) == "......" and state.mode == "baseline"
+    # With the cumulative rule, four windows 30% faster of five are a sustained gain (it
+    # needs K + 1 = 3 windows at least and ln(10) more evidence than a loss).
+    on = PolicySettings(consecutive_windows=2, cooldown_s=0)
+    state, _ = run("RR", on)
+    state, ds = run("IINIIN", on, state, t0=2 * WINDOW)
+    assert actions(ds) == "....S." and ds[4].reason.startswith("sustained gain after cooldown")
 
 
 def test_repromotion_confidence_floor() -> None:
@@ -319,13 +359,71 @@ def test_speculation_guardrail_rolls_back_through_step() -> None:
 def test_state_round_trips_through_the_wire() -> None:
     s = PolicySettings(consecutive_windows=1, cooldown_s=0)
     state, _ = run("RI", s)
-    state = replace(state, retry_seen="r1", streak_outcome="improved")
+    state = replace(state, retry_seen="r1")
     wire = json.loads(json.dumps(state.to_wire()))
-    assert set(wire) == {"mode", "streak", "streakOutcome", "since", "flapTimes", "halted",
-                         "retrySeen"}  # fmt: skip
-    assert PolicyState.from_wire(wire) == state
+    assert wire == {
+        "mode": "baseline",
+        "lastChange": "1970-01-01T00:01:00Z",
+        "flapTimes": ["1970-01-01T00:01:00Z"],
+        "halted": False,
+        "retrySeen": "r1",
+        "evidence": {
+            "toward": "speculative",
+            "inARow": 1,
+            "cumulative": round(state.cumulative.total, 4),
+            "windows": 1,
+            "gap": 0,
+            "ratio": 0.7,
+            "weight": round(state.cumulative.weight, 1),
+        },
+    }
+    back = PolicyState.from_wire(wire)
+    assert back.to_wire() == wire  # a fixed point: what is stored reads back the same
+    assert replace(back, cumulative=state.cumulative) == state
+    assert back.cumulative.total == pytest.approx(state.cumulative.total, abs=1e-4)
     assert PolicyState.from_wire({}) == PolicyState()
-    assert PolicyState.from_wire({"newerField": 1, "streak": 2}) == PolicyState(streak=2)
+    assert PolicyState.from_wire({"newerField": 1, "halted": True}) == PolicyState(halted=True)
+
+
+def test_no_evidence_shows_no_evidence_object() -> None:
+    """describe showed 'Streak: 0' beside 'Streak Outcome: regressed': the memory now says
+    nothing when there is no evidence toward a change."""
+    assert PolicyState(mode="baseline", since=60.0).to_wire() == {
+        "mode": "baseline", "lastChange": "1970-01-01T00:01:00Z", "flapTimes": [],
+        "halted": False,
+    }  # fmt: skip
+    s = PolicySettings()
+    state, _ = run("RRR", s)  # rolled back; the drafter, now the shadow, is still slower
+    state, _ = run("RR", s, state, t0=3 * WINDOW)
+    assert "evidence" not in state.to_wire() and state.streak == 0
+
+
+def test_a_status_written_before_this_operator_still_reads() -> None:
+    """Unix times, streak and streakOutcome (the memory before this change) read as before;
+    the next write replaces them with the new form."""
+    old = {
+        "mode": "speculative", "streak": 2, "streakOutcome": "regressed",
+        "since": 1_800_000_000.5, "flapTimes": [1_799_990_000, 1_800_000_000.5],
+        "halted": False, "retrySeen": "x",
+    }  # fmt: skip
+    state = PolicyState.from_wire(old)
+    assert state == PolicyState(
+        mode="speculative", streak=2, since=1_800_000_000.5,
+        flap_times=(1_799_990_000.0, 1_800_000_000.5), retry_seen="x",
+    )  # fmt: skip
+    assert state.to_wire()["lastChange"] == "2027-01-15T08:00:00Z"
+    assert state.to_wire()["flapTimes"] == ["2027-01-15T05:13:20Z", "2027-01-15T08:00:00Z"]
+    # A streak of the other outcome (regressed windows while the baseline serves) was no
+    # evidence toward a change: none now.
+    stale = PolicyState.from_wire({"mode": "baseline", "streak": 0, "streakOutcome": "regressed"})
+    assert stale == PolicyState(mode="baseline")
+    # Evidence stored toward the mode in effect (from before a change): none.
+    assert (
+        PolicyState.from_wire(
+            {"mode": "speculative", "evidence": {"toward": "speculative", "inARow": 2}}
+        )
+        == PolicyState()
+    )
 
 
 @pytest.mark.parametrize(
@@ -334,9 +432,15 @@ def test_state_round_trips_through_the_wire() -> None:
         ({"mode": "weird"}, "mode: expected speculative or baseline, got 'weird'"),
         ({"streak": -1}, "streak: expected a whole number >= 0, got -1"),
         ({"streak": True}, "streak: expected a whole number >= 0, got True"),
-        ({"since": "yesterday"}, "since: expected a Unix time, got 'yesterday'"),
-        ({"flapTimes": 3}, "flapTimes: expected a list of Unix times, got 3"),
+        ({"since": "yesterday"}, "since: expected an RFC 3339 time, got 'yesterday'"),
+        ({"lastChange": 1e400}, "lastChange: expected an RFC 3339 time, got inf"),
+        ({"flapTimes": 3}, "flapTimes: expected a list of RFC 3339 times, got 3"),
+        ({"flapTimes": ["x"]}, "flapTimes: expected an RFC 3339 time, got 'x'"),
         ({"halted": "yes"}, "halted: expected true or false, got 'yes'"),
+        ({"evidence": 3}, "evidence: expected an object, got 3"),
+        ({"evidence": {"inARow": -2}}, "evidence.inARow: expected a whole number >= 0, got -2"),
+        ({"evidence": {"ratio": 0}}, "evidence.ratio: expected a number > 0, got 0.0"),
+        ({"evidence": {"cumulative": "x"}}, "evidence.cumulative: expected a number >= 0, got 'x'"),
     ],
 )
 def test_a_bad_stored_state_names_the_field(wire: dict[str, object], problem: str) -> None:

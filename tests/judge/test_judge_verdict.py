@@ -22,6 +22,7 @@ from specguard.judge._verdict import (
     median_interval,
     stratum_of,
 )
+from specguard.testing import _traffic as traffic
 from specguard.testing._synthetic import samples, window
 
 SMALL = JudgeSettings(min_requests_per_arm=20, resamples=500)
@@ -316,6 +317,33 @@ def test_per_domain_ratios_show_where_the_drafter_loses() -> None:
     ratios = {d.domain: d.ratio for d in v.domains}
     assert ratios["math"] == pytest.approx(0.5, rel=0.05)
     assert ratios["tool_call"] == pytest.approx(1.3, rel=0.05)
+
+
+def test_a_domain_figure_is_the_headline_statistic_within_the_domain() -> None:
+    """One figure, explained: a window of one domain shows the headline ratio itself (it
+    read "+10%, chat +13%" when domains took the ratio of medians beside a paired
+    headline); with several, each domain's figure is its own pairs' median ratio."""
+    rng = np.random.default_rng(20)
+    paired = traffic.window(rng, 300, traffic.Traffic(), effect=1.1, paired=True)
+    v = judge(paired)
+    assert v.method == "paired" and v.ratio_of_medians != pytest.approx(v.ratio, rel=1e-3)
+    assert [(d.domain, d.ratio) for d in v.domains] == [("chat", v.ratio)]
+    unpaired = judge(traffic.window(rng, 300, traffic.Traffic(), effect=1.1))
+    assert unpaired.method == "stratified"
+    assert [(d.domain, d.ratio) for d in unpaired.domains] == [("chat", unpaired.ratio)]
+    # Two domains: each its own pairs' median per-request ratio.
+    tool = traffic.window(rng, 300, traffic.Traffic(), effect=1.3, paired=True, start=1000.0)
+    both = judge(paired + [replace(s, domain="tool_call") for s in tool])
+    by_pair: dict[str, dict[str, float]] = {}
+    for s in paired + tool:
+        by_pair.setdefault(s.pair_id or "", {})[s.arm] = s.tpot_s or 0.0
+    for domain, part in (("chat", paired), ("tool_call", tool)):
+        ids = {s.pair_id for s in part}
+        logs = [np.log(p["speculative"] / p["baseline"]) for i, p in by_pair.items() if i in ids]
+        expected = float(np.exp(np.median(logs)))
+        assert next(d.ratio for d in both.domains if d.domain == domain) == pytest.approx(
+            expected, rel=1e-12
+        )
 
 
 def test_errors_and_unusable_samples_are_counted_apart() -> None:

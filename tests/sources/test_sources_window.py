@@ -158,6 +158,45 @@ async def test_late_samples_are_left_out_and_noted(
     assert any("after their window" in r for r in window.verdict().reasons)
 
 
+async def test_a_new_reader_does_not_call_the_routers_rings_late(
+    routers: Callable[[], Awaitable[RouterPod]],
+) -> None:
+    """A restarted operator reads every router's whole ring on its first poll: what ended
+    before its first window was never due in one, so nothing is late (the issue's
+    "12644 samples arrived after their window" after a restart)."""
+    one = await routers()
+    one.add(*(sample(t, 1) for t in range(0, 50)), sample(70, 1))
+    async with RouterFeedSource([one.url]) as source:
+        window = await source.collect(T0 + 60, T0 + 120)
+    assert [s.started_at - T0 for s in window.samples] == [70]
+    assert not any("after their window" in note for note in window.notes), window.notes
+    assert (
+        "50 sample(s) that ended before the first window (read from the routers' rings) "
+        "were not judged" in window.notes
+    )
+
+
+async def test_samples_between_windows_are_not_late_and_late_ones_still_are(
+    routers: Callable[[], Awaitable[RouterPod]],
+) -> None:
+    """No window is open during a swap: what ended then is not late either."""
+    one = await routers()
+    async with RouterFeedSource([one.url]) as source:
+        one.add(sample(5, 1))
+        await source.collect(T0, T0 + 60)
+        # [60, 120) is a swap: no window. Then a window [120, 180).
+        one.add(sample(30, 1))  # ended in the first window, read after it: late
+        one.add(sample(70, 1), sample(80, 1))  # ended during the swap
+        one.add(sample(130, 1))
+        window = await source.collect(T0 + 120, T0 + 180)
+    assert [s.started_at - T0 for s in window.samples] == [130]
+    assert "1 sample(s) arrived after their window and were left out" in window.notes
+    assert (
+        "2 sample(s) that ended between windows (none was open: a swap or a paused shadow) "
+        "were not judged" in window.notes
+    )
+
+
 async def test_down_and_empty_are_typed_results(
     routers: Callable[[], Awaitable[RouterPod]],
 ) -> None:

@@ -5,8 +5,9 @@
 -- (see charts/specguard/README.md). Argo CD passes the live object as `obj`.
 --
 --   Healthy      the operator acted on the current spec and the serving arm is ready
---   Progressing  no status yet, a new generation not acted on, a swap between the arms,
---                or pods still starting
+--   Progressing  no status yet, a new generation not acted on, a swap between the arms
+--                (condition Swapping True; clients are served, Ready stays True), or pods
+--                still starting
 --   Degraded     rolled back (the drafter is off because it made latency worse, or never
 --                became ready), the judge cannot judge (JudgeDegraded: its sample source
 --                fails), or an invalid spec
@@ -58,13 +59,23 @@ if specValid ~= nil and specValid.status == "False" then
   return hs
 end
 
+-- A swap is Progressing (clients are served throughout: Ready stays True). The Swapping
+-- condition says so; a status written before it existed says it in arms and targetMode.
+local swap = condition("Swapping")
 local arms = obj.status.arms
 local target = obj.status.targetMode
-local swapping = (arms ~= nil and arms.swapping == true)
-  or (target ~= nil and obj.status.mode ~= nil and target ~= obj.status.mode)
+local swapping = (swap ~= nil and swap.status == "True")
+if swap == nil then
+  swapping = (arms ~= nil and arms.swapping == true)
+    or (target ~= nil and obj.status.mode ~= nil and target ~= obj.status.mode)
+end
 if swapping then
   hs.status = "Progressing"
-  hs.message = "Swapping the arms: " .. tostring(obj.status.mode) .. " -> " .. tostring(target)
+  if swap ~= nil then
+    hs.message = "Swapping the arms: " .. say(swap, "Swapping")
+  else
+    hs.message = "Swapping the arms: " .. tostring(obj.status.mode) .. " -> " .. tostring(target)
+  end
   return hs
 end
 

@@ -221,7 +221,13 @@ PRINTER_COLUMNS: Final[list[Schema]] = [
         "name": "Ready",
         "type": "string",
         "jsonPath": '.status.conditions[?(@.type=="Ready")].status',
-        "description": "Ready condition",
+        "description": "Ready condition: clients are served (a swap included)",
+    },
+    {
+        "name": "Swapping",
+        "type": "string",
+        "jsonPath": '.status.conditions[?(@.type=="Swapping")].status',
+        "description": "Swapping condition: a rolling swap between the arms runs",
     },
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]

@@ -868,6 +868,20 @@ def _prometheus_url(source: Any) -> Iterator[Finding]:
         yield ""
 
 
+@rule(
+    "false-alarm-budget",
+    scope="spec.evaluation",
+    field=".windowsPerFalseAlarm",
+    message="must be 0 (off) or at least 10",
+    cel="!has(self.windowsPerFalseAlarm) || self.windowsPerFalseAlarm == 0 || "
+    "self.windowsPerFalseAlarm >= 10",
+)
+def _false_alarm_budget(evaluation: Any) -> Iterator[Finding]:
+    budget = evaluation.windows_per_false_alarm
+    if 0 < budget < 10:
+        yield f"got {budget}"
+
+
 # shadow.activeFor needs no bounds of its own: it is at least one window and below every.
 DURATION_BOUNDS: Final = (
     ("spec.evaluation", "window", "10s", "24h"),

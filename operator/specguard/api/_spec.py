@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import Field, StringConstraints
+from pydantic import BeforeValidator, Field, StringConstraints
 from pydantic_core import PydanticUndefined
 
 from specguard.api._durations import Duration, Seconds
@@ -34,7 +34,15 @@ METHODS_WITHOUT_REQUIRED_MODEL: tuple[str, ...] = ("ngram", "suffix", "mtp", "ds
 # Methods that take no draft model at all.
 METHODS_WITHOUT_MODEL: tuple[str, ...] = ("ngram", "suffix")
 
-TensorParallelSize = Literal[1, 2, 4, 8]
+
+def _not_a_boolean(value: Any) -> Any:
+    # A Literal of integers takes True for 1 (True == 1); the CRD's schema does not.
+    if isinstance(value, bool):
+        raise ValueError(f"Input should be 1, 2, 4 or 8, not a boolean ({str(value).lower()})")
+    return value
+
+
+TensorParallelSize = Annotated[Literal[1, 2, 4, 8], BeforeValidator(_not_a_boolean)]
 MAX_SPECULATIVE_TOKENS = 32
 MAX_PER_BATCH_RANGES = 16
 MAX_EXTRA_ARGS = 64
@@ -466,7 +474,23 @@ class Evaluation(SpecModel):
         default=3,
         ge=1,
         le=100,
-        description="Agreeing verdicts in a row before specguard acts.",
+        description="Windows of evidence before specguard acts: this many regressed (or, to "
+        "re-promote, one more improved) windows in a row; and the fewest windows the "
+        "cumulative evidence (windowsPerFalseAlarm) acts on, each counting for at most 1/K of "
+        "it. This many windows in a row without a verdict clear the cumulative evidence.",
+    )
+    windows_per_false_alarm: int = Field(
+        default=10000,
+        ge=0,
+        le=10**12,
+        description="Evidence across windows: each window's estimate and interval add to "
+        "the evidence of a loss beyond the tolerance (a CUSUM of log-likelihood ratios), so a "
+        "sustained loss that no single window shows is rolled back within a bounded number "
+        "of windows. This is its error budget: a drafter exactly at the tolerance is rolled "
+        "back on average at most once per this many windows (an unchanged one practically "
+        "never); re-promotion needs 10 times more. Larger is stricter and slower on small "
+        "losses. 0 turns it off (only consecutiveWindows in a row act); else at least 10. "
+        "Default 10000.",
     )
     concurrency_match: float = Field(
         default=0.25,

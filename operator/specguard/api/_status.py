@@ -24,7 +24,8 @@ class Condition(WireModel):
     type: str = Field(
         min_length=1,
         max_length=316,
-        description="Condition type: Ready, SpecValid, Speculating, Evaluating, RolledBack or "
+        description="Condition type: Ready (clients are served), Swapping (a rolling swap "
+        "between the arms runs), SpecValid, Speculating, Evaluating, RolledBack or "
         "JudgeDegraded.",
     )
     status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
@@ -141,8 +142,10 @@ class Status(WireModel):
     )
     policy: Passthrough | None = Field(
         default=None,
-        description="The decision policy's memory (streaks, cooldown, flaps, the retry value "
-        "acted on), so that a restarted operator continues where the last one stopped. The "
+        description="The decision policy's memory (the mode it chose, lastChange: the "
+        "cooldown's start, flapTimes, halted, the retry value acted on, and the evidence "
+        "toward the other mode: windows in a row and the cumulative evidence across windows), "
+        "so that a restarted operator continues where the last one stopped. Times in RFC 3339. The "
         "operator's own: its fields are the judge's PolicyState, checked when read, and kept "
         "whole by the API server so that an operator newer than the CRD loses none.",
     )

@@ -76,6 +76,7 @@ ANNOTATION_RETRY: Final = "specguard.io/retry"  # any new value: clear the flap 
 
 # Condition types (metav1.Condition.type) the operator sets.
 CONDITION_READY: Final = "Ready"
+CONDITION_SWAPPING: Final = "Swapping"
 CONDITION_SPEC_VALID: Final = "SpecValid"
 CONDITION_SPECULATING: Final = "Speculating"
 CONDITION_EVALUATING: Final = "Evaluating"
@@ -83,6 +84,7 @@ CONDITION_ROLLED_BACK: Final = "RolledBack"
 CONDITION_JUDGE_DEGRADED: Final = "JudgeDegraded"
 CONDITION_TYPES: Final = (
     CONDITION_READY,
+    CONDITION_SWAPPING,
     CONDITION_SPEC_VALID,
     CONDITION_SPECULATING,
     CONDITION_EVALUATING,

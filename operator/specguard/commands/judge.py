@@ -79,6 +79,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="windows in a row before a rollback, for the replay "
         f"(default {PolicySettings().consecutive_windows})",
     )
+    p.add_argument(
+        "--windows-per-false-alarm",
+        type=float,
+        default=PolicySettings().windows_per_false_alarm,
+        help="the replay's cumulative evidence across windows: its error budget, 0 off "
+        f"(default {PolicySettings().windows_per_false_alarm:g})",
+    )
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     return p
 
@@ -188,7 +195,11 @@ def _main(argv: list[str]) -> int:
         return EXIT_USAGE
     try:
         settings = judge_settings_from_args(args)
-        policy = PolicySettings(policy="notify", consecutive_windows=args.consecutive)
+        policy = PolicySettings(
+            policy="notify",
+            consecutive_windows=args.consecutive,
+            windows_per_false_alarm=args.windows_per_false_alarm,
+        )
         if args.window is not None and not (
             math.isfinite(args.window) and MIN_WINDOW_S <= args.window <= MAX_WINDOW_S
         ):
@@ -269,10 +280,17 @@ def _main(argv: list[str]) -> int:
         line = f"window {first:>3}: {verdict.outcome:<12}{ratio}{ci} {n}"
         if decision.action == "notify":
             line += f"  → {decision.reason.split(':')[0]}"
+            if decision.cumulative is not None:
+                line += " (sustained loss: the cumulative evidence)"
         print(line)
     flips = [first for first, _, _, _, d in report if d.action == "notify"]
+    budget = (
+        f"cumulative evidence at {policy.windows_per_false_alarm:g} windows per false alarm"
+        if policy.cumulative.enabled
+        else "no cumulative evidence"
+    )
     print(
-        f"policy replay (dry run, {args.consecutive} consecutive windows): "
+        f"policy replay (dry run, {args.consecutive} consecutive windows, {budget}): "
         + (
             f"would roll back at window(s) {', '.join(map(str, flips))}"
             if flips

@@ -11,7 +11,8 @@ from collections.abc import Sequence
 
 from specguard.api import ArmFigures, Condition, StatusVerdict
 from specguard.api import constants as c
-from specguard.judge import Verdict
+from specguard.api.constants import Arm, other_arm
+from specguard.judge import Cumulative, Verdict
 
 
 def set_condition(
@@ -73,32 +74,82 @@ def status_verdict(verdict: Verdict, window_end: str) -> StatusVerdict:
     )
 
 
-def _pct(ratio: float) -> str:
+def _pct(ratio: float, digits: int = 0) -> str:
     value = (ratio - 1.0) * 100.0
     sign = "+" if value >= 0 else "−"
-    return f"{sign}{abs(value):.0f}%"
+    return f"{sign}{abs(value):.{digits}f}%"
 
 
-def verdict_sentence(verdict: Verdict) -> str:
-    """E.g. ``per-token latency +27% with the drafter (99% CI +21..+33%) at 48 concurrent
-    per pod, n=1210 pairs; tool_call +41%, math −12%``."""
+def _interval(low: float, high: float, digits: int = 0) -> str:
+    return f"{_pct(low, digits).rstrip('%')}..{_pct(high, digits)}"
+
+
+def _load(verdict: Verdict, serving: Arm) -> str:
+    """Where it was measured: the serving pods' in-flight requests (what clients see), and
+    the shadow's when it ran apart from them (a faster shadow given every request runs
+    lighter)."""
+    here = verdict.concurrency.get(serving)
+    if here is None:
+        return ""
+    text = f" at {here:.0f} concurrent per serving pod"
+    shadow = other_arm(serving)
+    there = verdict.concurrency.get(shadow)
+    if there is not None and abs(there - here) > max(2.0, 0.25 * max(here, there)):
+        who = "drafter" if shadow == c.ARM_SPECULATIVE else "baseline"
+        text += f" (the {who} shadow at {there:.0f})"
+    return text
+
+
+def _counted(verdict: Verdict) -> str:
+    """What the figure is, and over what."""
+    if verdict.method == "paired":
+        return f"the median per-request ratio of {verdict.n_pairs} pairs"
+    n = f"{verdict.n.get(c.ARM_SPECULATIVE, 0)}+{verdict.n.get(c.ARM_BASELINE, 0)} requests"
+    return f"the {verdict.quantity}, {n}"
+
+
+def _by_domain(verdict: Verdict) -> str:
+    """Per domain, the same statistic within it (shown when there are several: a window of
+    one domain has the headline figure itself)."""
+    domains = [f"{d.domain} {_pct(d.ratio)}" for d in verdict.domains if d.ratio is not None]
+    return "; by domain: " + ", ".join(domains) if len(domains) > 1 else ""
+
+
+def verdict_sentence(verdict: Verdict, serving: Arm) -> str:
+    """One window's figure, explained, for Events and transitions. E.g. ``per-token latency
+    +27% with the drafter (99% CI +21..+33%) at 48 concurrent per serving pod, the median
+    per-request ratio of 1210 pairs; by domain: tool_call +41%, math −12%``. ``serving``:
+    the arm that served clients during the window."""
     if verdict.ratio is None or verdict.ci_low is None or verdict.ci_high is None:
         why = "; ".join(verdict.reasons) or "no data"
         return f"no verdict ({why})"
-    conc = verdict.concurrency.get(c.ARM_SPECULATIVE)
-    at = f" at {conc:.0f} concurrent per pod" if conc is not None else ""
-    if verdict.method == "paired":
-        count = f"n={verdict.n_pairs} pairs"
-    else:
-        count = (
-            f"n={verdict.n.get(c.ARM_SPECULATIVE, 0)}+{verdict.n.get(c.ARM_BASELINE, 0)} requests"
-        )
-    text = (
-        f"per-token latency {_pct(verdict.ratio)} with the drafter "
-        f"({verdict.confidence:.0%} CI {_pct(verdict.ci_low).rstrip('%')}..{_pct(verdict.ci_high)})"
-        f"{at}, {count}"
+    return (
+        f"per-token latency {_pct(verdict.ratio)} with the drafter ({verdict.confidence:.0%} "
+        f"CI {_interval(verdict.ci_low, verdict.ci_high)}){_load(verdict, serving)}, "
+        f"{_counted(verdict)}{_by_domain(verdict)}"
     )
-    domains = [f"{d.domain} {_pct(d.ratio)}" for d in verdict.domains if d.ratio is not None]
-    if domains:
-        text += "; " + ", ".join(domains)
-    return text
+
+
+def evidence_sentence(evidence: Cumulative, verdict: Verdict, serving: Arm) -> str:
+    """A change the cumulative rule made: what the windows show together, then the last
+    window. E.g. ``sustained loss over 5 windows: per-token latency +6.3% with the drafter
+    (99% CI +4.2..+8.4%, the 5 windows together) at 16 concurrent per serving pod; last
+    window +7% (99% CI +2..+12%), the median per-request ratio of 214 pairs``."""
+    ratio = evidence.ratio()
+    width = evidence.half_width(verdict.confidence)
+    if ratio is None or width is None:
+        return verdict_sentence(verdict, serving)
+    kind = "loss" if ratio >= 1 else "gain"
+    windows = f"{evidence.windows} window{'s' if evidence.windows != 1 else ''}"
+    together = (
+        f"sustained {kind} over {windows}: per-token latency {_pct(ratio, 1)} with the drafter "
+        f"({verdict.confidence:.0%} CI {_interval(ratio / (1 + width), ratio * (1 + width), 1)}"
+        f", the {windows} together){_load(verdict, serving)}"
+    )
+    if verdict.ratio is None or verdict.ci_low is None or verdict.ci_high is None:
+        return together
+    return (
+        f"{together}; last window {_pct(verdict.ratio)} ({verdict.confidence:.0%} CI "
+        f"{_interval(verdict.ci_low, verdict.ci_high)}), {_counted(verdict)}"
+        f"{_by_domain(verdict)}"
+    )

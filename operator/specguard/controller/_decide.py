@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from specguard._times import parse_time, rfc3339
 from specguard.api import (
     Arms,
     ArmStatus,
@@ -41,9 +42,13 @@ from specguard.api import (
 )
 from specguard.api import constants as c
 from specguard.api.constants import Arm, other_arm
-from specguard.controller._conditions import set_condition, status_verdict, verdict_sentence
+from specguard.controller._conditions import (
+    evidence_sentence,
+    set_condition,
+    status_verdict,
+    verdict_sentence,
+)
 from specguard.controller._mirror import mirror_share
-from specguard.controller._observe import parse_time, rfc3339
 from specguard.controller._schedule import shadow_active, shadow_replicas
 from specguard.controller._settings import policy_settings
 from specguard.controller._swap import ArmObserved, SwapPlan, plan_swap
@@ -70,11 +75,26 @@ class EventSpec:
 
 @dataclass(frozen=True, slots=True)
 class Window:
-    """A window that ended at this tick, as the loop collected it."""
+    """A window that ended at this tick, as the loop collected it.
+
+    ``start``: when the window opened; ``first_started``: when the earliest request it
+    judges started (router samples; None for histogram sources), which may be before
+    ``start``: a window holds the requests that *ended* in it."""
 
     verdict: Verdict
     source_down: str | None = None  # the source failed: why (JudgeDegraded SourceUnavailable)
     drafts: DraftCounters | None = None  # the drafter arm's counters over it (None: unread)
+    start: float | None = None
+    first_started: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Disturbance:
+    """The last change no counted window may span, and when the loop last saw it: a swap
+    (or a paused shadow), an operator restart, a change in the pods of either arm."""
+
+    at: float
+    what: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +114,7 @@ class Observation:
     startup: Startup = field(default_factory=Startup)
     window: Window | None = None
     apply_error: str | None = None  # the last apply the API server refused, until one works
+    disturbed: Disturbance | None = None  # the last swap, restart or change in the pods
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,9 +139,44 @@ def pinned_mode(annotations: Mapping[str, str]) -> Arm | None:
 def judging(spec: Spec, status: Status, created: float, now: float) -> bool:
     """Are windows judged now? The shadow is active, no swap is going on, and the mode in
     effect is the target (the loop opens and closes windows only then)."""
+    return paused(spec, status, created, now) is None
+
+
+def paused(spec: Spec, status: Status, created: float, now: float) -> str | None:
+    """Why windows are not judged now ("a swap", "a paused shadow"), or None."""
     swapping = bool(status.arms and status.arms.swapping)
     in_effect = (status.mode or current_target(status)) == current_target(status)
-    return shadow_active(spec, created, now) and not swapping and in_effect
+    if swapping or not in_effect:
+        return "a swap"
+    if not shadow_active(spec, created, now):
+        return "a paused shadow"
+    return None
+
+
+def pods_changed(before: Mapping[Arm, ArmObserved], after: Mapping[Arm, ArmObserved]) -> str | None:
+    """The change in either arm's pods between two ticks (replicas asked for, or ready), as
+    a window that spans it names it, e.g. "a change in the pods (baseline ready 1→0)"."""
+    changes = []
+    for arm in c.ARMS:
+        old, new = before.get(arm, ArmObserved()), after.get(arm, ArmObserved())
+        if old.replicas != new.replicas:
+            changes.append(f"{arm} replicas {old.replicas}→{new.replicas}")
+        if old.ready != new.ready:
+            changes.append(f"{arm} ready {old.ready}→{new.ready}")
+    return f"a change in the pods ({', '.join(changes)})" if changes else None
+
+
+def window_spans(window: Window, disturbed: Disturbance | None, length: float) -> str | None:
+    """What the window spans, so that it must not count: the last disturbance, when a
+    request the window judges started at or before it. Without per-request start times
+    (histogram sources), a request is taken to have started up to one window ``length``
+    before the window opened."""
+    if disturbed is None or window.start is None:
+        return None
+    began = window.first_started if window.first_started is not None else window.start - length
+    if disturbed.at < min(began, window.start):
+        return None
+    return disturbed.what
 
 
 def policy_state(status: Status) -> tuple[PolicyState, str | None]:
@@ -144,6 +200,9 @@ def gather(obs: Observation) -> Evidence:
         speculation=None if window is None else window.drafts,
         pin=pinned_mode(obs.annotations),
         retry=obs.annotations.get(c.ANNOTATION_RETRY),
+        spans=None
+        if window is None
+        else window_spans(window, obs.disturbed, float(obs.spec.evaluation.window)),
     )
 
 
@@ -155,9 +214,9 @@ def decide(obs: Observation) -> Outcome:
     state, unreadable = policy_state(prev)
     evidence = gather(obs)
     state, decision = step(state, policy_settings(spec), now, evidence)
-    transition = _transition(old_target, decision, evidence, rfc3339(now))
-
     mode = prev.mode or old_target
+    transition = _transition(old_target, decision, evidence, mode, rfc3339(now))
+
     swapping = bool(prev.arms and prev.arms.swapping)
     since = parse_time(prev.arms.swap_since) if prev.arms else None
     plan = plan_swap(
@@ -173,7 +232,7 @@ def decide(obs: Observation) -> Outcome:
     )
     swap_since = (since or now) if plan.swapping else None
 
-    events = list(_events(obs, decision, transition, evidence))
+    events = list(_events(obs, decision, transition, evidence, mode))
     if plan.done and plan.mode != mode:
         events.append(EventSpec("Normal", "SwapComplete",
                                 f"{mode} → {plan.mode}: {plan.replicas[plan.mode]} serving "
@@ -185,9 +244,20 @@ def decide(obs: Observation) -> Outcome:
     return Outcome(decision.target, plan, status, tuple(events), decision, transition)
 
 
+def _why(decision: Decision, verdict: Verdict | None, serving: Arm) -> str:
+    """The figures behind a statistical decision (made or only reported): the cumulative
+    evidence when that rule acted, else the window's verdict."""
+    if verdict is None:
+        return decision.reason
+    if decision.cumulative is not None:
+        return evidence_sentence(decision.cumulative, verdict, serving)
+    return verdict_sentence(verdict, serving)
+
+
 def _transition(
-    old_target: Arm, decision: Decision, evidence: Evidence, now_iso: str
+    old_target: Arm, decision: Decision, evidence: Evidence, serving: Arm, now_iso: str
 ) -> Transition | None:
+    """The change of target, if any. ``serving``: the arm that served during the window."""
     target = decision.target
     if target == old_target:
         return None
@@ -201,21 +271,29 @@ def _transition(
         elif decision.cause == "Retry":
             message = f"{c.ANNOTATION_RETRY}: manual re-promotion"
         else:
-            message = verdict_sentence(verdict) if verdict is not None else decision.reason
+            message = _why(decision, verdict, serving)
     else:
         reason, message = "Unpinned", f"{c.ANNOTATION_PIN_MODE} removed"
+    ratio = None if verdict is None else verdict.ratio
+    together = None if decision.cumulative is None else decision.cumulative.ratio()
+    if together is not None:
+        ratio = round(together, 4)  # what the windows of the cumulative rule show together
     return Transition(
         time=now_iso,
         from_mode=old_target,
         to_mode=target,
         reason=reason,
         message=message,
-        ratio=None if verdict is None else verdict.ratio,
+        ratio=ratio,
     )
 
 
 def _events(
-    obs: Observation, decision: Decision, transition: Transition | None, evidence: Evidence
+    obs: Observation,
+    decision: Decision,
+    transition: Transition | None,
+    evidence: Evidence,
+    serving: Arm,
 ) -> tuple[EventSpec, ...]:
     events: list[EventSpec] = []
     if decision.command is not None:
@@ -231,8 +309,7 @@ def _events(
         if obs.window is not None:
             events.append(EventSpec("Warning", decision.trip.cause, decision.trip.message))
     elif decision.action == "notify":
-        verdict = evidence.verdict
-        detail = verdict_sentence(verdict) if verdict is not None else decision.reason
+        detail = _why(decision, evidence.verdict, serving)
         kind = "Warning" if decision.warning else "Normal"
         events.append(EventSpec(kind, decision.cause,
                                 f"{decision.reason.split(':')[0]}: {detail}"))  # fmt: skip
@@ -309,23 +386,37 @@ def _conditions_after(
         )
 
     put(c.CONDITION_SPEC_VALID, True, "Valid", "the spec passes every rule")
+    # Ready: clients are served. During a swap the routers answer from the ready pods of
+    # both arms, one pod short at most (the swap's bound); the swap is its own condition.
     ready = obs.arms[mode].ready
     if obs.apply_error is not None:
         put(c.CONDITION_READY, False, "ApplyFailed", obs.apply_error)
     elif plan.swapping:
-        put(c.CONDITION_READY, False, "Swapping", f"{mode} → {decision.target}: {plan.reason}")
+        answering = {arm: obs.arms[arm].ready for arm in c.ARMS}
+        total = sum(answering.values())
+        each = ", ".join(f"{answering[arm]} {arm}" for arm in c.ARMS)
+        message = f"{total} pods answer clients during the swap ({each}); {spec.replicas} serve"
+        served = total >= max(1, spec.replicas - 1)
+        put(c.CONDITION_READY, served, "Serving" if served else "PodsNotReady", message)
     elif ready >= spec.replicas:
         put(c.CONDITION_READY, True, "Serving", f"{ready}/{spec.replicas} {mode} pods ready")
     else:
         put(c.CONDITION_READY, False, "PodsNotReady", f"{ready}/{spec.replicas} {mode} pods ready")
+    if plan.swapping:
+        put(c.CONDITION_SWAPPING, True, "RollingSwap", f"{mode} → {decision.target}: {plan.reason}")
+    else:
+        put(c.CONDITION_SWAPPING, False, "Settled", f"{mode} serves; no swap running")
 
     if mode == c.ARM_SPECULATIVE:
         trip = decision.trip
         speculating = next((x for x in prev.conditions if x.type == c.CONDITION_SPECULATING), None)
         if obs.window is not None and trip is not None and trip.guardrail == "speculation":
             put(c.CONDITION_SPECULATING, False, trip.cause, trip.message)
-        elif obs.window is None and prev.mode == mode and speculating is not None and (
-            speculating.status == "False"
+        elif (
+            obs.window is None
+            and prev.mode == mode
+            and speculating is not None
+            and (speculating.status == "False")
         ):
             pass  # between windows, the last window's finding stands
         else:
@@ -350,9 +441,7 @@ def _conditions_after(
     return conditions
 
 
-def _evaluating(
-    spec: Spec, swapping: bool, active: bool, pin: Arm | None
-) -> tuple[bool, str, str]:
+def _evaluating(spec: Spec, swapping: bool, active: bool, pin: Arm | None) -> tuple[bool, str, str]:
     window = spec.evaluation.window
     if swapping:
         return False, "Swapping", "no judging while the arms swap"
@@ -399,6 +488,7 @@ def invalid_status(prev: Status, generation: int | None, message: str, now_iso: 
 
 
 __all__ = [
+    "Disturbance",
     "EventSpec",
     "Observation",
     "Outcome",
@@ -408,6 +498,9 @@ __all__ = [
     "gather",
     "invalid_status",
     "judging",
+    "paused",
     "pinned_mode",
+    "pods_changed",
     "policy_state",
+    "window_spans",
 ]

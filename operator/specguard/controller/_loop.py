@@ -28,9 +28,11 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from specguard._objects import lookup, router_urls, vllm_urls
+from specguard._times import parse_time, rfc3339
 from specguard.api import SpecError, SpeculativeDeployment, Status, parse_resource
 from specguard.api import constants as c
 from specguard.controller._decide import (
+    Disturbance,
     EventSpec,
     Observation,
     Outcome,
@@ -38,11 +40,14 @@ from specguard.controller._decide import (
     decide,
     invalid_status,
     judging,
+    paused,
+    pods_changed,
 )
 from specguard.controller._kube import KubeError
 from specguard.controller._metrics import OperatorMetrics
-from specguard.controller._observe import drafter_startup, observe_arms, parse_time, rfc3339
+from specguard.controller._observe import drafter_startup, observe_arms
 from specguard.controller._settings import judge_settings
+from specguard.controller._swap import ArmObserved
 from specguard.judge import JudgeSettings
 from specguard.render import render_all
 from specguard.sources import Reading, ScrapeSource, Source, Targets, draft_counters, open_source
@@ -156,6 +161,8 @@ class ResourceLoop:
         self._read_counters = read_counters
         self._resource: _Resource | None = None
         self._invalid: object = _NONE  # the generation whose invalid spec was reported
+        self._arms_seen: dict[c.Arm, ArmObserved] | None = None  # at the last tick
+        self._disturbed: Disturbance | None = None  # the last swap, restart, change in pods
         self.applier = Applier(kube, f"{namespace}/{name}", admission)
         self.status = StatusWriter(kube, metrics, namespace, name, admission)
 
@@ -179,6 +186,7 @@ class ResourceLoop:
         except ValueError:
             prev = Status()
         created = parse_time(lookup(body, "metadata", "creationTimestamp")) or now
+        arms = observe_arms(self.name, observed.deployments, observed.pods)
         obs = Observation(
             name=self.name,
             spec=resource.sd.spec,
@@ -187,10 +195,11 @@ class ResourceLoop:
             now=now,
             created=created,
             annotations=lookup(body, "metadata", "annotations") or {},
-            arms=observe_arms(self.name, observed.deployments, observed.pods),
+            arms=arms,
             startup=drafter_startup(self.name, observed.pods),
             window=await self._window(resource, prev, observed, created, now),
             apply_error=self.applier.error,
+            disturbed=self._disturbance(resource, prev, arms, created, now),
         )
         outcome = decide(obs)
         if obs.window is not None:
@@ -254,6 +263,30 @@ class ResourceLoop:
 
     # -- windows -------------------------------------------------------------------------
 
+    def _disturbance(
+        self,
+        resource: _Resource,
+        prev: Status,
+        arms: Mapping[c.Arm, ArmObserved],
+        created: float,
+        now: float,
+    ) -> Disturbance | None:
+        """The last change no counted window may span, as of this tick: this loop's start
+        when an operator ran before it (a restart), a change in either arm's pods, and each
+        tick of a swap or a paused shadow."""
+        if self._arms_seen is None:
+            if prev.policy is not None:
+                self._disturbed = Disturbance(now, "an operator restart")
+        else:
+            changed = pods_changed(self._arms_seen, arms)
+            if changed is not None:
+                self._disturbed = Disturbance(now, changed)
+        self._arms_seen = dict(arms)
+        why = paused(resource.sd.spec, prev, created, now)
+        if why is not None:
+            self._disturbed = Disturbance(now, why)
+        return self._disturbed
+
     async def _window(
         self,
         resource: _Resource,
@@ -292,6 +325,8 @@ class ResourceLoop:
             source_down=f"{window.source} unavailable: {window.problem}"
             if window.state == "down" else None,
             drafts=None if before is None else draft_counters(before, drafts_at_end),
+            start=start,
+            first_started=min((x.started_at for x in window.samples), default=None),
         )  # fmt: skip
 
     def _record_window(self, window: Window, outcome: Outcome, now: float) -> None:

@@ -5,28 +5,14 @@ Pure. Pod rules (readiness, URLs, arms) are ``specguard._objects``'.
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from specguard._objects import arm_of, lookup, pod_ready
+from specguard._times import parse_time
 from specguard.api import constants as c
 from specguard.controller._swap import ArmObserved
 from specguard.judge import Startup
-
-
-def parse_time(value: Any) -> float | None:
-    """RFC 3339 (as the API server writes timestamps) → Unix seconds."""
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        return dt.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
-
-
-def rfc3339(t: float) -> str:
-    return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def observe_arms(

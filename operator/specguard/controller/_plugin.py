@@ -22,6 +22,7 @@ from typing import Any
 from specguard._args import ArgumentParser, UsageError
 from specguard._objects import lookup
 from specguard.api import constants as c
+from specguard.judge import PolicySettings, PolicyState, evidence_summary
 
 
 def _pct(ratio: Any) -> str:
@@ -93,8 +94,12 @@ def explain(obj: Mapping[str, Any]) -> str:
             f"({n_spec:.0f} drafter and {n_base:.0f} baseline requests)."
         )
     else:
-        conc = lookup(v, "concurrency", "speculative")
-        at = f" at {conc:.0f} concurrent requests per pod" if isinstance(conc, int | float) else ""
+        conc = lookup(v, "concurrency", mode)
+        at = (
+            f" at {conc:.0f} concurrent requests per serving pod"
+            if isinstance(conc, int | float)
+            else ""
+        )
         sentences.append(
             f"In the window ending {v.get('windowEnd')}, per-token latency with the drafter "
             f"was {_pct(v['ratio'])} against no drafter (confidence interval "
@@ -114,12 +119,7 @@ def explain(obj: Mapping[str, Any]) -> str:
             parts = ", ".join(f"{d} {_pct(r)}" for d, r in sorted(domains.items()))
             sentences.append(f"By kind of request: {parts}.")
     policy = status.get("policy") or {}
-    need = spec_eval.get("consecutiveWindows", 3)
-    if policy.get("streak"):
-        sentences.append(
-            f"{policy['streak']} {policy.get('streakOutcome')} window(s) in a row so far; "
-            f"{need} are needed to act."
-        )
+    sentences.extend(_evidence(policy, spec_eval))
     if policy.get("halted"):
         sentences.append(
             "Automatic changes are stopped after too many flaps: `kubectl specguard retry` "
@@ -133,6 +133,31 @@ def explain(obj: Mapping[str, Any]) -> str:
             f"{t.get('reason')}: {t.get('message')}."
         )
     return " ".join(s for s in sentences if s)
+
+
+def _evidence(policy: Mapping[str, Any], spec_eval: Mapping[str, Any]) -> list[str]:
+    """The evidence toward the other mode so far, in sentences (none when there is none)."""
+    try:
+        state = PolicyState.from_wire(policy)
+        settings = PolicySettings(
+            consecutive_windows=int(spec_eval.get("consecutiveWindows", 3)),
+            windows_per_false_alarm=float(spec_eval.get("windowsPerFalseAlarm", 10_000)),
+        )
+    except (TypeError, ValueError):
+        return []
+    loss = state.mode == c.ARM_SPECULATIVE
+    agreeing, need = ("regressed", settings.consecutive_windows) if loss else (
+        "improved", settings.windows_to_repromote)  # fmt: skip
+    change = "roll back" if loss else "re-promote"
+    out = []
+    if state.streak:
+        out.append(
+            f"{state.streak} {agreeing} window(s) in a row so far; {need} in a row {change}."
+        )
+    if state.cumulative.windows and settings.cumulative.enabled:
+        summary = evidence_summary(state.cumulative, state.direction, settings.cumulative)
+        out.append(f"Across windows: {summary}; reaching it would {change}.")
+    return out
 
 
 def annotation_patch(verb: str, mode: str | None, now: float) -> dict[str, Any]:

@@ -15,6 +15,8 @@ resource                               judge / policy
                                        check: in-flight requests per pod,
                                        ``concurrency_match="in_flight"``)
 ``evaluation.consecutiveWindows``      ``PolicySettings.consecutive_windows``
+``evaluation.windowsPerFalseAlarm``    ``PolicySettings.windows_per_false_alarm`` (the
+                                       cumulative rule's budget; 0 off)
 ``rollback.policy``                    ``PolicySettings.policy``
 ``rollback.repromote``                 ``PolicySettings.repromote``
 ``rollback.cooldown``                  ``PolicySettings.cooldown_s``
@@ -52,6 +54,7 @@ def policy_settings(spec: Spec) -> PolicySettings:
         policy=r.policy,
         repromote=r.repromote,
         consecutive_windows=e.consecutive_windows,
+        windows_per_false_alarm=float(e.windows_per_false_alarm),
         cooldown_s=float(r.cooldown),
         startup_deadline_s=float(r.startup_deadline),
         max_flaps=r.max_flaps,

@@ -6,6 +6,8 @@
 - ``evidence``: what one decision sees (``Evidence``: verdict, startup, errors,
   speculation, pin, retry);
 - ``guardrails``: checks that act at once while the drafter serves (``GUARDRAILS``);
+- ``cumulative``: evidence across windows (``Cumulative``: a CUSUM of each window's
+  log-likelihood ratio, the rule for a sustained loss no single window shows);
 - ``policy``: the stored ``PolicyState`` and one window's ``Evidence`` → new state and
   ``Decision`` (``step``);
 - ``settings``: ``PolicySettings``, and the judge's settings as command-line flags.
@@ -16,6 +18,7 @@ See docs/judge.md and docs/architecture.md.
 """
 
 from specguard._arms import ARMS, ROLES, Arm, Role
+from specguard.judge._cumulative import Cumulative, CumulativeSettings, evidence_summary
 from specguard.judge._evidence import ArmErrors, DraftCounters, Evidence, Startup
 from specguard.judge._guardrails import GUARDRAILS, Guardrail, Trip
 from specguard.judge._histogram import (
@@ -63,6 +66,8 @@ __all__ = [
     "Arm",
     "ArmErrors",
     "Command",
+    "Cumulative",
+    "CumulativeSettings",
     "Decision",
     "DraftCounters",
     "Evidence",
@@ -80,6 +85,7 @@ __all__ = [
     "Verdict",
     "add_judge_flags",
     "change_mode",
+    "evidence_summary",
     "flag_message",
     "judge",
     "judge_histograms",

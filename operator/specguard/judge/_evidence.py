@@ -4,10 +4,9 @@ The operator gathers it once per tick (``specguard.controller``): at a window's 
 that window's verdict and counters, between windows with only what the cluster shows (the
 drafter pods' startup) and the user's annotations. Each guardrail reads its own field.
 
-Adding evidence (a sequential statistic's inputs, a window that spans a swap, a tool-call
-validity count): add a field here with a default that means "not observed", read it in
-``step`` or in a guardrail (``judge._guardrails``), and fill it in the controller's
-``gather`` — no signature changes anywhere else.
+Adding evidence (a tool-call validity count, say): add a field here with a default that
+means "not observed", read it in ``step`` or in a guardrail (``judge._guardrails``), and
+fill it in the controller's ``gather`` — no signature changes anywhere else.
 
 Pure data.
 """
@@ -78,7 +77,10 @@ class Evidence:
     - ``pin``: the mode a user pinned (``specguard.io/pin-mode``): the policy keeps its
       memory but neither judges nor acts, and the target is the pin;
     - ``retry``: the value of ``specguard.io/retry``; a value the state has not seen is a
-      command: re-promote from baseline, or clear a flap stop.
+      command: re-promote from baseline, or clear a flap stop;
+    - ``spans``: what the window spans that keeps it out of the evidence ("a swap", "an
+      operator restart", "a change in the pods (...)"), or None: such a window is judged and
+      shown but counts toward no change (it breaks a streak; the cumulative evidence holds).
     """
 
     verdict: Verdict | None = None
@@ -87,6 +89,7 @@ class Evidence:
     speculation: DraftCounters | None = None
     pin: Arm | None = None
     retry: str | None = None
+    spans: str | None = None
 
 
 __all__ = ["ArmErrors", "DraftCounters", "Evidence", "Startup"]

@@ -16,16 +16,21 @@ Rules (defaults in ``PolicySettings``):
   reported.
 - Between windows (no verdict) nothing else happens: the streak is neither counted nor
   broken.
-- Roll back (drafter → no drafter) after ``consecutive_windows`` (K) regressed verdicts in a
-  row while the drafter serves. Any other verdict — improved, neutral or inconclusive (an
-  idle window, a source that is down) — resets the count: missing data is never evidence of
-  a regression, and a streak interrupted by an idle window starts again.
+- K windows of evidence (K = ``consecutive_windows``). Roll back (drafter → no drafter)
+  after K regressed verdicts in a row while the drafter serves, or when the cumulative
+  evidence of a loss (``judge._cumulative``: a CUSUM of each window's log-likelihood ratio,
+  at most 1/K of its threshold per window) reaches ``ln(windows_per_false_alarm)``. A window
+  that is not regressed breaks the streak; one that brings no evidence — inconclusive (an
+  idle window, a source that is down) or spanning a swap, an operator restart or a change
+  in the pods (``Evidence.spans``) — breaks the streak and adds nothing to the cumulative
+  evidence, and K of them in a row clear it: missing data is never evidence of a loss.
 - Re-promote (no drafter → drafter) only with stricter evidence: ``repromote_windows``
-  (default K + 1) improved verdicts in a row, every one of them from a window that ended
-  after the cooldown (``cooldown_s`` since the last mode change) and judged at a confidence
-  of at least ``repromote_confidence`` (default: any). Not while the drafter arm's error rate
-  is far above the baseline's. With ``repromote="manual"`` the policy only notifies that it
-  would.
+  (default K + 1) improved verdicts in a row, or the mirror image of the cumulative rule
+  with a budget ``GAIN_STRICTNESS`` times smaller and as many windows at least; only windows
+  that ended after the cooldown (``cooldown_s`` since the last mode change), judged at a
+  confidence of at least ``repromote_confidence`` (default: any), count. Not while the
+  drafter arm's error rate is far above the baseline's (that clears the evidence). With
+  ``repromote="manual"`` the policy only notifies that it would.
 - Flaps: every automatic mode change is a flap. After ``max_flaps`` of them within
   ``flap_window_s``, automatic changes stop (``halted``; decisions become ``notify`` with
   ``warning``) until a ``retry``.
@@ -33,7 +38,7 @@ Rules (defaults in ``PolicySettings``):
   ``notify`` ("would roll back: ...") and the mode stays. ``policy="off"`` does nothing.
 
 Extending it: new evidence is a field of ``Evidence``; new memory a field of
-``PolicyState`` (with its wire name in ``_WIRE``, and a default so that a status written
+``PolicyState`` (in ``to_wire`` and ``from_wire``, with a default so that a status written
 before it still loads); a new guardrail a function in ``judge._guardrails.GUARDRAILS``.
 """
 
@@ -41,10 +46,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
-from specguard._arms import ARM_BASELINE, ARM_SPECULATIVE, ARMS, Arm
+from specguard._arms import ARM_BASELINE, ARM_SPECULATIVE, ARMS, Arm, other_arm
+from specguard._times import parse_time, rfc3339
+from specguard.judge._cumulative import Cumulative, Direction, add, evidence_summary, reached, weigh
 from specguard.judge._evidence import Evidence
 from specguard.judge._guardrails import Trip, error_rate_exceeded, first_trip
 from specguard.judge._settings import PolicySettings
@@ -63,51 +70,95 @@ class PolicyState:
     through :meth:`to_wire` / :meth:`from_wire`), so a restarted or newly elected operator
     continues where the last one stopped.
 
-    ``mode``: the mode the policy chose (a pin can override it); ``streak`` and
-    ``streak_outcome``: agreeing verdicts in a row; ``since``: Unix time of the last mode
-    change (the cooldown's start); ``flap_times``: Unix times of the automatic changes;
-    ``halted``: automatic changes stopped after flaps; ``retry_seen``: the retry value
-    already acted on."""
+    ``mode``: the mode the policy chose (a pin can override it); ``streak``: agreeing
+    verdicts in a row toward the other mode (regressed while the drafter serves, improved
+    while it does not); ``cumulative``: the evidence across windows toward the other mode;
+    ``since``: Unix time of the last mode change (the cooldown's start); ``flap_times``:
+    Unix times of the automatic changes; ``halted``: automatic changes stopped after flaps;
+    ``retry_seen``: the retry value already acted on."""
 
     mode: Arm = ARM_SPECULATIVE
     streak: int = 0
-    streak_outcome: str | None = None
+    cumulative: Cumulative = field(default_factory=Cumulative)
     since: float | None = None
     flap_times: tuple[float, ...] = ()
     halted: bool = False
     retry_seen: str | None = None
 
+    @property
+    def direction(self) -> Direction:
+        """The change the evidence is for: a loss while the drafter serves, else a gain."""
+        return "loss" if self.mode == ARM_SPECULATIVE else "gain"
+
     def to_wire(self) -> dict[str, Any]:
-        """camelCase, as ``status.policy`` stores it; None fields left out."""
-        out: dict[str, Any] = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if value is not None:
-                out[_WIRE[f.name]] = list(value) if isinstance(value, tuple) else value
+        """camelCase, as ``status.policy`` stores it: times in RFC 3339, the evidence toward
+        the other mode in one object (left out when there is none)."""
+        out: dict[str, Any] = {"mode": self.mode}
+        if self.since is not None:
+            out["lastChange"] = rfc3339(self.since)
+        out["flapTimes"] = [rfc3339(t) for t in self.flap_times]
+        out["halted"] = self.halted
+        if self.retry_seen is not None:
+            out["retrySeen"] = self.retry_seen
+        c = self.cumulative
+        if self.streak or not c.empty:
+            evidence: dict[str, Any] = {"toward": other_arm(self.mode), "inARow": self.streak}
+            if not c.empty:
+                evidence.update(cumulative=round(c.total, 4), windows=c.windows, gap=c.gap)
+            ratio = c.ratio()
+            if ratio is not None:
+                evidence.update(ratio=round(ratio, 6), weight=round(c.weight, 1))
+            out["evidence"] = evidence
         return out
 
     @classmethod
     def from_wire(cls, data: Mapping[str, Any]) -> PolicyState:
-        """The state ``to_wire`` stored. ValueError names a field that is wrong; unknown
-        keys are ignored (a newer operator's memory)."""
+        """The state ``to_wire`` stored, or that an operator before this one stored (Unix
+        times in ``since`` and ``flapTimes``, ``streak`` and ``streakOutcome``). ValueError
+        names a field that is wrong; unknown keys are ignored (a newer operator's memory)."""
         if not isinstance(data, Mapping):
             raise ValueError("policy: expected an object")
-        values: dict[str, Any] = {}
-        for name, key in _WIRE.items():
-            if key in data and data[key] is not None:
-                values[name] = _PARSE[name](key, data[key])
+        mode = _mode("mode", data.get("mode", ARM_SPECULATIVE))
+        values: dict[str, Any] = {"mode": mode}
+        if data.get("lastChange") is not None:
+            values["since"] = _time("lastChange", data["lastChange"])
+        elif data.get("since") is not None:
+            values["since"] = _time("since", data["since"])
+        if data.get("flapTimes") is not None:
+            values["flap_times"] = _times("flapTimes", data["flapTimes"])
+        if data.get("halted") is not None:
+            values["halted"] = _flag("halted", data["halted"])
+        if data.get("retrySeen") is not None:
+            values["retry_seen"] = _text("retrySeen", data["retrySeen"])
+        if data.get("evidence") is not None:
+            values.update(_evidence(data["evidence"], mode))
+        elif data.get("streak") is not None:  # before the evidence object
+            agreeing = "regressed" if mode == ARM_SPECULATIVE else "improved"
+            streak = _count("streak", data["streak"])
+            if data.get("streakOutcome") == agreeing:
+                values["streak"] = streak
         return cls(**values)
 
 
-_WIRE: Mapping[str, str] = {
-    "mode": "mode",
-    "streak": "streak",
-    "streak_outcome": "streakOutcome",
-    "since": "since",
-    "flap_times": "flapTimes",
-    "halted": "halted",
-    "retry_seen": "retrySeen",
-}
+def _evidence(data: Any, mode: Arm) -> dict[str, Any]:
+    key = "evidence"
+    if not isinstance(data, Mapping):
+        raise ValueError(f"{key}: expected an object, got {data!r}")
+    if data.get("toward", other_arm(mode)) != other_arm(mode):
+        return {}  # evidence toward the mode in effect: from before a change, none now
+    total = _number(f"{key}.cumulative", data.get("cumulative", 0.0))
+    weight = _number(f"{key}.weight", data.get("weight", 0.0))
+    ratio = _number(f"{key}.ratio", data.get("ratio", 1.0))
+    if ratio <= 0:
+        raise ValueError(f"{key}.ratio: expected a number > 0, got {ratio!r}")
+    cumulative = Cumulative(
+        total=total,
+        windows=_count(f"{key}.windows", data.get("windows", 0)),
+        gap=_count(f"{key}.gap", data.get("gap", 0)),
+        weighted=math.log(ratio) * weight,
+        weight=weight,
+    )
+    return {"streak": _count(f"{key}.inARow", data.get("inARow", 0)), "cumulative": cumulative}
 
 
 def _mode(key: str, value: Any) -> Arm:
@@ -123,15 +174,27 @@ def _count(key: str, value: Any) -> int:
     return int(value)
 
 
-def _time(key: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ValueError(f"{key}: expected a Unix time, got {value!r}")
+def _number(key: str, value: Any) -> float:
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    if not ok or not math.isfinite(value) or value < 0:
+        raise ValueError(f"{key}: expected a number >= 0, got {value!r}")
     return float(value)
+
+
+def _time(key: str, value: Any) -> float:
+    """An RFC 3339 time, or Unix seconds (an operator before this one wrote those)."""
+    if isinstance(value, str):
+        parsed = parse_time(value)
+        if parsed is not None:
+            return parsed
+    elif isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    raise ValueError(f"{key}: expected an RFC 3339 time, got {value!r}")
 
 
 def _times(key: str, value: Any) -> tuple[float, ...]:
     if not isinstance(value, list):
-        raise ValueError(f"{key}: expected a list of Unix times, got {value!r}")
+        raise ValueError(f"{key}: expected a list of RFC 3339 times, got {value!r}")
     return tuple(_time(key, v) for v in value)[-MAX_TRANSITIONS_KEPT:]
 
 
@@ -147,17 +210,6 @@ def _flag(key: str, value: Any) -> bool:
     return value
 
 
-_PARSE: Mapping[str, Any] = {
-    "mode": _mode,
-    "streak": _count,
-    "streak_outcome": _text,
-    "since": _time,
-    "flap_times": _times,
-    "halted": _flag,
-    "retry_seen": _text,
-}
-
-
 @dataclass(frozen=True, slots=True)
 class Decision:
     """What one step decided.
@@ -168,7 +220,8 @@ class Decision:
     Events, transitions and conditions (``Regressed``, ``Improved``, ``Retry``, a
     guardrail's cause, ``WouldRollBack``, ``WouldRepromote``, ``FlapLimit``, ``Pinned``,
     ``Hold``). ``reason``: one sentence. ``trip``: the guardrail that tripped, acted on or
-    not. ``command``: what a new retry value asked for."""
+    not. ``command``: what a new retry value asked for. ``cumulative``: the evidence across
+    windows when it (not K windows in a row) made the change, or would have."""
 
     action: Action
     reason: str
@@ -179,6 +232,7 @@ class Decision:
     trip: Trip | None = None
     command: Command | None = None
     flaps: int = 0
+    cumulative: Cumulative | None = None
 
     @property
     def guardrail(self) -> bool:
@@ -194,10 +248,23 @@ def flaps(state: PolicyState, settings: PolicySettings, now: float) -> int:
 
 
 def change_mode(state: PolicyState, to: Arm, now: float) -> PolicyState:
-    """``state`` after a change of mode at ``now``: a new streak, and ``now`` in the flap
-    history (the last :data:`MAX_TRANSITIONS_KEPT`)."""
+    """``state`` after a change of mode at ``now``: no evidence yet toward the next change,
+    and ``now`` in the flap history (the last :data:`MAX_TRANSITIONS_KEPT`)."""
     kept = (*state.flap_times, now)[-MAX_TRANSITIONS_KEPT:]
-    return replace(state, mode=to, streak=0, streak_outcome=None, since=now, flap_times=kept)
+    return replace(_cleared(state), mode=to, since=now, flap_times=kept)
+
+
+def _cleared(state: PolicyState) -> PolicyState:
+    """No evidence toward a change: no streak, no cumulative evidence."""
+    return replace(state, streak=0, cumulative=Cumulative())
+
+
+def _no_evidence(state: PolicyState, settings: PolicySettings) -> PolicyState:
+    """A window that brings no evidence: it breaks the streak and adds nothing to the
+    cumulative evidence (K such windows in a row clear it)."""
+    direction = state.direction
+    cumulative = add(state.cumulative, None, direction, settings.cumulative)
+    return replace(state, streak=0, cumulative=cumulative)
 
 
 def step(
@@ -207,8 +274,7 @@ def step(
     command: Command | None = None
     if evidence.retry is not None and evidence.retry != state.retry_seen:
         command = "repromote" if state.mode == ARM_BASELINE else "reset"
-        state = replace(state, retry_seen=evidence.retry, halted=False, flap_times=())
-        state = replace(state, streak=0, streak_outcome=None)
+        state = _cleared(replace(state, retry_seen=evidence.retry, halted=False, flap_times=()))
     pin = evidence.pin
     if command == "repromote":
         state = replace(state, mode=ARM_SPECULATIVE, since=now)
@@ -233,10 +299,14 @@ def _judged(
     verdict = evidence.verdict
     if verdict is None:
         return state, _hold(state, "no window ended", settings, now)
+    if evidence.spans is not None:
+        kept = _no_evidence(state, settings)
+        reason = f"window not counted: it spans {evidence.spans}; holding {state.mode}"
+        return kept, _hold(kept, reason, settings, now)
     if verdict.outcome == "inconclusive":
         why = "; ".join(verdict.reasons) or "inconclusive"
-        reset = replace(state, streak=0, streak_outcome=None)
-        return reset, _hold(reset, f"inconclusive, holding {state.mode}: {why}", settings, now)
+        kept = _no_evidence(state, settings)
+        return kept, _hold(kept, f"inconclusive, holding {state.mode}: {why}", settings, now)
     if state.mode == ARM_SPECULATIVE:
         return _while_speculative(state, settings, now, verdict)
     return _while_baseline(state, settings, now, evidence, verdict)
@@ -250,19 +320,21 @@ def _act(
     reason: str,
     *,
     trip: Trip | None = None,
+    cumulative: Cumulative | None = None,
 ) -> tuple[PolicyState, Decision]:
-    """Carry out (or, in dry run / halted, only report) a change of mode."""
+    """Carry out (or, in dry run / halted, only report) a change of mode. ``cumulative``:
+    the evidence across windows that made it, when that rule did."""
     verb = "roll back" if to == ARM_BASELINE else "re-promote"
     would = "WouldRollBack" if to == ARM_BASELINE else "WouldRepromote"
     count = flaps(state, settings, now)
     if settings.policy == "notify":
-        reset = replace(state, streak=0, streak_outcome=None)
         cause = trip.cause if trip is not None else would
-        return reset, Decision("notify", f"would {verb} (dry run): {reason}", state.mode,
-                               state.mode, cause, trip=trip, flaps=count)  # fmt: skip
+        return _cleared(state), Decision(
+            "notify", f"would {verb} (dry run): {reason}", state.mode, state.mode, cause,
+            trip=trip, flaps=count, cumulative=cumulative,
+        )  # fmt: skip
     if state.halted and trip is None:
-        reset = replace(state, streak=0, streak_outcome=None)
-        return reset, Decision(
+        return _cleared(state), Decision(
             "notify",
             f"would {verb}, but automatic changes are stopped after "
             f"{settings.max_flaps} flaps: {reason}",
@@ -271,6 +343,7 @@ def _act(
             "FlapLimit",
             warning=True,
             flaps=count,
+            cumulative=cumulative,
         )
     new = change_mode(state, to, now)
     count = flaps(new, settings, now)
@@ -281,7 +354,8 @@ def _act(
         reason += f"; {count} flaps within {settings.flap_window_s:.0f}s: automatic changes stop"
     action: Action = "rollback" if to == ARM_BASELINE else "repromote"
     cause = trip.cause if trip is not None else ("Regressed" if to == ARM_BASELINE else "Improved")
-    return new, Decision(action, reason, to, to, cause, warning=warning, trip=trip, flaps=count)
+    return new, Decision(action, reason, to, to, cause, warning=warning, trip=trip, flaps=count,
+                         cumulative=cumulative)  # fmt: skip
 
 
 def _hold(
@@ -296,20 +370,46 @@ def _hold(
                     trip=trip, flaps=flaps(state, settings, now))  # fmt: skip
 
 
+def _weighed(
+    state: PolicyState, settings: PolicySettings, verdict: Verdict, agreeing: str
+) -> PolicyState:
+    """``state`` after a window that counts: the streak of ``agreeing`` verdicts, and the
+    window's evidence added to the cumulative evidence."""
+    rule, direction = settings.cumulative, state.direction
+    cumulative = add(state.cumulative, weigh(verdict, direction, rule), direction, rule)
+    streak = state.streak + 1 if verdict.outcome == agreeing else 0
+    return replace(state, streak=streak, cumulative=cumulative)
+
+
+def _progress(state: PolicyState, settings: PolicySettings, need: int, agreeing: str) -> str:
+    """Where the evidence stands, e.g. "regressed 2/3 windows; evidence of a loss 4.2 of
+    9.2 over 3 windows (together +5.1% ±2.3%)"."""
+    parts = []
+    if state.streak:
+        parts.append(f"{agreeing} {state.streak}/{need} windows")
+    if state.cumulative.windows and settings.cumulative.enabled:
+        parts.append(evidence_summary(state.cumulative, state.direction, settings.cumulative))
+    return "; ".join(parts)
+
+
 def _while_speculative(
     state: PolicyState, settings: PolicySettings, now: float, verdict: Verdict
 ) -> tuple[PolicyState, Decision]:
-    if verdict.outcome != "regressed":
-        reset = replace(state, streak=0, streak_outcome=verdict.outcome)
-        return reset, _hold(reset, f"{verdict.outcome}: keeping the drafter", settings, now)
-    streak = state.streak + 1
-    counted = replace(state, streak=streak, streak_outcome="regressed")
+    counted = _weighed(state, settings, verdict, "regressed")
     need = settings.consecutive_windows
-    if streak < need:
-        reason = f"regressed {streak}/{need} windows: {verdict.sentence()}"
-        return counted, _hold(counted, reason, settings, now)
-    reason = f"regressed {streak} windows in a row: {verdict.sentence()}"
-    return _act(counted, settings, now, ARM_BASELINE, reason)
+    sentence = verdict.sentence()
+    if counted.streak >= need:
+        reason = f"regressed {counted.streak} windows in a row: {sentence}"
+        return _act(counted, settings, now, ARM_BASELINE, reason)
+    evidence = counted.cumulative
+    if reached(evidence, "loss", settings.cumulative):
+        summary = evidence_summary(evidence, "loss", settings.cumulative)
+        reason = f"sustained loss: {summary}; last window {sentence}"
+        return _act(counted, settings, now, ARM_BASELINE, reason, cumulative=evidence)
+    progress = _progress(counted, settings, need, "regressed")
+    head = f"{verdict.outcome}: keeping the drafter"
+    reason = f"{head} ({progress}): {sentence}" if progress else f"{head}: {sentence}"
+    return counted, _hold(counted, reason, settings, now)
 
 
 def _while_baseline(
@@ -319,41 +419,50 @@ def _while_baseline(
     evidence: Evidence,
     verdict: Verdict,
 ) -> tuple[PolicyState, Decision]:
-    if verdict.outcome != "improved":
-        reset = replace(state, streak=0, streak_outcome=verdict.outcome)
-        return reset, _hold(reset, f"{verdict.outcome}: staying without the drafter", settings, now)
     cooldown_ends = (-math.inf if state.since is None else state.since) + settings.cooldown_s
     if now < cooldown_ends:
-        reset = replace(state, streak=0, streak_outcome="improved")
-        reason = f"improved, but in cooldown for another {cooldown_ends - now:.0f}s"
-        return reset, _hold(reset, reason, settings, now)
+        kept = _no_evidence(state, settings)
+        reason = (
+            f"{verdict.outcome}: staying without the drafter (in cooldown for another "
+            f"{cooldown_ends - now:.0f}s: not counted toward a re-promotion)"
+        )
+        return kept, _hold(kept, reason, settings, now)
     floor = settings.repromote_confidence
     if floor is not None and verdict.confidence < floor:
-        reset = replace(state, streak=0, streak_outcome="improved")
-        reason = f"improved at {verdict.confidence:.1%}, re-promotion needs {floor:.1%}"
-        return reset, _hold(reset, reason, settings, now)
+        kept = _no_evidence(state, settings)
+        reason = f"{verdict.outcome} at {verdict.confidence:.1%}, re-promotion needs {floor:.1%}"
+        return kept, _hold(kept, reason, settings, now)
     errors = error_rate_exceeded(evidence.errors, settings)
     if errors:
-        reset = replace(state, streak=0, streak_outcome="improved")
-        return reset, _hold(reset, f"improved, but {errors}", settings, now)
-    streak = state.streak + 1
-    counted = replace(state, streak=streak, streak_outcome="improved")
+        cleared = _cleared(state)
+        return cleared, _hold(cleared, f"{verdict.outcome}, but {errors}", settings, now)
+    counted = _weighed(state, settings, verdict, "improved")
     need = settings.windows_to_repromote
-    if streak < need:
-        reason = f"improved {streak}/{need} windows: {verdict.sentence()}"
+    sentence = verdict.sentence()
+    gain = counted.cumulative
+    cumulative: Cumulative | None = None
+    if counted.streak >= need:
+        reason = f"improved {counted.streak} windows in a row after cooldown: {sentence}"
+    elif reached(gain, "gain", settings.cumulative):
+        cumulative = gain
+        summary = evidence_summary(gain, "gain", settings.cumulative)
+        reason = f"sustained gain after cooldown: {summary}; last window {sentence}"
+    else:
+        progress = _progress(counted, settings, need, "improved")
+        head = f"{verdict.outcome}: staying without the drafter"
+        reason = f"{head} ({progress}): {sentence}" if progress else f"{head}: {sentence}"
         return counted, _hold(counted, reason, settings, now)
-    reason = f"improved {streak} windows in a row after cooldown: {verdict.sentence()}"
     if settings.repromote == "manual":
-        reset = replace(counted, streak=0)
-        return reset, Decision(
+        return _cleared(counted), Decision(
             "notify",
             f"would re-promote (repromote is manual): {reason}",
             state.mode,
             state.mode,
             "WouldRepromote",
             flaps=flaps(state, settings, now),
+            cumulative=cumulative,
         )
-    return _act(counted, settings, now, ARM_SPECULATIVE, reason)
+    return _act(counted, settings, now, ARM_SPECULATIVE, reason, cumulative=cumulative)
 
 
 __all__ = [

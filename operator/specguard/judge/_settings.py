@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from specguard.judge._cumulative import DEFAULT_WINDOWS_PER_FALSE_ALARM, CumulativeSettings
 from specguard.judge._verdict import MAX_RESAMPLES, JudgeSettings
 
 PolicyKind = Literal["auto", "notify", "off"]
@@ -34,6 +35,8 @@ class PolicySettings:
     policy: PolicyKind = "auto"
     repromote: RepromoteKind = "auto"
     consecutive_windows: int = 3
+    # the cumulative rule's budget (judge._cumulative): windows per false alarm; 0 off
+    windows_per_false_alarm: float = DEFAULT_WINDOWS_PER_FALSE_ALARM
     repromote_windows: int | None = None
     repromote_confidence: float | None = None
     cooldown_s: float = 1800.0
@@ -69,10 +72,21 @@ class PolicySettings:
             value = getattr(self, name)
             if not math.isfinite(value) or value < 0:
                 raise ValueError(f"{name}: must be a finite number >= 0, got {value!r}")
+        self.cumulative  # noqa: B018 - checks windows_per_false_alarm
 
     @property
     def windows_to_repromote(self) -> int:
         return self.repromote_windows or self.consecutive_windows + 1
+
+    @property
+    def cumulative(self) -> CumulativeSettings:
+        """The cumulative rule's settings: the budget, and K (K + 1 to re-promote) as the
+        fewest windows its evidence acts on."""
+        return CumulativeSettings(
+            windows_per_false_alarm=self.windows_per_false_alarm,
+            min_windows=self.consecutive_windows,
+            min_windows_gain=self.windows_to_repromote,
+        )
 
 
 # The judge's flags: flag → (argparse dest, JudgeSettings field, help). Defaults are
@@ -86,7 +100,10 @@ _JUDGE_FLAGS: Mapping[str, tuple[str, str, str]] = {
     "--seed": ("seed", "seed", "unpaired bootstrap seed"),
 }
 # Settings fields that other flags of the commands set, for the same error messages.
-_OTHER_FLAGS: Mapping[str, str] = {"consecutive_windows": "--consecutive"}
+_OTHER_FLAGS: Mapping[str, str] = {
+    "consecutive_windows": "--consecutive",
+    "windows_per_false_alarm": "--windows-per-false-alarm",
+}
 
 
 def add_judge_flags(parser: argparse.ArgumentParser, *flags: str) -> None:

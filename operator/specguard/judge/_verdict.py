@@ -42,7 +42,7 @@ import math
 import zlib
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from statistics import NormalDist
 from typing import Any, Literal
 
@@ -178,7 +178,9 @@ class StratumCount:
 
 @dataclass(frozen=True, slots=True)
 class DomainRatio:
-    """Ratio of median TPOT for one request domain (point estimate only: domains are small)."""
+    """The headline's statistic within one request domain (point estimate only: domains are
+    small): with pairs, the median per-request ratio of the domain's pairs; without, the
+    domain's ratio of medians. A window of one domain gives it the headline ratio itself."""
 
     domain: str
     speculative: int
@@ -375,6 +377,7 @@ def judge(
         arm: float(np.median([s.concurrency for s in chosen[arm]])) if n[arm] else None
         for arm in ARMS
     }
+    domains = _domains(chosen, settings.min_domain_requests, paired=paired)
     base = {
         "confidence": settings.confidence,
         "tolerance": settings.tolerance,
@@ -390,7 +393,7 @@ def judge(
         "strata": _strata(chosen),
         "concurrency": concurrency,
         "pod_concurrency": {arm: _pod_concurrency(chosen[arm]) for arm in ARMS},
-        "domains": _domains(chosen, settings.min_domain_requests),
+        "domains": domains,
         "acceptance_length": acceptance_length,
         "requests": requests,
         "errors": errors,
@@ -469,6 +472,8 @@ def judge(
     if outcome == "regressed" and kind in INEXACT_MEASUREMENTS:
         outcome = "inconclusive"
         notes.insert(0, f"not judged regressed on {_KIND_TEXT[kind]}: {_FIX[kind]}")
+    if len(domains) == 1 and domains[0].ratio is not None:
+        base["domains"] = (replace(domains[0], ratio=ratio),)  # one figure, not two
     return Verdict(
         outcome=outcome,
         ratio=ratio,
@@ -866,17 +871,28 @@ def _pod_concurrency(samples: Sequence[Sample]) -> dict[str, float]:
     return {pod: float(np.median(c)) for pod, c in sorted(by_pod.items())}
 
 
-def _domains(chosen: Mapping[Arm, Sequence[Sample]], minimum: int) -> tuple[DomainRatio, ...]:
+def _domains(
+    chosen: Mapping[Arm, Sequence[Sample]], minimum: int, *, paired: bool
+) -> tuple[DomainRatio, ...]:
     by_domain: dict[str, dict[str, list[float]]] = {}
-    for arm in ARMS:
-        for s in chosen[arm]:
-            by_domain.setdefault(s.domain, {a: [] for a in ARMS})[arm].append(s.tpot_s or 0.0)
+    if paired:  # chosen[arm][i] are the two halves of pair i: one prompt, one domain
+        for with_drafter, without in zip(chosen["speculative"], chosen["baseline"], strict=True):
+            arms = by_domain.setdefault(with_drafter.domain, {a: [] for a in ARMS})
+            arms["speculative"].append(with_drafter.tpot_s or 0.0)
+            arms["baseline"].append(without.tpot_s or 0.0)
+    else:
+        for arm in ARMS:
+            for s in chosen[arm]:
+                by_domain.setdefault(s.domain, {a: [] for a in ARMS})[arm].append(s.tpot_s or 0.0)
     result = []
     for domain, arms in sorted(by_domain.items()):
         spec, base = arms["speculative"], arms["baseline"]
         ratio = None
         if len(spec) >= minimum and len(base) >= minimum:
-            ratio = float(np.median(spec) / np.median(base))
+            if paired:
+                ratio = float(np.exp(np.median(np.log(spec) - np.log(base))))
+            else:
+                ratio = float(np.median(spec) / np.median(base))
         result.append(DomainRatio(domain, len(spec), len(base), ratio))
     return tuple(result)
 

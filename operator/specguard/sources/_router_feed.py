@@ -175,7 +175,10 @@ class RouterFeedSource:
     requests it sent. Requests still running when ``collect`` runs are not yet counted, so
     call it a little after ``end`` (``settle``: the operator's choice; requests longer than
     that are the only ones missed); samples that arrive after their window was collected
-    are dropped and noted as late.
+    are dropped and noted as late. Samples that ended outside every collected window — before
+    the first one (a reader that just started, e.g. a restarted operator, reads the routers'
+    whole rings) or between two (no window was open: a swap, a paused shadow) — were never
+    due in any window: they are not judged, and counted apart from the late ones.
     """
 
     def __init__(
@@ -193,6 +196,8 @@ class RouterFeedSource:
         self.lookback_s = lookback_s
         self._pending: dict[str, Sample] = {}  # read, ended at or after the last window's end
         self._history: dict[str, Sample] = {}  # given out (or late), kept for overlap counts
+        self._first_start: float | None = None  # the first window collected
+        self._collected: list[tuple[float, float]] = []  # windows collected (in lookback)
 
     def set_urls(self, urls: Iterable[str]) -> None:
         """The router pods to read (their base URLs)."""
@@ -228,17 +233,19 @@ class RouterFeedSource:
             else:
                 self._pending[key] = sample
         chosen: list[Sample] = []
-        late = 0
+        late = outside = 0
         for key, sample in list(self._pending.items()):
             ended = sample.started_at + sample.e2e_s
             if ended >= end:
                 continue
             del self._pending[key]
             self._history[key] = sample
-            if ended < start:
+            if ended >= start:
+                chosen.append(sample)
+            elif self._was_collected(ended):
                 late += 1
             else:
-                chosen.append(sample)
+                outside += 1
         chosen.sort(key=lambda s: (s.started_at, s.pod))
         others = [*self._history.values(), *self._pending.values()]
         counts = pod_concurrency(chosen, others)
@@ -246,12 +253,32 @@ class RouterFeedSource:
         horizon = start - self.lookback_s
         for key in [k for k, s in self._history.items() if s.started_at + s.e2e_s < horizon]:
             del self._history[key]
+        first = self._first_start is None
+        if first:
+            self._first_start = start
+        self._collected = [(a, b) for a, b in self._collected if b >= horizon] + [(start, end)]
         notes = _notes(read, len(urls), duplicates, late)
+        if outside:
+            where = (
+                "before the first window (read from the routers' rings)"
+                if first
+                else "between windows (none was open: a swap or a paused shadow)"
+            )
+            notes += (f"{outside} sample(s) that ended {where} were not judged",)
         if not samples:
             answered = len(urls) - len(read.failed)
             problem = f"no request ended in the window ({answered} router(s) read)"
             return WindowSamples("router", start, end, "empty", problem, notes=notes)
         return WindowSamples("router", start, end, "ok", samples=samples, notes=notes)
+
+    def _was_collected(self, ended: float) -> bool:
+        """Did a window that covers ``ended`` get collected already (the sample is late)?
+        Older than the windows kept (the lookback) but after the first: late too."""
+        if self._first_start is None or ended < self._first_start:
+            return False
+        if not self._collected or ended < self._collected[0][0]:
+            return True
+        return any(a <= ended < b for a, b in self._collected)
 
 
 def _notes(read: FeedRead, routers: int, duplicates: int, late: int) -> tuple[str, ...]:

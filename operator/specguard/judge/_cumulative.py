@@ -1,0 +1,250 @@
+"""Evidence across windows (the cumulative rule): a one-sided CUSUM of the windows'
+log-likelihood ratios.
+
+One window at ~200 mirrored pairs resolves a per-token change of about ±3.7% (99%), so a
+drafter 5–8% slower than the baseline is rarely *regressed* in any single window, and K such
+windows in a row almost never come. What every window does show is an estimate ``x`` (the
+log of its ratio) with a standard error ``s`` (from its interval). This module adds those
+up, window after window, as evidence for a change beyond the tolerance:
+
+- Hypotheses per window (loss direction; gain is the mirror image): H0, the drafter is
+  exactly at the tolerance, θ0 = ln(1 + δ); H1, it is a design shift Δ = ln(1 + δ) further,
+  θ1 = ln((1 + δ)²) (+6.1% at δ 3%). With ``v = s² + τ²`` (``τ``: spread between windows that
+  no window's interval shows — load, pods, the mix moving), the window's log-likelihood
+  ratio is ``Δ / v · (x − θ0 − Δ / 2)``: positive when ``x`` is nearer θ1, negative nearer
+  θ0, and the more so the narrower the window's interval.
+- The running total ``S = max(0, S + LLR)`` (Page's CUSUM): a drafter within the tolerance
+  drives it down to 0 and keeps it there; one beyond it drives it up. The evidence acts when
+  ``S ≥ h = ln(windows_per_false_alarm)``: by Wald's and Lorden's bound, a drafter exactly at
+  the tolerance reaches ``h`` on average no more often than once per ``windows_per_false_alarm``
+  windows (one well inside it — an unchanged drafter — practically never, the drift being
+  strongly negative), if each window's interval is right.
+- One window adds at most ``h / min_windows``: never fewer than ``min_windows`` windows of
+  evidence (the resource's ``consecutiveWindows``, K), and no single odd window — a bad
+  batch, a pod that stalled — can carry the decision.
+- A window brings no evidence when its verdict is inconclusive, has no interval, was
+  measured inexactly (chunk-counted or non-streamed per-token latency overstates a
+  drafter's), or the caller says it does not count (it spans a swap, an operator restart or a
+  change in the pods). Such a window adds nothing; ``min_windows`` of them in a row clear the
+  evidence (what was shown before a long gap is about other traffic).
+
+Pure: the policy (``_policy.py``) keeps a :class:`Cumulative` per direction in its state and
+asks :func:`reached`. ``bench/decision_calibration.py`` measures the false-action rate and
+the windows a loss takes on realistic traffic (docs/judge.md, "Evidence across windows").
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from statistics import NormalDist
+from typing import Literal
+
+from specguard.judge._verdict import INEXACT_MEASUREMENTS, Verdict
+
+Direction = Literal["loss", "gain"]
+
+DEFAULT_WINDOWS_PER_FALSE_ALARM = 10_000.0
+# The design shift beyond the tolerance is ln(1 + tolerance), at least this (tolerance 0).
+MIN_SHIFT = 0.01
+# Spread between windows that no window's interval shows (log scale): 0.5%.
+DEFAULT_BETWEEN_WINDOWS = 0.005
+# Re-promotion keeps its stricter evidence: a budget this many times smaller.
+GAIN_STRICTNESS = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class CumulativeSettings:
+    """``windows_per_false_alarm`` 0 turns the cumulative rule off. The tolerance is each
+    verdict's own (``Verdict.tolerance``, the judge's setting)."""
+
+    windows_per_false_alarm: float = DEFAULT_WINDOWS_PER_FALSE_ALARM
+    min_windows: int = 3
+    min_windows_gain: int = 4
+    between_windows: float = DEFAULT_BETWEEN_WINDOWS
+
+    def __post_init__(self) -> None:
+        budget = self.windows_per_false_alarm
+        if not (budget == 0 or (math.isfinite(budget) and budget > 1)):
+            raise ValueError(f"windows_per_false_alarm: must be 0 (off) or above 1, got {budget!r}")
+        for name in ("min_windows", "min_windows_gain"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}: must be at least 1, got {getattr(self, name)!r}")
+        if not (math.isfinite(self.between_windows) and self.between_windows >= 0):
+            raise ValueError(f"between_windows: must be >= 0, got {self.between_windows!r}")
+
+    @property
+    def enabled(self) -> bool:
+        return self.windows_per_false_alarm > 0
+
+    def threshold(self, direction: Direction) -> float:
+        """h: the evidence that acts (a re-promotion needs ln(GAIN_STRICTNESS) more)."""
+        if not self.enabled:
+            return math.inf
+        extra = math.log(GAIN_STRICTNESS) if direction == "gain" else 0.0
+        return math.log(self.windows_per_false_alarm) + extra
+
+    def windows(self, direction: Direction) -> int:
+        """The fewest windows whose evidence can act."""
+        return self.min_windows if direction == "loss" else self.min_windows_gain
+
+    def cap(self, direction: Direction) -> float:
+        """The most one window adds."""
+        return self.threshold(direction) / self.windows(direction)
+
+
+@dataclass(frozen=True, slots=True)
+class Cumulative:
+    """The running evidence toward one change.
+
+    ``total``: the CUSUM (log-likelihood ratio, ≥ 0); ``windows``: the windows it has added
+    up since it was last 0; ``gap``: windows in a row that brought none; ``weighted`` and
+    ``weight``: Σ x/v and Σ 1/v over those windows, for the estimate they show together."""
+
+    total: float = 0.0
+    windows: int = 0
+    gap: int = 0
+    weighted: float = 0.0
+    weight: float = 0.0
+
+    @property
+    def empty(self) -> bool:
+        return self.total == 0.0 and self.windows == 0 and self.gap == 0
+
+    def ratio(self) -> float | None:
+        """The ratio the windows of this evidence show together (precision-weighted), or
+        None when none has added to it."""
+        if self.weight <= 0:
+            return None
+        return math.exp(self.weighted / self.weight)
+
+    def half_width(self, confidence: float) -> float | None:
+        """The relative half-width of that ratio's interval at ``confidence``."""
+        if self.weight <= 0:
+            return None
+        z = NormalDist().inv_cdf(0.5 + confidence / 2)
+        return math.expm1(z / math.sqrt(self.weight))
+
+
+@dataclass(frozen=True, slots=True)
+class WindowWeight:
+    """What one window shows: log ratio ``x``, its variance ``v`` (between-window spread
+    included) and the capped log-likelihood ratio toward ``direction``."""
+
+    x: float
+    v: float
+    llr: float
+
+
+def design_shift(tolerance: float) -> float:
+    """Δ: the shift beyond the tolerance the rule is designed for, in log ratio (H1 is one
+    tolerance further: ln(1 + tolerance), at least ln(1 + MIN_SHIFT))."""
+    return math.log1p(max(tolerance, MIN_SHIFT))
+
+
+def standard_error(verdict: Verdict) -> float | None:
+    """The standard error of the window's log ratio, from its interval's width."""
+    low, high = verdict.ci_low, verdict.ci_high
+    if low is None or high is None or not (0 < low <= high) or not math.isfinite(high):
+        return None
+    if not 0 < verdict.confidence < 1:
+        return None
+    z = NormalDist().inv_cdf(0.5 + verdict.confidence / 2)
+    return (math.log(high) - math.log(low)) / (2 * z)
+
+
+def weigh(
+    verdict: Verdict | None, direction: Direction, settings: CumulativeSettings
+) -> WindowWeight | None:
+    """This window's evidence toward ``direction``, or None when it brings none (no verdict,
+    inconclusive, no interval, or measured inexactly)."""
+    if verdict is None or verdict.outcome == "inconclusive" or verdict.ratio is None:
+        return None
+    if verdict.measurement in INEXACT_MEASUREMENTS or not verdict.ratio > 0:
+        return None
+    s = standard_error(verdict)
+    if s is None or not math.isfinite(verdict.ratio):
+        return None
+    x = math.log(verdict.ratio)
+    v = s * s + settings.between_windows**2
+    if v <= 0 or not 0 <= verdict.tolerance < 1:
+        return None
+    shift = design_shift(verdict.tolerance)
+    edge = math.log1p(verdict.tolerance)
+    # Loss: H0 x ~ N(edge, v), H1 x ~ N(edge + shift, v). Gain: the mirror image.
+    toward = x - edge - shift / 2 if direction == "loss" else -x - edge - shift / 2
+    llr = min(shift / v * toward, settings.cap(direction))
+    return WindowWeight(x, v, llr)
+
+
+def add(
+    evidence: Cumulative,
+    window: WindowWeight | None,
+    direction: Direction,
+    settings: CumulativeSettings,
+) -> Cumulative:
+    """``evidence`` after one more window (None: a window that brings none)."""
+    if not settings.enabled:
+        return Cumulative()
+    if window is None:
+        gap = evidence.gap + 1
+        if gap >= settings.windows(direction) or not evidence.windows:
+            return Cumulative()  # nothing held, or held too long
+        return replace(evidence, gap=gap)
+    total = evidence.total + window.llr
+    if total <= 0:
+        return Cumulative()
+    return Cumulative(
+        total=total,
+        windows=evidence.windows + 1,
+        gap=0,
+        weighted=evidence.weighted + window.x / window.v,
+        weight=evidence.weight + 1 / window.v,
+    )
+
+
+def reached(evidence: Cumulative, direction: Direction, settings: CumulativeSettings) -> bool:
+    """Is the evidence enough to act on?"""
+    return (
+        settings.enabled
+        and evidence.windows >= settings.windows(direction)
+        and evidence.total >= settings.threshold(direction) * (1 - 1e-12)
+    )
+
+
+def evidence_summary(
+    evidence: Cumulative, direction: Direction, settings: CumulativeSettings
+) -> str:
+    """E.g. ``evidence of a loss 7.9 of 9.2 over 5 windows (together +6.3% ±2.1%)``."""
+    kind = "a loss" if direction == "loss" else "a gain"
+    head = (
+        f"evidence of {kind} {evidence.total:.1f} of {settings.threshold(direction):.1f} "
+        f"over {evidence.windows} window{'s' if evidence.windows != 1 else ''}"
+    )
+    ratio, width = evidence.ratio(), evidence.half_width(0.99)
+    if ratio is None or width is None:
+        return head
+    return f"{head} (together {_pct(ratio)} ±{width * 100:.1f}%)"
+
+
+def _pct(ratio: float) -> str:
+    value = (ratio - 1.0) * 100.0
+    return f"{'+' if value >= 0 else '−'}{abs(value):.1f}%"
+
+
+__all__ = [
+    "DEFAULT_BETWEEN_WINDOWS",
+    "DEFAULT_WINDOWS_PER_FALSE_ALARM",
+    "GAIN_STRICTNESS",
+    "MIN_SHIFT",
+    "Cumulative",
+    "CumulativeSettings",
+    "Direction",
+    "WindowWeight",
+    "add",
+    "design_shift",
+    "evidence_summary",
+    "reached",
+    "standard_error",
+    "weigh",
+]
