@@ -43,19 +43,22 @@ def test_arms_in_their_own_load_bands_are_never_judged_the_wrong_way(
     """200 requests per arm, 90-95% of each in its own in-flight band (4-8 vs 28-41), the
     drafter 10% faster at every level, or no change. Before: thin levels were merged into one
     group spanning 4-41 and called "matched concurrency": the drafter high in flight was judged
-    regressed (1.6-2.1) in 18 to 30 of 30 windows, low in flight improved in 15-30 of 30
-    with no change at all."""
-    for seed in range(8):
-        for effect in (0.9, 1.0):
-            v = _bands(seed, effect, share, spec_high=spec_high)
-            wrong = "regressed" if effect < 1.0 or spec_high else "improved"
-            assert v.outcome not in (wrong, "regressed"), v.sentence()
-            if effect == 1.0:
-                assert v.outcome in ("neutral", "inconclusive"), v.sentence()
-            if v.quantity == QUANTITY_MATCHED:
-                # What was compared is said: groups no wider than half an octave.
-                for low, high in v.matched_levels:
-                    assert high <= 1.5 * low, v.matched_levels
+    regressed (1.3-2.1) in about half (90%) to all (95%) of the windows, low in flight improved
+    in 15-30 of 30 with no change at all."""
+    verdicts = {
+        (seed, effect): _bands(seed, effect, share, spec_high=spec_high)
+        for seed in range(16)
+        for effect in (0.9, 1.0)
+    }
+    for (_, effect), v in verdicts.items():
+        # 10% faster: never regressed; no change: neither regressed nor improved.
+        wrong = ("regressed",) if effect < 1.0 else ("regressed", "improved")
+        assert v.outcome not in wrong, v.sentence()
+    for v in verdicts.values():
+        if v.quantity == QUANTITY_MATCHED:
+            # What was compared is said: groups no wider than half an octave.
+            for low, high in v.matched_levels:
+                assert high <= 1.5 * low, v.matched_levels
 
 
 def test_a_thin_match_is_inconclusive_and_says_what_was_matched() -> None:
