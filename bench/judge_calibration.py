@@ -59,7 +59,13 @@ SHAPES: dict[str, Traffic] = {
     "sigma0.35": Traffic(sigma=0.35),
     "sigma0.5": Traffic(sigma=0.5),
     "heavy": Traffic(sigma=0.35, heavy=True),
+    # σ 0.35 with pods alike, and with each pod's bias its own (one arm's pods may be slower
+    # on average): the two ends of what the centred pods above stand between.
+    "pods-alike": Traffic(sigma=0.35, pod_bias=0.0),
+    "pods-apart": Traffic(sigma=0.35, pod_centred=False),
 }
+# The table's default shapes (the pod variants: --shapes pods-alike,pods-apart).
+TABLE_SHAPES = ("sigma0.2", "sigma0.35", "sigma0.5", "heavy")
 EFFECTS = (1.05, 1.10, 1.20)
 
 
@@ -261,7 +267,7 @@ def main() -> int:
     parser.add_argument("--aa", type=int, default=200, help="A/A windows per cell")
     parser.add_argument("--power", type=int, default=40, help="windows per cell and effect")
     parser.add_argument("--sizes", default="200,1000", help="requests (pairs) per arm")
-    parser.add_argument("--shapes", default=",".join(SHAPES), help="of " + ", ".join(SHAPES))
+    parser.add_argument("--shapes", default=",".join(TABLE_SHAPES), help="of " + ", ".join(SHAPES))
     parser.add_argument("--pairings", default="unpaired,paired", help="unpaired, paired or both")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument(

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specguard.testing._synthetic import window
+from specguard.testing._synthetic import samples, window
 
 
 def specguard(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -239,3 +239,21 @@ def test_an_unwritable_output_is_one_line_exit_2(recording: Path) -> None:
     assert proc.returncode == 2
     assert "cannot write the report: No space left on device" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+
+
+def test_arms_loaded_differently_are_not_compared_pooled(tmp_path: Path) -> None:
+    """Issue 25: 300 drafter requests at 2 in flight against 1200 baseline requests at 8 (4×
+    the arrivals per pod, a wrong mirror share) share no in-flight level. Before: compared
+    pooled, citing Little's law, "improved 0.620", exit 0. Little's law explains an in-flight
+    gap only at one arrival rate: inconclusive, exit 3, with both arrival counts."""
+    rng = np.random.default_rng(25)
+    spec = samples("speculative", 0.012 * 1.125 * np.exp(rng.normal(0, 0.35, 300)), concurrency=2)
+    base = samples("baseline", 0.012 * 1.5 * np.exp(rng.normal(0, 0.35, 1200)), concurrency=8)
+    path = tmp_path / "apart.jsonl"
+    path.write_text("".join(s.to_json() + "\n" for s in spec + base))
+    proc = specguard(str(path))
+    assert proc.returncode == 3, proc.stdout
+    first = proc.stdout.splitlines()[0]
+    assert first.startswith("inconclusive: the arms share too few in-flight levels"), first
+    assert "their arrivals differ (150 vs 600 requests per pod" in first
+
