@@ -203,10 +203,10 @@ CASES: dict[str, Case] = {
              (1.0, 1.1)),
         Case("bands95-low", "unpaired 200, 95% in own band, drafter low", _bands(False, 0.95),
              (1.0, 1.1)),
-        Case("shadow0.85", "paired 200, shadow 15% lighter in flight",
-             _paired(Traffic(shadow_in_flight=0.85), 200), (1.0, 1.1)),
-        Case("shadow0.93", "paired 200, shadow 7% lighter in flight",
-             _paired(Traffic(shadow_in_flight=0.93), 200), (1.0, 1.1)),
+        Case("shadow0.85", "paired 200, shadow 15% lighter in flight, pods alike",
+             _paired(Traffic(shadow_in_flight=0.85, pod_bias=0.0), 200), (1.0, 1.1)),
+        Case("shadow0.93", "paired 200, shadow 7% lighter in flight, pods alike",
+             _paired(Traffic(shadow_in_flight=0.93, pod_bias=0.0), 200), (1.0, 1.1)),
         Case("pods-paired", "paired 200, pod biases not balanced (σ 0.05)",
              _paired(Traffic(pod_centred=False), 200), (1.0, 1.1, 1.2)),
         Case("pods-paired1000", "paired 1000, pod biases not balanced (σ 0.05)",
@@ -222,10 +222,15 @@ CASES: dict[str, Case] = {
 }  # fmt: skip
 
 
+# Cases whose data cannot support a verdict (a wrong recorder, an unknown kind, arms loaded
+# apart): the interval's coverage is not the question there.
+_DATA = ("tpot-ms", "no-measurement", "arrivals-4x")
+
+
 def _row(case: Case, effect: float, windows: int, seed: int) -> str:
     rng = np.random.default_rng([seed, zlib.crc32(case.name.encode()), round(effect * 1000)])
     wrong_outcomes = _direction(effect)
-    if case.name in ("tpot-ms", "no-measurement", "arrivals-4x"):
+    if case.name in _DATA:
         # Data that cannot support a regression: any regressed verdict is wrong, and for
         # arms loaded apart (or a wrong recorder) any actionable one.
         wrong_outcomes = {"regressed"} | ({"improved"} if case.name != "no-measurement" else set())
@@ -243,7 +248,7 @@ def _row(case: Case, effect: float, windows: int, seed: int) -> str:
         f"{windows:>6}",
         f"{_share(wrong, windows, 2):>17}",
         *(f"{_share(counts[o], windows):>15}" for o in counts),
-        f"{_share(excluded, windows, 2) if effect == 1.0 else '':>15}",
+        f"{_share(excluded, windows, 2) if effect == 1.0 and case.name not in _DATA else '':>15}",
     ]
     return " ".join(cells)
 
