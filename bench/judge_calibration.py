@@ -60,9 +60,12 @@ SHAPES: dict[str, Traffic] = {
     "sigma0.5": Traffic(sigma=0.5),
     "heavy": Traffic(sigma=0.35, heavy=True),
     # σ 0.35 with pods alike, and with each pod's bias its own (one arm's pods may be slower
-    # on average): the two ends of what the centred pods above stand between.
+    # on average than the other's): the centred pods above are balanced between the arms by
+    # construction, which no window can tell from these.
     "pods-alike": Traffic(sigma=0.35, pod_bias=0.0),
     "pods-apart": Traffic(sigma=0.35, pod_centred=False),
+    # pods of one model differing by 2% (σ), not centred
+    "pods-mild": Traffic(sigma=0.35, pod_centred=False, pod_bias=0.02),
 }
 # The table's default shapes (the pod variants: --shapes pods-alike,pods-apart).
 TABLE_SHAPES = ("sigma0.2", "sigma0.35", "sigma0.5", "heavy")
