@@ -46,7 +46,10 @@ _NOTE_GAP = 0.01
 # The spread between pods is named in the verdict's reasons when it widens the interval by
 # this factor or more.
 _NOTE_WIDER = 1.1
-# The most the pods' variance is inflated for being estimated from few pods (t at 3 df).
+# The pods' spread is estimated from at least this many degrees of freedom (pods beyond the
+# first of each arm: 3 + 2, 2 + 3, 4 + 1, ... pods), and inflated at most as a t's variance at
+# 3 degrees of freedom.
+MIN_POD_DF = 3
 _MAX_ALLOWANCE = 3.0
 # Pods with fewer samples than this do not enter the spread estimate (their weight still
 # counts in the variance it adds).
@@ -158,7 +161,11 @@ def pod_spread(
     The spread among an arm's pod medians beyond their standard errors estimates the
     between-pod variance (method of moments), pooled over both arms by degrees of freedom and
     floored at 0. ``weights``: each sample's weight in the estimate of its arm; a pod's share
-    is the sum of its samples'. None when no arm has two pods to compare."""
+    is the sum of its samples'. None with fewer than ``MIN_POD_DF`` degrees of freedom (pods
+    beyond the first of each arm): two pods per arm, or two serving pods and one shadow, say
+    too little about the spread to widen by — a noise-driven estimate there cost a tenth of
+    the power at +10% on pods that do not differ, and cannot catch a single shadow pod's own
+    bias anyway."""
     estimates: list[tuple[int, float]] = []
     weight_sq = 0.0
     counted = 0
@@ -182,10 +189,17 @@ def pod_spread(
             estimates.append((len(medians) - 1, between))
             counted += len(medians)
     df = sum(d for d, _ in estimates)
-    if not df:
+    if df < MIN_POD_DF:
         return None
     variance = max(0.0, sum(d * v for d, v in estimates) / df)
     return PodSpread(math.sqrt(variance), variance * weight_sq, counted, df)
 
 
-__all__ = ["MAX_LOAD_SLOPE", "GapCorrection", "PodSpread", "in_flight_gap", "pod_spread"]
+__all__ = [
+    "MAX_LOAD_SLOPE",
+    "MIN_POD_DF",
+    "GapCorrection",
+    "PodSpread",
+    "in_flight_gap",
+    "pod_spread",
+]
