@@ -63,9 +63,10 @@ def paired(ratio: float, n: int = 200, seed: int = 0, conc: int = 8) -> list[Sam
                     started_at=float(i),
                     concurrency=conc,
                     output_tokens=64,
-                    e2e_s=t * 64,
+                    e2e_s=0.05 + t * 64,
                     ttft_s=0.05,
                     tpot_s=float(t),
+                    measurement="stream_usage",
                     pair_id=f"p{i}",
                 )
             )

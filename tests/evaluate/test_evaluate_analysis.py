@@ -37,6 +37,7 @@ def _samples(arm: Arm, subset: str, concurrency: int, tpot: float, n: int = 24) 
             e2e_s=tpot * 63 + 0.05,
             ttft_s=0.05,
             tpot_s=tpot * (1 + 0.02 * ((i % 5) - 2) / 2),
+            measurement="stream_usage",
             pair_id=f"c{concurrency}/{subset}/{i}",
         )
         for i in range(n)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from specguard.testing import _traffic as traffic
-from specguard.testing._synthetic import window
+from specguard.testing._synthetic import samples, window
 
 
 def specguard(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -250,9 +250,9 @@ def test_the_replay_acts_on_a_sustained_loss_no_window_shows(tmp_path: Path) -> 
     path = tmp_path / "sustained.jsonl"
     with path.open("w") as out:
         for w in range(12):
-            samples = traffic.window(rng, 230, noisy, effect=1.09, paired=True,
+            pairs = traffic.window(rng, 230, noisy, effect=1.09, paired=True,
                                      start=60.0 * w + 5, duration=50.0)  # fmt: skip
-            for s in samples:
+            for s in pairs:
                 record = s.to_dict()
                 record["started_at"] = 1_700_000_000 + s.started_at
                 out.write(json.dumps(record) + "\n")
@@ -269,3 +269,21 @@ def test_the_replay_acts_on_a_sustained_loss_no_window_shows(tmp_path: Path) -> 
     bad = specguard(str(path), "--window", "60", "--windows-per-false-alarm", "1")
     assert bad.returncode == 2
     assert bad.stderr.startswith("specguard judge: --windows-per-false-alarm: must be 0 (off)")
+
+
+def test_arms_loaded_differently_are_not_compared_pooled(tmp_path: Path) -> None:
+    """Issue 25: 300 drafter requests at 2 in flight against 1200 baseline requests at 8 (4×
+    the arrivals per pod, a wrong mirror share) share no in-flight level. Before: compared
+    pooled, citing Little's law, "improved 0.620", exit 0. Little's law explains an in-flight
+    gap only at one arrival rate: inconclusive, exit 3, with both arrival counts."""
+    rng = np.random.default_rng(25)
+    spec = samples("speculative", 0.012 * 1.125 * np.exp(rng.normal(0, 0.35, 300)), concurrency=2)
+    base = samples("baseline", 0.012 * 1.5 * np.exp(rng.normal(0, 0.35, 1200)), concurrency=8)
+    path = tmp_path / "apart.jsonl"
+    path.write_text("".join(s.to_json() + "\n" for s in spec + base))
+    proc = specguard(str(path))
+    assert proc.returncode == 3, proc.stdout
+    first = proc.stdout.splitlines()[0]
+    assert first.startswith("inconclusive: the arms share too few in-flight levels"), first
+    assert "their arrivals differ (150 vs 600 requests per pod" in first
+

@@ -46,7 +46,7 @@ def sample(
 ) -> Sample:
     return Sample(arm=arm, role=role, pod=pod, domain="chat", started_at=T0 + start,
                   concurrency=concurrency, output_tokens=64, e2e_s=e2e, ttft_s=0.05,
-                  tpot_s=tpot, pair_id=pair)  # fmt: skip
+                  tpot_s=tpot, measurement="stream_usage", pair_id=pair)  # fmt: skip
 
 
 def test_pod_concurrency_counts_overlaps_at_each_pod() -> None:
@@ -228,9 +228,10 @@ async def test_window_verdict_is_the_paired_judgement(
     one = await routers()
     now = time.time()
     for i in range(30):
-        base = replace(sample(i, 1, pod="b0", arm="baseline", role="shadow", pair=f"p{i}",
+        # e2e 2 s: 64 tokens at 30 ms take 1.9 s (a record's times must add up)
+        base = replace(sample(i, 2, pod="b0", arm="baseline", role="shadow", pair=f"p{i}",
                               tpot=0.020), started_at=now - 100 + i)  # fmt: skip
-        spec = replace(sample(i, 1, pair=f"p{i}", tpot=0.030), started_at=now - 100 + i)
+        spec = replace(sample(i, 2, pair=f"p{i}", tpot=0.030), started_at=now - 100 + i)
         one.add(spec, base)
     async with RouterFeedSource([one.url]) as source:
         window = await source.collect(now - 120, now)

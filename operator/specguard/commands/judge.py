@@ -9,8 +9,9 @@ grow with the samples, not with the time they span.
 
 Defaults are the resource's (spec.evaluation and spec.rollback).
 Exit status: 0 a verdict was reached (in at least one window); 3 inconclusive everywhere
-(too few usable requests, all errors, no samples, arms measured differently); 2 bad input,
-bad flag or unwritable output (one line on stderr).
+(too few usable requests, all errors, no samples, arms measured differently, arms loaded
+differently, records that contradict their own e2e time); 2 bad input, bad flag or
+unwritable output (one line on stderr).
 """
 
 from __future__ import annotations
@@ -141,9 +142,20 @@ def _table(verdict: Verdict, samples: Sequence[Sample]) -> str:
         counts = " and ".join(
             f"{arm} {verdict.matched.get(arm, 0)} of {verdict.n.get(arm, 0)}" for arm in ARMS
         )
-        rows.append(
-            f"compared in {verdict.matched_strata} group(s) of in-flight levels: {counts} requests"
+        levels = ", ".join(
+            str(low) if low == high else f"{low}-{high}" for low, high in verdict.matched_levels
         )
+        rows.append(
+            f"compared in {verdict.matched_strata} group(s) of in-flight levels ({levels}): "
+            f"{counts} requests"
+        )
+    if verdict.load_slope is not None:
+        rows.append(
+            "in-flight gap inside pairs corrected by the window's slope of log latency on log "
+            f"in-flight: {verdict.load_slope:.2f}"
+        )
+    if verdict.pod_spread:
+        rows.append(f"spread between pods (in the interval): {verdict.pod_spread:.1%}")
     domains = [d for d in verdict.domains if d.ratio is not None]
     if domains:
         cells = ", ".join(

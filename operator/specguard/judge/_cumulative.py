@@ -143,14 +143,20 @@ def design_shift(tolerance: float) -> float:
 
 
 def standard_error(verdict: Verdict) -> float | None:
-    """The standard error of the window's log ratio, from its interval's width."""
+    """The standard error of the window's log ratio from sampling: its interval's width less
+    what the spread between pods added (``Verdict.pod_variance``). The pods' offset stays
+    the same while the same pods serve, so counting it in every window would count it once
+    per window; one window's interval carries it, the sum over windows does not divide it."""
     low, high = verdict.ci_low, verdict.ci_high
     if low is None or high is None or not (0 < low <= high) or not math.isfinite(high):
         return None
     if not 0 < verdict.confidence < 1:
         return None
     z = NormalDist().inv_cdf(0.5 + verdict.confidence / 2)
-    return (math.log(high) - math.log(low)) / (2 * z)
+    s = (math.log(high) - math.log(low)) / (2 * z)
+    pods = verdict.pod_variance or 0.0
+    # At least a tenth of the width: the interval is never all pods.
+    return math.sqrt(max(s * s - pods, (s / 10) ** 2))
 
 
 def weigh(

@@ -29,9 +29,13 @@ MAX_WHOLE = 2**53
 #   stream_chunks - streamed without usage: one chunk counted as one token (a lower bound
 #                   on tokens, so TPOT is an upper bound when a drafter packs chunks)
 #   non_stream    - no stream: only e2e latency and usage; no TTFT, TPOT is e2e/(tokens)
-Measurement = Literal["stream_usage", "stream_chunks", "non_stream"]
+#   unknown       - the record does not say (no ``measurement`` field): it may be any of the
+#                   above, so it is treated as inexact (never judged regressed)
+Measurement = Literal["stream_usage", "stream_chunks", "non_stream", "unknown"]
 
-MEASUREMENTS: tuple[Measurement, ...] = ("stream_usage", "stream_chunks", "non_stream")
+MEASUREMENTS: tuple[Measurement, ...] = ("stream_usage", "stream_chunks", "non_stream", "unknown")
+# What a record without the ``measurement`` field is read as (and the Sample's default).
+MEASUREMENT_ABSENT: Measurement = "unknown"
 
 
 class SampleError(ValueError):
@@ -47,7 +51,8 @@ class Sample:
     ``chunk_tpot_s`` is the median over chunks of (gap to previous chunk / tokens in the
     chunk), known only when the stream carried continuous usage stats.
     ``concurrency`` is the in-flight requests on that pod when this one started
-    (this one included).
+    (this one included). ``measurement`` is ``unknown`` unless said, in a record as in code
+    (:data:`MEASUREMENT_ABSENT`): a figure whose kind is not known is never judged regressed.
     """
 
     arm: Arm
@@ -61,7 +66,7 @@ class Sample:
     ttft_s: float | None = None
     tpot_s: float | None = None
     chunk_tpot_s: float | None = None
-    measurement: Measurement = "stream_usage"
+    measurement: Measurement = MEASUREMENT_ABSENT
     status: int = 200
     pair_id: str | None = None
     prompt_tokens: int | None = None
@@ -164,7 +169,7 @@ def _parse(data: Mapping[str, Any]) -> Sample:
         ttft_s=_number(data, "ttft_s", optional=True),
         tpot_s=_number(data, "tpot_s", optional=True),
         chunk_tpot_s=_number(data, "chunk_tpot_s", optional=True),
-        measurement=_choice(data, "measurement", MEASUREMENTS, "stream_usage"),
+        measurement=_choice(data, "measurement", MEASUREMENTS, MEASUREMENT_ABSENT),
         status=_integer(data, "status", 200),
         pair_id=pair_id,
         prompt_tokens=None if prompt_tokens is None else _integer(data, "prompt_tokens"),
@@ -218,6 +223,7 @@ def tpot(first_token_at: float, last_token_at: float, tokens: int) -> float | No
 __all__ = [
     "ARMS",
     "MEASUREMENTS",
+    "MEASUREMENT_ABSENT",
     "ROLES",
     "SCHEMA_VERSION",
     "Arm",

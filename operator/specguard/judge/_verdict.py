@@ -49,6 +49,8 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
+from specguard.judge._adjust import PodSpread, in_flight_gap, pod_spread
+from specguard.judge._robust import median_interval
 from specguard.judge._sample import ARMS, MEASUREMENTS, Arm, Sample
 
 Outcome = Literal["regressed", "improved", "neutral", "inconclusive"]
@@ -73,6 +75,18 @@ MAX_TPOT_S = 3600.0
 _NOTE_LEFT_OUT = 0.10
 # More resamples than this do not change a 99.9% interval visibly, and cost memory and time.
 MAX_RESAMPLES = 100_000
+# A matched comparison speaks for the load clients see only when its groups hold at least
+# this share of the serving arm's requests: below it, a change it shows at those levels is
+# reported, but "no change" (neutral) is not — the window is inconclusive.
+MIN_MATCHED_SHARE = 0.5
+# A record's own times must add up: TTFT + TPOT × (tokens − 1) runs from the request's start
+# to its last token and cannot exceed its e2e time (to the last byte). The slack covers clock
+# rounding; a TPOT in milliseconds against an e2e in seconds is 1000× over.
+_TIMING_SLACK = 0.05
+_TIMING_SLACK_S = 0.010
+# An arm with more than this share of its ok records inconsistent is not judged: its recorder
+# is wrong (units, a clock), not a few glitches, and what is left of it may be a biased part.
+MAX_INCONSISTENT_SHARE = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,11 +122,14 @@ class JudgeSettings:
     Whatever the mode, the verdict reports both (``concurrency`` and ``requests_per_pod``).
 
     ``min_requests_per_stratum`` is the minimum evidence per group of in-flight levels, of
-    *both* arms, for the matched comparison: thinner levels are merged with their neighbours.
-    It is deliberately not an inconclusive rule: at one arrival rate a slower arm holds more
-    requests in flight, so a large regression moves the speculative arm to higher levels
-    than the baseline's, and a rule wanting both arms at one level would silence exactly the
-    regressions that matter; where the arms share too little load the comparison is pooled.
+    *both* arms, for the matched comparison: thinner levels are merged with their neighbours,
+    but a group spans at most ``max_group_span`` (its highest level ÷ its lowest), so that
+    the arms are compared at one load; levels that cannot make such a group are left out.
+    When the groups hold under half of the serving arm's requests, a change they show is
+    reported but "no change" is not (inconclusive). When no group can be made, the arms are
+    compared pooled only when their arrivals allow it (the same requests per pod, and an
+    in-flight gap that their latencies explain at one arrival rate, Little's law); otherwise
+    the window is inconclusive.
 
     Defaults are the resource's ``spec.evaluation`` defaults (``settings_from_spec``).
     """
@@ -128,6 +145,7 @@ class JudgeSettings:
     seed: int = 0
     min_domain_requests: int = 10
     min_requests_per_stratum: int = 20
+    max_group_span: float = 1.5
 
     def __post_init__(self) -> None:
         checks = (
@@ -154,6 +172,7 @@ class JudgeSettings:
                 self.min_requests_per_stratum >= 1,
                 "must be at least 1",
             ),
+            ("max_group_span", self.max_group_span >= 1.0, "must be at least 1"),
         )
         for name, ok, problem in checks:
             value = getattr(self, name)
@@ -216,6 +235,13 @@ class Verdict:
     measurement: str | None = None
     matched_strata: int = 0
     matched: Mapping[str, int] = field(default_factory=dict)
+    matched_levels: tuple[tuple[int, int], ...] = ()
+    load_slope: float | None = None
+    pod_spread: float | None = None
+    # What the spread between pods added to the variance of the log ratio (the interval
+    # carries it). While the same pods serve it is one fixed offset, not noise that more
+    # windows average away: the cumulative rule leaves it out of each window's weight.
+    pod_variance: float | None = None
 
     @property
     def actionable(self) -> bool:
@@ -298,9 +324,45 @@ def _usable(sample: Sample, settings: JudgeSettings) -> str | None:
         return "zero_tpot"
     if sample.tpot_s > MAX_TPOT_S:
         return "implausible_tpot"
+    if not _timing_consistent(sample):
+        return "inconsistent_timing"
     if sample.output_tokens < settings.min_output_tokens:
         return "too_few_tokens"
     return None
+
+
+def _timing_consistent(sample: Sample) -> bool:
+    """Do the record's times add up: TTFT + TPOT × (tokens − 1) within its e2e time?"""
+    decode = (sample.tpot_s or 0.0) * max(sample.output_tokens - 1, 0)
+    return (sample.ttft_s or 0.0) + decode <= sample.e2e_s * (1 + _TIMING_SLACK) + _TIMING_SLACK_S
+
+
+def _timing_check(
+    inconsistent: Mapping[str, int], requests: Mapping[str, int], errors: Mapping[str, int]
+) -> tuple[str | None, str | None]:
+    """(why the window is not judged, or a note) for records whose times do not add up:
+    refused when more than ``MAX_INCONSISTENT_SHARE`` of an arm's ok records are; else
+    those are left out and counted."""
+    if not any(inconsistent.values()):
+        return None, None
+    counts = ", ".join(
+        f"{inconsistent[arm]} of {requests[arm] - errors[arm]} {arm}"
+        for arm in ARMS
+        if inconsistent[arm]
+    )
+    what = (
+        f"records whose TTFT + TPOT × (tokens − 1) exceeds their own e2e time ({counts} ok records)"
+    )
+    if any(
+        inconsistent[arm] > MAX_INCONSISTENT_SHARE * max(requests[arm] - errors[arm], 1)
+        for arm in ARMS
+    ):
+        return (
+            f"{what}: more than {MAX_INCONSISTENT_SHARE:.0%} of an arm, so its recorder is "
+            "wrong (a TPOT in milliseconds, a clock) and the window is not judged",
+            None,
+        )
+    return None, f"left out {what}"
 
 
 def inconclusive(reasons: Sequence[str], common: Mapping[str, Any]) -> Verdict:
@@ -335,6 +397,7 @@ def judge(
     usable: dict[Arm, list[Sample]] = {arm: [] for arm in ARMS}
     pods: dict[str, set[str]] = {arm: set() for arm in ARMS}
     serving_votes: dict[Arm, int] = dict.fromkeys(ARMS, 0)
+    inconsistent: dict[str, int] = dict.fromkeys(ARMS, 0)
     arrivals = _Arrivals()
     for sample in samples:
         requests[sample.arm] += 1
@@ -344,6 +407,8 @@ def judge(
         why = _usable(sample, settings)
         if why == "error":
             errors[sample.arm] += 1
+        elif why == "inconsistent_timing":
+            inconsistent[sample.arm] += 1
         if why is not None:
             excluded[why] = excluded.get(why, 0) + 1
             continue
@@ -404,8 +469,16 @@ def judge(
     requests_per_pod = arrivals.per_pod(requests, pods)
     base["requests_per_pod"] = requests_per_pod
     reasons, load_notes = _insufficient(
-        n, concurrency, requests_per_pod, settings, levels_matched=not paired
+        n,
+        concurrency,
+        requests_per_pod,
+        settings,
+        levels_matched=not paired,
+        little=_little_check(chosen, settings.concurrency_tolerance) if all(n.values()) else None,
     )
+    timing, timing_note = _timing_check(inconsistent, requests, errors)
+    if timing:
+        reasons.insert(0, timing)
     if mismatch:
         reasons.insert(0, mismatch)
     if not any(requests.values()):
@@ -421,71 +494,330 @@ def judge(
     if reasons or med_s is None or med_b is None:
         return inconclusive(reasons, base)
     rng = _rng(settings.seed, values)
-    notes: list[str] = list(load_notes)
-    matched: dict[str, int] = dict(n)
     if paired:
-        log_ratios = np.log(values["speculative"]) - np.log(values["baseline"])
-        ratio = float(np.exp(np.median(log_ratios)))
-        low, high = median_interval(log_ratios, settings.confidence)
-        ci_low, ci_high = min(math.exp(low), ratio), max(math.exp(high), ratio)
-        method: Method = "paired"
-        quantity = QUANTITY_PAIRED
-        groups_compared = 0
+        # The in-flight match compares the arms at one concurrency; its tolerance leaves a
+        # gap inside pairs that is corrected here. A lighter arm that got as many arrivals
+        # (the Little's-law note) is compared at equal arrivals instead: not corrected.
+        correct_gap = settings.concurrency_match == "in_flight" and not load_notes
+        estimate = _paired(chosen, values, settings, correct_gap=correct_gap)
     else:
         serving: Arm = max(ARMS, key=lambda arm: serving_votes[arm])
-        levels = {
-            arm: np.fromiter((level_of(s.concurrency) for s in chosen[arm]), np.int64)
-            for arm in ARMS
-        }
-        groups = matched_groups(chosen, settings.min_requests_per_stratum)
-        if groups:
-            low, high = groups[0][0], groups[-1][1]
-            for arm in ARMS:
-                matched[arm] = int(((levels[arm] >= low) & (levels[arm] <= high)).sum())
-            every = all(matched[arm] == n[arm] for arm in ARMS)
-            quantity = QUANTITY_MEDIANS if every and len(groups) == 1 else QUANTITY_MATCHED
-            left_out = {arm: 1.0 - matched[arm] / n[arm] for arm in ARMS}
-            if max(left_out.values()) >= _NOTE_LEFT_OUT:
-                notes.append(
-                    f"compared at in-flight {low}–{high}, the levels both arms cover: "
-                    + " and ".join(f"{left_out[arm]:.0%} of {arm}" for arm in ARMS)
-                    + " requests lie outside it (at one arrival rate a slower arm holds more"
-                    " requests in flight, Little's law)"
-                )
-        else:
-            # Too little shared load: all of both arms, one group (the ratio of medians).
-            everything = min(int(levels[arm].min()) for arm in ARMS)
-            groups = [(everything, max(int(levels[arm].max()) for arm in ARMS))]
-            quantity = QUANTITY_MEDIANS
-            if _apart(chosen):
-                notes.append(
-                    "the arms share too few in-flight levels to be compared at matched "
-                    "concurrency, so this compares them pooled: at one arrival rate a slower "
-                    "arm holds more requests in flight (Little's law)"
-                )
-        ratio, ci_low, ci_high = _matched_interval(
-            values, levels, groups, serving, settings=settings, rng=rng
-        )
-        method = "stratified"
-        groups_compared = len(groups)
-    outcome = classify(ci_low, ci_high, settings.tolerance)
+        estimate = _unpaired(chosen, values, serving, requests_per_pod, settings=settings, rng=rng)
+    notes: list[str] = [*load_notes, *([timing_note] if timing_note else []), *estimate.notes]
+    if estimate.refusal is not None:
+        return inconclusive([estimate.refusal, *notes], base)
+    outcome = classify(estimate.ci_low, estimate.ci_high, settings.tolerance)
+    if outcome == "neutral" and estimate.thin:
+        outcome = "inconclusive"
+        notes.insert(0, estimate.thin)
     if outcome == "regressed" and kind in INEXACT_MEASUREMENTS:
         outcome = "inconclusive"
         notes.insert(0, f"not judged regressed on {_KIND_TEXT[kind]}: {_FIX[kind]}")
     if len(domains) == 1 and domains[0].ratio is not None:
-        base["domains"] = (replace(domains[0], ratio=ratio),)  # one figure, not two
+        base["domains"] = (replace(domains[0], ratio=estimate.ratio),)  # one figure, not two
     return Verdict(
         outcome=outcome,
-        ratio=ratio,
-        ci_low=ci_low,
-        ci_high=ci_high,
-        method=method,
-        quantity=quantity,
-        matched_strata=groups_compared,
-        matched=matched,
+        ratio=estimate.ratio,
+        ci_low=estimate.ci_low,
+        ci_high=estimate.ci_high,
+        method=estimate.method,
+        quantity=estimate.quantity,
+        matched_strata=len(estimate.groups),
+        matched=estimate.matched or dict(n),
+        matched_levels=estimate.groups,
+        load_slope=estimate.load_slope,
+        pod_spread=estimate.pod_spread,
+        pod_variance=estimate.pod_variance,
         reasons=tuple(notes),
         **base,  # type: ignore[arg-type]
     )
+
+
+@dataclass(frozen=True, slots=True)
+class _Estimate:
+    """A window's ratio and interval, or why it has none (``refusal``), with what a verdict
+    reports of how they were made; ``thin``: why it cannot say "neutral" (a change it shows
+    stands)."""
+
+    ratio: float = 1.0
+    ci_low: float = 1.0
+    ci_high: float = 1.0
+    method: Method = "none"
+    quantity: str = QUANTITY_MEDIANS
+    groups: tuple[tuple[int, int], ...] = ()
+    matched: Mapping[str, int] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+    load_slope: float | None = None
+    pod_spread: float | None = None
+    pod_variance: float | None = None
+    refusal: str | None = None
+    thin: str | None = None
+
+
+def _z(confidence: float) -> float:
+    return NormalDist().inv_cdf(0.5 + confidence / 2.0)
+
+
+def _widened(
+    centre: float,
+    low: float,
+    high: float,
+    *,
+    confidence: float,
+    known: float = 0.0,
+    spread: PodSpread | None,
+) -> tuple[float, float, str | None]:
+    """(low, high, a note) of the interval [low, high] around ``centre`` (log units, from
+    sampling) with a ``known`` variance (a correction's) and the spread between pods added
+    (its ``allowance``: estimated from a handful of pods, it is inflated as a t's variance
+    is): each side becomes hypot(side, z·√(known + pods)), normal in log space."""
+    z = _z(confidence)
+    pods = spread.allowance if spread is not None else 0.0
+    reach = z * math.sqrt(known + pods)
+    wide_low = centre - math.hypot(centre - low, reach)
+    wide_high = centre + math.hypot(high - centre, reach)
+    note = None
+    if spread is not None:
+        before = math.hypot((high - low) / 2.0, z * math.sqrt(known))
+        note = spread.note(before, (wide_high - wide_low) / 2.0)
+    return wide_low, wide_high, note
+
+
+def _paired(
+    chosen: Mapping[Arm, Sequence[Sample]],
+    values: Mapping[Arm, FloatArray],
+    settings: JudgeSettings,
+    *,
+    correct_gap: bool,
+) -> _Estimate:
+    """The median per-request log ratio of the pairs and its interval: the distribution-free
+    interval of the median (``median_interval``), widened by what the in-flight gap
+    correction and the spread between pods add (``_adjust``)."""
+    log_ratios = np.log(values["speculative"]) - np.log(values["baseline"])
+    notes: list[str] = []
+    gap = None
+    if correct_gap:
+        levels = {arm: np.fromiter((s.concurrency for s in chosen[arm]), np.int64) for arm in ARMS}
+        gap = in_flight_gap(log_ratios, levels["speculative"], levels["baseline"])
+    corrected = log_ratios if gap is None else log_ratios - gap.shift
+    if gap is not None and gap.note:
+        notes.append(gap.note)
+    centre = float(np.median(corrected))
+    low, high = median_interval(corrected, settings.confidence)
+    n = corrected.size
+    spread = pod_spread(
+        dict.fromkeys(ARMS, corrected - centre),
+        {arm: [s.pod for s in chosen[arm]] for arm in ARMS},
+        dict.fromkeys(ARMS, np.full(n, 1.0 / n)),
+    )
+    low, high, note = _widened(
+        centre,
+        low,
+        high,
+        confidence=settings.confidence,
+        known=(gap.se if gap is not None else 0.0) ** 2,
+        spread=spread,
+    )
+    if note:
+        notes.append(note)
+    widen = gap.widen if gap is not None else (0.0, 0.0)
+    low, high = low - widen[0], high + widen[1]
+    ratio = math.exp(centre)
+    return _Estimate(
+        ratio=ratio,
+        ci_low=min(math.exp(low), ratio),
+        ci_high=max(math.exp(high), ratio),
+        method="paired",
+        quantity=QUANTITY_PAIRED,
+        notes=tuple(notes),
+        load_slope=gap.slope if gap is not None else None,
+        pod_spread=spread.sigma if spread is not None else None,
+        pod_variance=spread.allowance if spread is not None else None,
+    )
+
+
+def _unpaired(
+    chosen: Mapping[Arm, Sequence[Sample]],
+    values: Mapping[Arm, FloatArray],
+    serving: Arm,
+    requests_per_pod: Mapping[str, float | None],
+    *,
+    settings: JudgeSettings,
+    rng: np.random.Generator,
+) -> _Estimate:
+    """The ratio of medians at matched concurrency (``matched_groups``; too thin to say
+    "neutral" when the groups hold under ``MIN_MATCHED_SHARE`` of the serving arm), or pooled
+    when no group can be made and the arms' arrivals allow it (``_pooled_check``), or a
+    refusal."""
+    levels = {
+        arm: np.fromiter((level_of(s.concurrency) for s in chosen[arm]), np.int64) for arm in ARMS
+    }
+    n = {arm: len(chosen[arm]) for arm in ARMS}
+    groups = matched_groups(chosen, settings.min_requests_per_stratum, span=settings.max_group_span)
+    inside = {arm: _in_groups(levels[arm], groups) for arm in ARMS}
+    matched: dict[str, int] = {arm: int(inside[arm].sum()) for arm in ARMS}
+    notes: list[str] = []
+    thin = None
+    if groups:
+        if matched[serving] < MIN_MATCHED_SHARE * n[serving]:
+            thin = (
+                f"the levels compared hold only {matched[serving] / n[serving]:.0%} of the "
+                f"{serving} arm's requests (the load its clients see): too little to say that "
+                "nothing changed"
+            )
+        every = all(matched[arm] == n[arm] for arm in ARMS)
+        quantity = QUANTITY_MEDIANS if every and len(groups) == 1 else QUANTITY_MATCHED
+        left_out = {arm: 1.0 - matched[arm] / n[arm] for arm in ARMS}
+        if max(left_out.values()) >= _NOTE_LEFT_OUT:
+            notes.append(
+                f"compared at in-flight {groups[0][0]}–{groups[-1][1]} ({_groups_text(groups)}"
+                f"), where both arms hold {settings.min_requests_per_stratum} requests within "
+                f"×{settings.max_group_span:g} of in-flight: "
+                + " and ".join(f"{left_out[arm]:.0%} of {arm}" for arm in ARMS)
+                + " requests lie outside (at other loads than the other arm's)"
+            )
+    else:
+        refusal, note = _pooled_check(chosen, matched, requests_per_pod, settings)
+        if refusal is not None:
+            return _Estimate(refusal=refusal, matched=matched, groups=tuple(groups))
+        if note:
+            notes.append(note)
+        everything = (
+            min(int(levels[arm].min()) for arm in ARMS),
+            max(int(levels[arm].max()) for arm in ARMS),
+        )
+        groups = [everything]
+        matched = {arm: n[arm] for arm in ARMS}
+        quantity = QUANTITY_MEDIANS
+    ratio, se, spread = _matched_interval(
+        chosen, values, levels, groups, serving, settings=settings, rng=rng
+    )
+    centre, reach = math.log(ratio), _z(settings.confidence) * se
+    low, high, note = _widened(
+        centre, centre - reach, centre + reach, confidence=settings.confidence, spread=spread
+    )
+    ci_low, ci_high = min(math.exp(low), ratio), max(math.exp(high), ratio)
+    if note:
+        notes.append(note)
+    return _Estimate(
+        ratio=ratio,
+        ci_low=ci_low,
+        ci_high=ci_high,
+        method="stratified",
+        quantity=quantity,
+        groups=tuple(groups),
+        matched=matched,
+        notes=tuple(notes),
+        pod_spread=spread.sigma if spread is not None else None,
+        pod_variance=spread.allowance if spread is not None else None,
+        thin=thin,
+    )
+
+
+def _in_groups(
+    levels: npt.NDArray[np.int64], groups: Sequence[tuple[int, int]]
+) -> npt.NDArray[np.bool_]:
+    inside = np.zeros(levels.size, dtype=bool)
+    for low, high in groups:
+        inside |= (levels >= low) & (levels <= high)
+    return inside
+
+
+def _groups_text(groups: Sequence[tuple[int, int]]) -> str:
+    shown = [str(low) if low == high else f"{low}–{high}" for low, high in groups[:6]]
+    more = f", … {len(groups) - 6} more" if len(groups) > 6 else ""
+    return f"{len(groups)} group{'s' if len(groups) > 1 else ''}: " + ", ".join(shown) + more
+
+
+# The two arms' arrival rates by Little's law agree when they differ by at most the tolerance
+# beyond 1.96 standard errors (95%): a mean e2e time is noisy (long outputs, stragglers), and
+# a wider allowance would let arms loaded differently through.
+_LITTLE_Z = 1.96
+
+
+def _little_rate(samples: Sequence[Sample]) -> tuple[float, float]:
+    """(arrivals per second per pod by Little's law, the standard error of its log): the mean
+    in-flight count a request found (less itself, at least 0.5) ÷ the mean e2e time."""
+    conc = np.fromiter((s.concurrency for s in samples), np.float64, count=len(samples))
+    e2e = np.fromiter((s.e2e_s for s in samples), np.float64, count=len(samples))
+    n = max(len(samples), 1)
+    held, took = max(float(conc.mean()) - 1.0, 0.5), float(e2e.mean())
+    if took <= 0.0:
+        return math.inf, math.inf
+    se = math.hypot(float(conc.std()) / held, float(e2e.std()) / took) / math.sqrt(n)
+    return held / took, se
+
+
+def _pooled_check(
+    chosen: Mapping[Arm, Sequence[Sample]],
+    matched: Mapping[str, int],
+    requests_per_pod: Mapping[str, float | None],
+    settings: JudgeSettings,
+) -> tuple[str | None, str | None]:
+    """(why the arms cannot be compared pooled, or the note a pooled comparison carries),
+    when the matched comparison is too thin.
+
+    Arms at one in-flight load (medians within the in-flight tolerance) are compared pooled.
+    Arms apart only when the gap is the one Little's law gives at one arrival rate (in
+    flight = arrival rate × latency: a slower arm holds more): the same requests per pod
+    (within ``concurrency_tolerance``), and the same arrival rate by Little's law (mean
+    in-flight ÷ mean e2e), within the tolerance beyond its sampling error. Otherwise the
+    arms were loaded differently (a wrong mirror share, an underfed shadow) and pooling
+    would compare loads, not arms."""
+    conc = {arm: float(np.median([s.concurrency for s in chosen[arm]])) for arm in ARMS}
+    tolerance = settings.concurrency_tolerance
+    allowed = max(settings.concurrency_slack, tolerance * max(conc.values()))
+    if abs(conc["speculative"] - conc["baseline"]) <= allowed:
+        return None, None
+    n = {arm: len(chosen[arm]) for arm in ARMS}
+    thin = (
+        "the arms share too few in-flight levels to be compared at matched concurrency "
+        f"(levels where both hold {settings.min_requests_per_stratum} requests within "
+        f"×{settings.max_group_span:g} of in-flight cover "
+        + " and ".join(f"{matched[arm] / max(n[arm], 1):.0%} of {arm}" for arm in ARMS)
+        + f"; speculative {_num(conc['speculative'])} vs baseline {_num(conc['baseline'])} in"
+        " flight per pod)"
+    )
+    spec_l, base_l = requests_per_pod.get("speculative"), requests_per_pod.get("baseline")
+    if not spec_l or not base_l:
+        return f"{thin}, and the arrivals per pod of an arm are unknown", None
+    counts = f"{_num(spec_l)} vs {_num(base_l)} requests per pod"
+    if max(spec_l, base_l) / min(spec_l, base_l) - 1.0 > tolerance:
+        return (
+            f"{thin}, and they cannot be compared pooled: their arrivals differ ({counts}, "
+            f"allowed ±{tolerance:.0%}), and an in-flight gap says which arm is slower only "
+            "at one arrival rate (Little's law) — is the mirror share right?",
+            None,
+        )
+    agree, rates = _little_check(chosen, tolerance)
+    if not agree:
+        return (
+            f"{thin}, and they cannot be compared pooled: with the same arrivals ({counts}) "
+            f"the in-flight gap is not the one their latencies explain ({rates}), so the arms "
+            "were loaded differently",
+            None,
+        )
+    return None, (
+        f"{thin}, so this compares them pooled: they had the same arrivals ({counts}; {rates})"
+        ", so the in-flight gap is the slower arm's own doing, and the pooled ratio includes "
+        "the load it causes"
+    )
+
+
+def _little_check(chosen: Mapping[Arm, Sequence[Sample]], tolerance: float) -> tuple[bool, str]:
+    """(do the arms' arrival rates by Little's law agree, the rates in words): mean in-flight
+    ÷ mean e2e per arm, within ``tolerance`` beyond 1.96 standard errors. With the same
+    arrivals an arm holds more in flight exactly as much as it is slower; when the gap is
+    not that, the arms were fed differently whatever their request counts say."""
+    (spec_r, spec_se), (base_r, base_se) = (_little_rate(chosen[arm]) for arm in ARMS)
+    rates = (
+        f"arrivals by Little's law, mean in flight ÷ mean e2e: {spec_r:.3g} vs {base_r:.3g} "
+        "per second per pod"
+    )
+    if not (math.isfinite(spec_r) and math.isfinite(base_r) and spec_r > 0 and base_r > 0):
+        return False, rates
+    bound = math.log1p(tolerance) + _LITTLE_Z * math.hypot(spec_se, base_se)
+    return abs(math.log(spec_r / base_r)) <= bound, rates
 
 
 # What each measurement kind is, and what a user does to get exact per-token latency.
@@ -493,6 +825,7 @@ _KIND_TEXT: dict[str, str] = {
     "stream_usage": "per-request TPOT from exact token counts",
     "stream_chunks": "chunk-counted TPOT (a chunk counted as one token)",
     "non_stream": "non-streamed time per token (TTFT included)",
+    "unknown": "TPOT of records that do not say how it was measured",
 }
 _FIX: dict[str, str] = {
     "stream_chunks": "a drafter packs several tokens into a chunk, so chunk-counted TPOT "
@@ -500,9 +833,13 @@ _FIX: dict[str, str] = {
     '{"include_usage": true, "continuous_usage_stats": true}) so token counts are exact',
     "non_stream": "prefill time is inside the figure; stream the requests with "
     "continuous_usage_stats so TTFT and per-token time are measured apart",
+    "unknown": "the records have no measurement field, so how TPOT was counted is not known "
+    "(a chunk counted as a token overstates a drafter's per-token latency); record it, and "
+    'stream with stream_options {"include_usage": true, "continuous_usage_stats": true} so '
+    "token counts are exact (stream_usage)",
 }
 # Measurements that can show a drafter faster, never reliably slower, than it is.
-INEXACT_MEASUREMENTS: tuple[str, ...] = ("stream_chunks", "non_stream")
+INEXACT_MEASUREMENTS: tuple[str, ...] = ("stream_chunks", "non_stream", "unknown")
 
 
 def _basis(kind: str | None) -> str:
@@ -589,11 +926,13 @@ def _insufficient(
     settings: JudgeSettings,
     *,
     levels_matched: bool = False,
+    little: tuple[bool, str] | None = None,
 ) -> tuple[list[str], list[str]]:
     """(why the window is inconclusive, notes a verdict carries): the sample counts and the
     load check of ``settings.concurrency_match``. ``levels_matched``: the comparison itself
     is made at matched in-flight levels (an unpaired window), which the in-flight check
-    would only repeat."""
+    would only repeat. ``little``: ``_little_check`` of the compared samples, when known: an
+    in-flight gap is put down to speed at equal arrivals only when it agrees."""
     reasons: list[str] = []
     notes: list[str] = []
     short = [f"{arm} {n[arm]}" for arm in ARMS if n[arm] < settings.min_requests_per_arm]
@@ -624,11 +963,19 @@ def _insufficient(
                 in_flight = (
                     f"speculative {_num(spec_c)} vs baseline {_num(base_c)} in flight per pod"
                 )
-                if light_l and heavy_l and light_l >= (1.0 - tolerance) * heavy_l:
+                equal = light_l and heavy_l and light_l >= (1.0 - tolerance) * heavy_l
+                if equal and little is not None and not little[0]:
+                    reasons.append(
+                        f"mismatched concurrency ({in_flight}, allowed difference "
+                        f"{_num(allowed)}) with as many requests per pod ({_num(light_l or 0)} "
+                        f"vs {_num(heavy_l or 0)}), but the gap is not the one their "
+                        f"latencies explain ({little[1]}): the arms were loaded differently"
+                    )
+                elif equal:
                     notes.append(
                         f"{light} held fewer requests in flight ({in_flight}) with as many "
-                        f"requests per pod ({_num(light_l)} vs {_num(heavy_l)}): it is faster "
-                        "at this load, compared at equal arrivals (Little's law)"
+                        f"requests per pod ({_num(light_l or 0)} vs {_num(heavy_l or 0)}): it is "
+                        "faster at this load, compared at equal arrivals (Little's law)"
                     )
                 else:
                     arrivals = (
@@ -712,36 +1059,43 @@ def level_of(concurrency: int) -> int:
     return max(int(concurrency), 1)
 
 
-def matched_groups(chosen: Mapping[Arm, Sequence[Sample]], minimum: int) -> list[tuple[int, int]]:
+def matched_groups(
+    chosen: Mapping[Arm, Sequence[Sample]], minimum: int, *, span: float = 1.5
+) -> list[tuple[int, int]]:
     """The in-flight ranges [low, high] compared at matched concurrency, in order.
 
-    The comparison covers the levels from the lowest to the highest in-flight level that both
-    arms populate; requests outside that range have no counterpart on the other arm and are
-    left out. Inside it, adjacent levels are merged until each group holds at least
-    ``minimum`` requests of *both* arms; a thin tail joins the last group. Empty when the
-    range holds fewer than ``minimum`` requests of either arm: the arms are then compared
-    pooled (they share too little load to be compared at matched concurrency)."""
+    A group starts and ends at levels that both arms populate, spans at most ``span`` (its
+    highest level ÷ its lowest: the arms inside it are at one load, give or take that), and
+    holds at least ``minimum`` requests of *both* arms. From the lowest shared level up,
+    adjacent levels are merged until the group holds enough; a start level that cannot make
+    a group within ``span`` is left out, and so is a thin tail. Levels left out have too few
+    requests of one arm near them to be compared: their requests are not matched (the caller
+    says how many). Empty when no group can be made."""
     counts: dict[int, list[int]] = {}
     for index, arm in enumerate(ARMS):
         for s in chosen[arm]:
             counts.setdefault(level_of(s.concurrency), [0, 0])[index] += 1
-    shared = [level for level, (spec, base) in counts.items() if spec and base]
-    if not shared:
-        return []
-    inside = sorted(level for level in counts if min(shared) <= level <= max(shared))
-    if min(sum(counts[level][i] for level in inside) for i in (0, 1)) < minimum:
-        return []
+    levels = sorted(counts)
+    shared = [level for level in levels if min(counts[level]) > 0]
     groups: list[tuple[int, int]] = []
-    first: int | None = None
-    have = [0, 0]
-    for level in inside:
-        first = level if first is None else first
-        have = [have[0] + counts[level][0], have[1] + counts[level][1]]
-        if min(have) >= minimum:
-            groups.append((first, level))
-            first, have = None, [0, 0]
-    if first is not None:
-        groups[-1] = (groups[-1][0], inside[-1])
+    position = 0
+    while position < len(shared):
+        first = shared[position]
+        have = [0, 0]
+        made = False
+        for level in levels[levels.index(first) :]:
+            if level > span * first:
+                break
+            have = [have[0] + counts[level][0], have[1] + counts[level][1]]
+            if min(have) >= minimum and min(counts[level]) > 0:
+                groups.append((first, level))
+                made = True
+                break
+        if made:
+            end = groups[-1][1]
+            position = next((i for i, lv in enumerate(shared) if lv > end), len(shared))
+        else:
+            position += 1
     return groups
 
 
@@ -762,46 +1116,6 @@ def _median_se(logs: FloatArray, resamples: int, rng: np.random.Generator) -> fl
     return float(high - low) / (2.0 * _SE_Z)
 
 
-def _binomial_cdf(n: int) -> FloatArray:
-    """P(B <= k) for k = 0..n, B ~ Binomial(n, 1/2): the chance that at most k of n values
-    fall below their median (log-space recurrence, so a large n neither overflows nor loses
-    the terms that matter)."""
-    k = np.arange(1, n + 1, dtype=np.float64)
-    log_pmf = np.concatenate(([0.0], np.cumsum(np.log(n - k + 1) - np.log(k)))) - n * math.log(2)
-    cdf: FloatArray = np.minimum(np.cumsum(np.exp(log_pmf)), 1.0)
-    return cdf
-
-
-def median_interval(values: FloatArray, confidence: float) -> tuple[float, float]:
-    """The distribution-free interval of the median of ``values`` (iid, continuous): order
-    statistics x(k) and x(n+1-k), which hold the median with probability
-    1 - 2·P(B <= k-1), B ~ Binomial(n, 1/2), for any distribution; interpolated between k and
-    k+1 to that confidence exactly (Hettmansperger and Sheather, 1986). No resampling, so no
-    chance error of its own: a percentile bootstrap of 1000 paired ratios excluded 1 in 1.4% of
-    A/A windows instead of 1% (its ends fall a rank or two inside these)."""
-    ordered = np.sort(values)
-    n = ordered.size
-    cdf = _binomial_cdf(n)
-    alpha = 1.0 - confidence
-    # The largest k whose interval still holds the confidence (k = 1: all n, the most n can).
-    k = max(1, int(np.searchsorted(cdf, alpha / 2.0, side="right")))
-    low, high = float(ordered[k - 1]), float(ordered[n - k])
-    if k + 1 <= n - k:
-        cover_k, cover_next = 1.0 - 2.0 * cdf[k - 1], 1.0 - 2.0 * cdf[k]
-        if cover_k > confidence > cover_next:
-            share = (cover_k - confidence) / (cover_k - cover_next)
-            weight = (n - k) * share / (k + (n - 2 * k) * share)
-            low += weight * (float(ordered[k]) - low)
-            high += weight * (float(ordered[n - k - 1]) - high)
-    return low, high
-
-
-def _interval(ratio: float, se: float, confidence: float) -> tuple[float, float]:
-    """The interval ratio × exp(±z·se): normal in log space, z for the confidence."""
-    spread = NormalDist().inv_cdf(0.5 + confidence / 2.0) * se
-    return ratio * math.exp(-spread), ratio * math.exp(spread)
-
-
 def _rng(seed: int, values: Mapping[Arm, FloatArray]) -> np.random.Generator:
     """The bootstrap's random numbers: from the seed and the window's values (sorted, so the
     same samples in any order give the same verdict). One fixed stream for every window
@@ -812,6 +1126,7 @@ def _rng(seed: int, values: Mapping[Arm, FloatArray]) -> np.random.Generator:
 
 
 def _matched_interval(
+    chosen: Mapping[Arm, Sequence[Sample]],
     values: Mapping[Arm, FloatArray],
     levels: Mapping[Arm, npt.NDArray[np.int64]],
     groups: Sequence[tuple[int, int]],
@@ -819,37 +1134,49 @@ def _matched_interval(
     *,
     settings: JudgeSettings,
     rng: np.random.Generator,
-) -> tuple[float, float, float]:
-    """The ratio at matched concurrency and its interval (ratio, low, high).
+) -> tuple[float, float, PodSpread | None]:
+    """The ratio at matched concurrency, the standard error of its log from sampling, and
+    the spread between pods it carries (the interval: ``_widened``).
 
     Per group, the log of the ratio of the arms' medians; combined with fixed weights, the
     serving arm's share of the compared requests in each group (the mix clients see): a
     weighted geometric mean of the groups' ratios (one group: the ratio of medians). Its
     standard error adds the groups' and arms' squared standard errors (each median's from its
     own bootstrap, each arm resampled within each group: the mix is held fixed, as in the
-    estimate), and the interval is normal in log space."""
+    estimate); the spread between pods comes from each sample's residual from its group's
+    median, per pod (``pod_spread``)."""
     inside = {
         arm: [(levels[arm] >= low) & (levels[arm] <= high) for low, high in groups] for arm in ARMS
     }
     total = sum(int(mask.sum()) for mask in inside[serving])
     ratio, variance = 1.0, 0.0
+    residuals = {arm: np.zeros(values[arm].size) for arm in ARMS}
+    weights = {arm: np.zeros(values[arm].size) for arm in ARMS}
     for g in range(len(groups)):
         weight = int(inside[serving][g].sum()) / total
         medians = []
         for arm in ARMS:
-            picked = values[arm][inside[arm][g]]
+            mask = inside[arm][g]
+            picked = values[arm][mask]
             medians.append(float(np.median(picked)))
-            variance += (weight * _median_se(np.log(picked), settings.resamples, rng)) ** 2
+            logs = np.log(picked)
+            variance += (weight * _median_se(logs, settings.resamples, rng)) ** 2
+            residuals[arm][mask] = logs - math.log(medians[-1])
+            weights[arm][mask] = weight / logs.size
         # A product of per-group ratios to the power of their weights: one group gives
         # exactly the ratio of medians.
         ratio *= (medians[0] / medians[1]) ** weight
-    return (ratio, *_interval(ratio, math.sqrt(variance), settings.confidence))
+    compared = {arm: weights[arm] > 0 for arm in ARMS}
+    spread = pod_spread(
+        {arm: residuals[arm][compared[arm]] for arm in ARMS},
+        {arm: _pods_of(chosen[arm], compared[arm]) for arm in ARMS},
+        {arm: weights[arm][compared[arm]] for arm in ARMS},
+    )
+    return ratio, math.sqrt(variance), spread
 
 
-def _apart(chosen: Mapping[Arm, Sequence[Sample]]) -> bool:
-    """Do the arms' typical in-flight counts fall in different strata?"""
-    middle = {arm: stratum_of(int(np.median([s.concurrency for s in chosen[arm]]))) for arm in ARMS}
-    return middle["speculative"] != middle["baseline"]
+def _pods_of(samples: Sequence[Sample], keep: npt.NDArray[np.bool_]) -> list[str]:
+    return [s.pod for s, kept in zip(samples, keep, strict=True) if kept]
 
 
 def _strata(chosen: Mapping[Arm, Sequence[Sample]]) -> tuple[StratumCount, ...]:

@@ -82,6 +82,7 @@ def samples(
             e2e_s=0.2 + 255 * float(v),
             ttft_s=0.2,
             tpot_s=float(v),
+            measurement="stream_usage",
             pair_id=None if pair_prefix is None else f"{pair_prefix}{i}",
         )
         for i, v in enumerate(tpots)

@@ -12,9 +12,12 @@ Per-token latency (TPOT) of one request on one arm::
 - ``prompt``: log-normal with log-spread ``sigma`` (0.2 / 0.35 / 0.5: prompt length, domain,
   acceptance), or with ``heavy`` a Student-t(3) in log space plus 3% stragglers 2–10× slower
   (preemptions, retries);
-- ``pod``: a per-pod factor exp(N(0, pod_bias)), centred so each arm's pods average 1 in log
-  space (hardware differs between pods, not between the arms in an A/A test); requests are
-  spread over the pods at random, so the pods' shares vary between windows;
+- ``pod``: a per-pod factor exp(N(0, pod_bias)), ``pods`` per arm (``shadow_pods`` for the
+  shadow arm when given); with ``pod_centred`` (the default) centred so
+  each arm's pods average 1 in log space (pods balanced between the arms), without it each
+  pod's bias is its own, so one arm's pods may be slower on average than the other's, as
+  real hardware is; requests are spread over the pods at random, so the pods' shares vary
+  between windows;
 - ``noise``: exp(N(0, pair_noise)) per request and arm (the batch a request happens to share);
 - ``effect``: the speculative arm's true per-token factor at every concurrency (1 = A/A).
 
@@ -22,12 +25,17 @@ Paired windows send each prompt to both arms (the same ``pair_id``), each arm me
 on its own pod, with its own noise, at its own concurrency: the two arms' in-flight counts
 differ by a factor exp(N(0, pair_load_noise)), since a mirror sends the shadow the same
 arrivals at the same moment (unless the two arms' loads are given apart); which arm holds the
-larger count is random, so on A/A traffic the true ratio is exactly 1. Unpaired windows draw
-every request independently.
+larger count is random, so on A/A traffic the true ratio is exactly 1. ``shadow_in_flight``
+scales the shadow arm's count in each pair (0.85: a shadow 15% lighter in flight than the
+serving arm, as a router that copies only while the shadow has room leaves it). Unpaired
+windows draw every request independently; :func:`banded` gives an arm most of its requests in
+one in-flight band and the rest in another.
 
 Measurement kinds: ``stream_usage`` reports the true TPOT; ``stream_chunks`` counts a chunk
 as a token, so an arm that packs ``tokens_per_chunk`` tokens into a chunk (a drafter)
-reports that many times its TPOT; ``non_stream`` reports e2e / tokens, prefill included.
+reports that many times its TPOT and that many times fewer output tokens (its chunks);
+``non_stream`` reports e2e / tokens, prefill included. Every record is consistent with its own
+e2e time: TTFT + TPOT × (tokens − 1) = e2e.
 
 This generator is written apart from the judge (it shares only the Sample record), so the
 figures it gives are a check of the judge, not of itself.
@@ -68,6 +76,9 @@ class Traffic:
     )
     tokens_per_chunk: float = 3.0
     serving: Arm = "speculative"
+    pod_centred: bool = True
+    shadow_in_flight: float = 1.0
+    shadow_pods: int | None = None
 
 
 def concurrencies(load: Load, n: int, rng: np.random.Generator) -> IntArray:
@@ -91,9 +102,29 @@ def prompts(traffic: Traffic, n: int, rng: np.random.Generator) -> FloatArray:
     return np.where(stragglers, values * rng.uniform(2.0, 10.0, n), values)
 
 
-def pod_factors(traffic: Traffic, rng: np.random.Generator) -> FloatArray:
-    logs = rng.normal(0.0, traffic.pod_bias, traffic.pods)
-    factors: FloatArray = np.exp(logs - logs.mean())
+def banded(main: tuple[int, int], other: tuple[int, int], share: float) -> Load:
+    """A load with ``share`` of the requests spread evenly over the in-flight levels of
+    ``main`` and the rest over those of ``other`` (both ranges inclusive)."""
+    load: dict[int, float] = {}
+    for (low, high), weight in ((main, share), (other, 1.0 - share)):
+        for level in range(low, high + 1):
+            load[level] = load.get(level, 0.0) + weight / (high - low + 1)
+    return load
+
+
+def pods_of(traffic: Traffic, arm: Arm) -> int:
+    """The arm's pods: ``pods``, or ``shadow_pods`` for the shadow arm when given (the
+    operator's default is two serving pods and one shadow)."""
+    if arm != traffic.serving and traffic.shadow_pods is not None:
+        return traffic.shadow_pods
+    return traffic.pods
+
+
+def pod_factors(traffic: Traffic, rng: np.random.Generator, arm: Arm = "speculative") -> FloatArray:
+    logs = rng.normal(0.0, traffic.pod_bias, pods_of(traffic, arm))
+    if traffic.pod_centred:
+        logs = logs - logs.mean()
+    factors: FloatArray = np.exp(logs)
     return factors
 
 
@@ -110,17 +141,20 @@ def _arm(
     duration: float,
 ) -> list[Sample]:
     n = prompt.size
-    pods = pod_factors(traffic, rng)
-    which = rng.integers(0, traffic.pods, size=n)
+    pods = pod_factors(traffic, rng, arm)
+    which = rng.integers(0, pods.size, size=n)
     noise = np.exp(rng.normal(0.0, traffic.pair_noise, n))
     tpot = BASE_TPOT_S * (1 + conc / LOAD_SCALE) * prompt * pods[which] * noise * effect
     tokens = np.exp(rng.uniform(np.log(32), np.log(1024), n)).astype(np.int64)
     ttft = 0.05 + rng.exponential(0.3, n)
     e2e = ttft + tpot * (tokens - 1)
     measurement = traffic.measurement.get(arm, "stream_usage")
+    counted = tokens
     if measurement == "stream_chunks":
+        # A chunk counted as a token: the decode time over the chunks.
         per_chunk = traffic.tokens_per_chunk if arm == "speculative" else 1.0
-        reported = tpot * per_chunk
+        counted = np.maximum(2, np.rint((tokens - 1) / per_chunk).astype(np.int64) + 1)
+        reported = tpot * (tokens - 1) / (counted - 1)
     elif measurement == "non_stream":
         reported = e2e / tokens
     else:
@@ -135,7 +169,7 @@ def _arm(
             domain="chat",
             started_at=float(started[i]),
             concurrency=int(conc[i]),
-            output_tokens=int(tokens[i]),
+            output_tokens=int(counted[i]),
             e2e_s=float(e2e[i]),
             ttft_s=None if measurement == "non_stream" else float(ttft[i]),
             tpot_s=float(reported[i]),
@@ -173,6 +207,9 @@ def window(
         swap = rng.random(n) < 0.5
         base_conc = np.where(swap, spec_conc, other)
         spec_conc = np.where(swap, other, spec_conc)
+        if traffic.shadow_in_flight != 1.0:
+            shadow = base_conc if traffic.serving == "speculative" else spec_conc
+            shadow[:] = np.maximum(1, np.rint(shadow * traffic.shadow_in_flight))
     else:
         base_conc = concurrencies(base_load, n, rng)
     if paired:
@@ -198,6 +235,7 @@ __all__ = [
     "LOAD_SCALE",
     "Load",
     "Traffic",
+    "banded",
     "concurrencies",
     "pod_factors",
     "prompts",
