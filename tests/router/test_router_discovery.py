@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from specguard.router._discovery import endpoints_from_pods, pod_port, roles_from_resource
+from specguard.router._discovery import (
+    endpoints_from_pods,
+    load_match_from_resource,
+    pod_port,
+    roles_from_resource,
+)
 from specguard.router._pool import Endpoint, Topology
 
 
@@ -91,3 +96,36 @@ def test_topology_keeps_counters_across_updates_and_swaps_roles() -> None:
     assert top.pods["baseline"] == []
     top.set_roles("baseline", 0.5)
     assert top.serving_arm == "baseline" and top.shadow_arm == "speculative"
+
+
+def test_load_match_from_status() -> None:
+    assert load_match_from_resource(None) == "in_flight"
+    assert load_match_from_resource({"status": {"arms": {"loadMatch": "arrivals"}}}) == "arrivals"
+    assert load_match_from_resource({"status": {"arms": {"loadMatch": "in_flight"}}}) == "in_flight"
+    assert load_match_from_resource({"status": {"arms": {"loadMatch": 3}}}) == "in_flight"
+
+
+def test_mirror_decision_by_rule() -> None:
+    """``arrivals``: each shadow pod gets a serving pod's arrivals (2 serving, 1 shadow:
+    every other request), whatever the shadow holds; ``in_flight``: copies stop once the
+    shadow holds the serving pods' in-flight count per pod; the share is the ceiling of
+    both, and nothing is copied during a swap."""
+    top = Topology()
+    top.set_endpoints(
+        [Endpoint("s0", "u0", "speculative"), Endpoint("s1", "u1", "speculative"),
+         Endpoint("b0", "v0", "baseline")]
+    )  # fmt: skip
+    top.set_roles("speculative", 1.0, load_match="arrivals")
+    for pod in top.pods["baseline"]:
+        pod.in_flight = 50  # far busier than the serving pods: arrivals do not care
+    decisions = [top.mirror_decision() for _ in range(10)]
+    assert decisions.count("copy") == 5 and decisions.count("in_flight") == 0
+    assert decisions[::2] == ["share"] * 5  # evenly spread
+    top.set_roles("speculative", 0.2, load_match="arrivals")  # the ceiling wins
+    assert [top.mirror_decision() for _ in range(10)].count("copy") == 2
+    top.set_roles("speculative", 1.0, load_match="in_flight")
+    assert {top.mirror_decision() for _ in range(4)} == {"in_flight"}
+    top.pods["baseline"][0].in_flight = 0
+    assert top.mirror_decision() == "copy"
+    top.set_roles("speculative", 1.0, swapping=True, load_match="arrivals")
+    assert {top.mirror_decision() for _ in range(4)} == {"share"}

@@ -49,7 +49,7 @@ async def test_mirror_share_is_exact_and_spread(
 ) -> None:
     serve, shadow = await upstream(), await upstream()
     rt = await start_router(
-        h.topology([serve.url], [shadow.url], share=0.25), RouterConfig(match_in_flight=False)
+        h.topology([serve.url], [shadow.url], share=0.25, load_match="arrivals")
     )
     for _ in range(12):
         await post(rt.url + "/v1/completions", {"model": "m", "prompt": "p", "max_tokens": 1})
@@ -65,8 +65,8 @@ async def test_hanging_shadow_does_not_delay_and_budget_drops(
 ) -> None:
     serve, hang = await upstream(), await upstream("hang")
     rt = await start_router(
-        h.topology([serve.url], [hang.url], share=1.0),
-        RouterConfig(shadow_max_in_flight=2, match_in_flight=False),
+        h.topology([serve.url], [hang.url], share=1.0, load_match="arrivals"),
+        RouterConfig(shadow_max_in_flight=2),
     )
     for _ in range(5):
         status, _, took = await post(rt.url + "/v1/chat/completions", {**CHAT, "stream": True})

@@ -1,8 +1,8 @@
 """Two router processes in front of the same two simulators: each router sees only its own
 half of a pod's load, the window source counts the requests of both.
 
-The routers copy every request (``--no-in-flight-match``: this is about counting, not about
-which requests are copied).
+The routers copy every request (``--load-match arrivals`` with one pod per arm: this is about
+counting, not about which requests are copied).
 
 Each router gets 4 closed-loop client streams, so the serving simulator has 8 in flight and,
 with every request mirrored, about as many reach the shadow one. A router's own serving
@@ -43,7 +43,7 @@ def router(serving: str, shadow: str) -> Iterator[str]:
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "specguard", "router", "--serving", serving, "--shadow", shadow,
-         "--mirror-share", "1", "--no-in-flight-match", "--host", "127.0.0.1",
+         "--mirror-share", "1", "--load-match", "arrivals", "--host", "127.0.0.1",
          "--port", str(port), "--no-uvloop"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )  # fmt: skip

@@ -4,6 +4,8 @@
 - ``verdict``: one window of samples → ``Verdict`` (``judge``, ``JudgeSettings``);
 - ``histogram``: per-arm TPOT histograms → ``Verdict`` (coarser; ``judge_histograms``);
 - ``policy``: successive verdicts + guardrails → ``Decision`` (``step``, ``PolicySettings``);
+- ``clients``: one window's serving requests → closed-loop or open-loop clients, and so the
+  load-match rule (``client_loop``, ``next_load_match``);
 - ``settings``: the resource's ``spec.evaluation``/``spec.rollback`` → ``JudgeSettings`` and
   ``PolicySettings`` (``settings_from_spec``), the one conversion.
 
@@ -11,6 +13,17 @@ The CLI front end is ``specguard.commands.judge`` (``specguard judge SAMPLES.jso
 See docs/judge.md.
 """
 
+from specguard.judge._clients import (
+    LOAD_MATCHES,
+    ClientLoop,
+    FollowUps,
+    LoadMatch,
+    LoadMatchState,
+    LoopEvidence,
+    LoopSettings,
+    client_loop,
+    next_load_match,
+)
 from specguard.judge._histogram import (
     BASIS_PROMETHEUS,
     BASIS_SCRAPE,
@@ -49,14 +62,21 @@ __all__ = [
     "BASIS_PROMETHEUS",
     "BASIS_SCRAPE",
     "EMPTY",
+    "LOAD_MATCHES",
     "MAX_RESAMPLES",
     "MAX_TRANSITIONS_KEPT",
     "Arm",
+    "ClientLoop",
     "Command",
     "Decision",
+    "FollowUps",
     "Guardrails",
     "Histogram",
     "JudgeSettings",
+    "LoadMatch",
+    "LoadMatchState",
+    "LoopEvidence",
+    "LoopSettings",
     "Measurement",
     "PolicySettings",
     "PolicyState",
@@ -65,10 +85,12 @@ __all__ = [
     "SampleError",
     "Verdict",
     "change_mode",
+    "client_loop",
     "error_guardrail",
     "judge",
     "judge_histograms",
     "judge_settings",
+    "next_load_match",
     "parse_lines",
     "policy_settings",
     "read_lines",

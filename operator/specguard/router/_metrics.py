@@ -88,9 +88,16 @@ class RouterMetrics:
         self.mirror_share = Gauge(
             "specguard_router_mirror_share",
             "Largest share of requests mirrored to the shadow arm (fewer while it holds the "
-            "serving arm's in-flight count per pod).",
+            "serving arm's in-flight count per pod, or shadow ÷ serving pods when it is "
+            "matched by arrivals).",
             registry=self.registry,
         )
+        self.load_match = Gauge(
+            "specguard_router_load_match",
+            "1 for the load-match rule the router copies by: in_flight (closed-loop clients) "
+            "or arrivals (open-loop clients); 0 for the other.",
+            ("rule",), registry=self.registry,
+        )  # fmt: skip
         self.samples_evicted = Counter(
             "specguard_router_samples_evicted",
             "Samples pushed out of the bounded /samples ring.",

@@ -3,6 +3,17 @@
 Pure state: discovery (static flags or the Kubernetes watch) replaces the pod lists and the
 roles; the proxy picks the least busy pod and counts requests in and out. A pod object keeps
 its in-flight count across updates so a watch event never resets the concurrency figure.
+
+Which requests are copied to the shadow (``Topology.mirror_decision``) follows the load-match
+rule the operator publishes (``status.arms.loadMatch``; ``judge.client_loop`` detects it):
+
+- ``"in_flight"`` (closed-loop clients): copy while the shadow arm holds no more requests in
+  flight per pod than the serving arm (``shadow_has_room``);
+- ``"arrivals"`` (open-loop clients): copy a serving pod's arrivals to each shadow pod, i.e.
+  the share shadow pods ÷ serving pods, evenly spread; the shadow's in-flight count then
+  follows its own speed (Little's law).
+
+Either way ``mirror_share`` is the ceiling the operator sets (0 during a swap).
 """
 
 from __future__ import annotations
@@ -10,10 +21,14 @@ from __future__ import annotations
 import itertools
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
+from typing import Literal
 
-from specguard.judge import Arm
+from specguard.judge import Arm, LoadMatch
 
 ARM_NAMES: tuple[Arm, ...] = ("speculative", "baseline")
+# What ``Topology.mirror_decision`` says about one request: copy it, leave it (the share's
+# turn has not come), or leave it because the shadow has no room (counted as dropped).
+MirrorDecision = Literal["copy", "share", "in_flight"]
 
 
 def other_arm(arm: Arm) -> Arm:
@@ -48,8 +63,10 @@ class Topology:
     # During the operator's rolling swap (status.arms.swapping) clients are answered from the
     # ready pods of both arms, so the pods that serve never drop below replicas - 1.
     swapping: bool = False
+    load_match: LoadMatch = "in_flight"
     pods: dict[Arm, list[Pod]] = field(default_factory=lambda: {arm: [] for arm in ARM_NAMES})
     _turn: itertools.count[int] = field(default_factory=itertools.count)
+    _credit: float = 0.0
 
     @property
     def serving_arm(self) -> Arm:
@@ -59,10 +76,44 @@ class Topology:
     def shadow_arm(self) -> Arm:
         return other_arm(self.mode)
 
-    def set_roles(self, mode: Arm, mirror_share: float, swapping: bool = False) -> None:
+    def set_roles(
+        self,
+        mode: Arm,
+        mirror_share: float,
+        swapping: bool = False,
+        load_match: LoadMatch = "in_flight",
+    ) -> None:
         self.mode = mode
         self.mirror_share = min(max(mirror_share, 0.0), 1.0)
         self.swapping = swapping
+        self.load_match = load_match
+
+    def copy_share(self) -> float:
+        """The share of serving requests to copy: ``mirror_share`` (a ceiling), and under
+        ``"arrivals"`` at most shadow ÷ serving ready pods, so that each shadow pod gets a
+        serving pod's arrivals (all of them at most: a shadow with more pods than the
+        serving arm is underfed, which the judge's arrivals check reports)."""
+        if self.load_match != "arrivals":
+            return self.mirror_share
+        serving, shadow = self.pods[self.serving_arm], self.pods[self.shadow_arm]
+        if not serving:
+            return 0.0
+        return min(self.mirror_share, len(shadow) / len(serving))
+
+    def mirror_decision(self) -> MirrorDecision:
+        """Whether the request being routed is copied to the shadow arm (see the module
+        doc). The share is spread by error diffusion: exactly that share over any run of
+        requests, evenly. Under ``"in_flight"`` a request whose turn came is still left
+        when the shadow has no room. Nothing is copied during a swap."""
+        share = self.copy_share()
+        if share <= 0.0 or self.swapping:
+            return "share"
+        self._credit += share
+        if self._credit < 1.0:
+            return "share"
+        self._credit -= 1.0
+        matched = self.load_match == "in_flight" and self.pods[self.shadow_arm]
+        return "in_flight" if matched and not self.shadow_has_room() else "copy"
 
     def set_endpoints(self, endpoints: Iterable[Endpoint]) -> None:
         """Replace the ready pods, keeping the counters of pods that are still there."""
