@@ -67,6 +67,8 @@ class Topology:
     pods: dict[Arm, list[Pod]] = field(default_factory=lambda: {arm: [] for arm in ARM_NAMES})
     _turn: itertools.count[int] = field(default_factory=itertools.count)
     _credit: float = 0.0
+    # Set when the rule turns to "arrivals": no copy until this router's earlier ones ended.
+    _draining: bool = False
 
     @property
     def serving_arm(self) -> Arm:
@@ -86,6 +88,8 @@ class Topology:
         self.mode = mode
         self.mirror_share = min(max(mirror_share, 0.0), 1.0)
         self.swapping = swapping
+        if load_match == "arrivals" and self.load_match != "arrivals":
+            self._draining = True
         self.load_match = load_match
 
     def copy_share(self) -> float:
@@ -104,10 +108,21 @@ class Topology:
         """Whether the request being routed is copied to the shadow arm (see the module
         doc). The share is spread by error diffusion: exactly that share over any run of
         requests, evenly. Under ``"in_flight"`` a request whose turn came is still left
-        when the shadow has no room. Nothing is copied during a swap."""
+        when the shadow has no room. Nothing is copied during a swap.
+
+        When the rule turns to ``"arrivals"``, copying waits until this router's earlier
+        copies have ended: a shadow held at the serving pods' in-flight count may sit past
+        its throughput peak (a drafter whose verification turns compute-bound), where a
+        serving pod's arrivals outrun it and its queue never drains; fresh pods serving
+        those arrivals would start empty. Measured from empty, the shadow settles where
+        they would."""
         share = self.copy_share()
         if share <= 0.0 or self.swapping:
             return "share"
+        if self._draining:
+            if any(pod.in_flight for pod in self.pods[self.shadow_arm]):
+                return "share"
+            self._draining = False
         self._credit += share
         if self._credit < 1.0:
             return "share"
