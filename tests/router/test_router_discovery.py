@@ -116,6 +116,7 @@ def test_mirror_decision_by_rule() -> None:
          Endpoint("b0", "v0", "baseline")]
     )  # fmt: skip
     top.set_roles("speculative", 1.0, load_match="arrivals")
+    assert top.mirror_decision() == "share" and top.mirror_decision() == "copy"
     for pod in top.pods["baseline"]:
         pod.in_flight = 50  # far busier than the serving pods: arrivals do not care
     decisions = [top.mirror_decision() for _ in range(10)]
@@ -129,3 +130,11 @@ def test_mirror_decision_by_rule() -> None:
     assert top.mirror_decision() == "copy"
     top.set_roles("speculative", 1.0, swapping=True, load_match="arrivals")
     assert {top.mirror_decision() for _ in range(4)} == {"share"}
+    # Turning to arrivals, a router first lets its earlier copies end: a shadow held at the
+    # serving pods' in-flight count may sit past its throughput peak and never drain.
+    top.set_roles("speculative", 1.0, load_match="in_flight")
+    top.pods["baseline"][0].in_flight = 3
+    top.set_roles("speculative", 1.0, load_match="arrivals")
+    assert {top.mirror_decision() for _ in range(6)} == {"share"}
+    top.pods["baseline"][0].in_flight = 0
+    assert [top.mirror_decision() for _ in range(4)].count("copy") == 2
