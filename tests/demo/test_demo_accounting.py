@@ -20,7 +20,7 @@ from specguard.demo._accounting import (
     with_inflight,
 )
 from specguard.demo._report import decisions, in_swaps, summarize, summary_lines
-from specguard.demo._schedule import Phase, parse_schedule, spans
+from specguard.demo._schedule import Phase, format_schedule, parse_schedule, spans
 from specguard.judge._sample import Sample
 
 T0 = 1000.0
@@ -194,8 +194,14 @@ def test_summary_says_whether_the_goal_is_met() -> None:
     [
         ("math:4", "phase 1 'math:4': expected DOMAIN:PER_POD:SECONDS"),
         ("math:4:40,chat:4:10", "phase 2: domain must be one of math, tool_call, got 'chat'"),
-        ("math:0:40", "phase 1: streams per pod must be 1..512, got '0'"),
+        ("math:0:40", "phase 1: streams per pod must be 1..512 (or RATE/s for an open loop), "
+                      "got '0'"),
         ("math:4:soon", "phase 1: seconds must be 1..3600, got 'soon'"),
+        ("math:0/s:40", "phase 1: requests per second per pod must be 0.01..1000, got '0'"),
+        ("math:fast/s:40", "phase 1: requests per second per pod must be 0.01..1000, got 'fast'"),
+        ("math:nan/s:40", "phase 1: requests per second per pod must be 0.01..1000, got 'nan'"),
+        ("math:4s:40", "phase 1: streams per pod must be 1..512 (or RATE/s for an open loop), "
+                       "got '4s'"),
     ],
 )
 def test_bad_schedules_are_one_line_naming_the_phase(text: str, message: str) -> None:
@@ -209,6 +215,22 @@ def test_schedule_phases() -> None:
     assert phases == (Phase("math", 4, 40.0), Phase("tool_call", 144, 100.5))
     assert [(s.start, s.end) for s in spans(phases)] == [(0.0, 40.0), (40.0, 140.5)]
     assert phases[1].streams(2) == 288
+
+
+def test_open_loop_phases() -> None:
+    """``RATE/s``: Poisson arrivals at RATE per serving pod, whatever the answers."""
+    phases = parse_schedule("math:2/s:30,tool_call:80/s:90,math:4:20")
+    assert phases == (
+        Phase("math", 0, 30.0, 2.0),
+        Phase("tool_call", 0, 90.0, 80.0),
+        Phase("math", 4, 20.0),
+    )
+    assert [p.open for p in phases] == [True, True, False]
+    assert format_schedule(phases) == "math:2/s:30,tool_call:80/s:90,math:4:20"
+    assert phases[1].load_text(2) == "160 requests/s arriving at their own pace (80 per serving pod)"
+    assert phases[2].load_text(2) == "8 streams (4 per serving pod)"
+    assert [p.per_pod_text() for p in phases] == ["2/s/pod", "80/s/pod", "4/pod"]
+    assert phases[1].streams(2) == 0
 
 
 def test_in_flight_per_arm_is_the_mean_of_the_pod_readings_in_each_window() -> None:

@@ -166,7 +166,7 @@ def summary_lines(s: Summary, *, time_scale: float, window_s: float) -> list[str
             continue
         p = span.phase
         lines.append(
-            f"  phase {span.index + 1} {p.label()} ({p.per_pod}/pod, {p.seconds:g}s), pairs: "
+            f"  phase {span.index + 1} {p.label()} ({p.per_pod_text()}, {p.seconds:g}s), pairs: "
             f"realized {_ms(pt.realized_s)}, always {_ms(pt.always_s)}, never "
             f"{_ms(pt.never_s)}, best {_ms(pt.best_s)}"
         )
@@ -212,6 +212,7 @@ def summary_json(s: Summary, settings: Mapping[str, Any]) -> dict[str, Any]:
                 "phase": span.index + 1,
                 "domain": span.phase.domain,
                 "per_pod": span.phase.per_pod,
+                "rate_per_pod": span.phase.rate,
                 "seconds": span.phase.seconds,
                 "figures": figures(pt),
             }

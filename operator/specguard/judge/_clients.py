@@ -24,8 +24,12 @@ those in ``(c − h, c)`` (its own request's arrival left out). The mean of that
 expectation whenever arrivals are independent of completions (whatever their rate, bursts or
 trend within ``h``), and about 1 for a closed loop whose clients answer within ``h`` (more
 where the engine finishes several requests in one step: each of them sees all their
-follow-ups). Its standard error comes from contiguous blocks of completions (batch means),
-so completions finished together are not counted as independent evidence.
+follow-ups). It is estimated over contiguous blocks of arrivals (batch means: up to 20
+blocks of at least 4 lags each), as the mean of the blocks with the highest and the lowest
+left out (5% at each end), and its standard error from the blocks' winsorized spread: completions finished
+together are not counted as independent evidence, and one stall that stamps a burst of
+arrivals right after a burst of completions (a starved router or client process) is not read
+as a loop, which answers in every block.
 
 Lags double from ``first_lag_s`` up to the median serving request time ``R``: a client that
 waits longer than its request took before sending the next one (think time ``Z ≥ R``) keeps
@@ -83,6 +87,7 @@ class LoopSettings:
     min_completions: int = 50  # per lag, completions whose both sides were observed
     min_blocks: int = 8
     max_blocks: int = 20
+    trim: float = 0.05  # share of blocks left out at each end (see _follow_ups)
     windows: int = 2  # consecutive windows of evidence to change the rule
 
     def __post_init__(self) -> None:
@@ -93,6 +98,7 @@ class LoopSettings:
             ("min_open_lag_s", self.min_open_lag_s >= 0.0),
             ("min_completions", self.min_completions >= 2),
             ("min_blocks", 2 <= self.min_blocks <= self.max_blocks),
+            ("trim", 0.0 <= self.trim < 0.25),
             ("windows", self.windows >= 1),
         )
         for name, ok in checks:
@@ -246,14 +252,18 @@ def _follow_ups(
     if blocks < cfg.min_blocks:
         return None
     edges = np.linspace(0, len(a), blocks + 1).astype(int)
-    sums = np.add.reduceat(diff, edges[:-1])
-    counts = np.diff(edges).astype(np.float64)
-    mean = float(diff.mean())
-    var = blocks / (blocks - 1) * float(np.sum((sums - mean * counts) ** 2)) / len(a) ** 2
-    se = math.sqrt(var)
-    # Student-t with blocks − 1 degrees of freedom, by its first-order expansion in 1/ν.
-    t = cfg.z + (cfg.z**3 + cfg.z) / (4 * (blocks - 1))
-    return FollowUps(lag, mean, se, t * se, len(a))
+    means = np.sort(np.add.reduceat(diff, edges[:-1]) / np.diff(edges))
+    # A trimmed mean of the blocks (5% each side: one of 20): a stall that stamps a burst of arrivals
+    # right after a burst of completions (a starved router or client process) sits in one
+    # block and is not read as a loop; a real loop answers in every block.
+    g = int(cfg.trim * blocks)
+    kept = means[g : blocks - g]
+    winsorized = np.clip(means, kept[0], kept[-1])
+    se = float(np.std(winsorized, ddof=1)) / math.sqrt(blocks) / (1 - 2 * g / blocks)
+    # Student-t with the kept blocks − 1 degrees of freedom, first order in 1/ν.
+    nu = len(kept) - 1
+    t = cfg.z + (cfg.z**3 + cfg.z) / (4 * nu)
+    return FollowUps(lag, float(kept.mean()), se, t * se, len(a))
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,8 @@ LocalCluster (etcd, kube-apiserver, kube-controller-manager, kube-scheduler as l
 processes), fake GPU nodes, a process kubelet that runs pods as local processes (the vLLM
 image as the simulator), and a real Prometheus scraping them. See docs/local-cluster.md.
 Also what `specguard demo` runs on it: where the binaries come from and the build script,
-free ports, process-group inspection, and the streaming client of the tests.
+free ports, process-group inspection, the streaming client of the tests, and a router in a
+process of its own.
 """
 
 from specguard.testing._binaries import (
@@ -21,6 +22,7 @@ from specguard.testing._nodes import NodeSpec
 from specguard.testing._ports import free_port
 from specguard.testing._procs import group_members, proc_stat
 from specguard.testing._prometheus import PrometheusServer
+from specguard.testing._routerproc import router_process
 
 __all__ = [
     "HOST_IMAGE",
@@ -39,5 +41,6 @@ __all__ = [
     "free_port",
     "group_members",
     "proc_stat",
+    "router_process",
     "stream_once",
 ]
