@@ -227,7 +227,9 @@ def test_open_loop_phases() -> None:
     )
     assert [p.open for p in phases] == [True, True, False]
     assert format_schedule(phases) == "math:2/s:30,tool_call:80/s:90,math:4:20"
-    assert phases[1].load_text(2) == "160 requests/s arriving at their own pace (80 per serving pod)"
+    assert phases[1].load_text(2) == (
+        "160 requests/s arriving at their own pace (80 per serving pod)"
+    )
     assert phases[2].load_text(2) == "8 streams (4 per serving pod)"
     assert [p.per_pod_text() for p in phases] == ["2/s/pod", "80/s/pod", "4/pod"]
     assert phases[1].streams(2) == 0

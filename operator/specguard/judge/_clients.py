@@ -26,10 +26,10 @@ trend within ``h``), and about 1 for a closed loop whose clients answer within `
 where the engine finishes several requests in one step: each of them sees all their
 follow-ups). It is estimated over contiguous blocks of arrivals (batch means: up to 20
 blocks of at least 4 lags each), as the mean of the blocks with the highest and the lowest
-left out (5% at each end), and its standard error from the blocks' winsorized spread: completions finished
-together are not counted as independent evidence, and one stall that stamps a burst of
-arrivals right after a burst of completions (a starved router or client process) is not read
-as a loop, which answers in every block.
+left out (5% at each end), and its standard error from the blocks' winsorized spread:
+completions finished together are not counted as independent evidence, and one stall that
+stamps a burst of arrivals right after a burst of completions (a starved router or client
+process) is not read as a loop, which answers in every block.
 
 Lags double from ``first_lag_s`` up to the median serving request time ``R``: a client that
 waits longer than its request took before sending the next one (think time ``Z ≥ R``) keeps
@@ -253,9 +253,9 @@ def _follow_ups(
         return None
     edges = np.linspace(0, len(a), blocks + 1).astype(int)
     means = np.sort(np.add.reduceat(diff, edges[:-1]) / np.diff(edges))
-    # A trimmed mean of the blocks (5% each side: one of 20): a stall that stamps a burst of arrivals
-    # right after a burst of completions (a starved router or client process) sits in one
-    # block and is not read as a loop; a real loop answers in every block.
+    # A trimmed mean of the blocks (5% each side: one of 20): a stall that stamps a burst of
+    # arrivals right after a burst of completions (a starved router or client process) sits
+    # in one block and is not read as a loop; a real loop answers in every block.
     g = int(cfg.trim * blocks)
     kept = means[g : blocks - g]
     winsorized = np.clip(means, kept[0], kept[-1])
