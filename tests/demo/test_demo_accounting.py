@@ -19,7 +19,7 @@ from specguard.demo._accounting import (
     windows_between,
     with_inflight,
 )
-from specguard.demo._report import decisions, in_swaps, summarize, summary_lines
+from specguard.demo._report import decisions, in_swaps, side_by_side, summarize, summary_lines
 from specguard.demo._schedule import Phase, format_schedule, parse_schedule, spans
 from specguard.judge._sample import Sample
 
@@ -273,3 +273,43 @@ def test_failed_requests_are_counted_in_swaps_from_decision_to_serving() -> None
     ends = [T0 + 69.9, T0 + 70.0, T0 + 80.0, T0 + 82.0, T0 + 82.1]
     assert in_swaps(ends, found) == 3
     assert in_swaps(ends, [replace(found[0], swap_done=None)]) == 4
+
+
+def _report(realized: float, always: float, never: float, best: float) -> dict[str, object]:
+    figures = {"realized_s": realized, "always_s": always, "never_s": never, "best_s": best}
+    return {
+        "settings": {"schedule": "math:4:30"},
+        "overall": figures,
+        "served": {**figures, "realized_s": realized * 1.01},
+        "load_match": [[0.0, "in_flight"], [25.4, "arrivals"]],
+        "decisions": [{"to_mode": "baseline", "windows": 1.5, "phase": 2},
+                      {"to_mode": "speculative", "windows": 3.2, "phase": 3}],
+        "requests": 1000,
+        "errors": 0,
+    }  # fmt: skip
+
+
+def test_the_regret_bench_table_puts_the_kinds_side_by_side() -> None:
+    """bench/regret.py's table, from two summary.json reports: the figures, realized against
+    each, the rule's changes, the decisions, and the goal (≤3% of the best, below both)."""
+    met = _report(0.0390, 0.0420, 0.0400, 0.0380)
+    missed = {**_report(0.0400, 0.0390, 0.0500, 0.0380), "load_match": [[0.0, "in_flight"]]}
+    rows = side_by_side([("closed loop", met), ("open loop", missed)], goal=0.03)
+    w = 31  # the widest cell and 2
+
+    def row(name: str, a: str, b: str) -> str:
+        return f"{name:<24}{a:>{w}}{b:>{w}}"
+
+    assert rows == [
+        row("", "closed loop", "open loop"),
+        row("schedule", "math:4:30", "math:4:30"),
+        row("realized (specguard)", "39.00 ms", "40.00 ms"),
+        row("always drafter", "42.00 ms (−7.1%)", "39.00 ms (+2.6%)"),
+        row("never drafter", "40.00 ms (−2.5%)", "50.00 ms (−20.0%)"),
+        row("per-window best", "38.00 ms (+2.6%)", "38.00 ms (+5.3%)"),
+        row("regret, served estimate", "+3.7%", "+6.3%"),
+        row("load match", "in_flight→arrivals@25s", "in_flight"),
+        row("decisions (windows)", "rollback 1.5/p2, back 3.2/p3", "rollback 1.5/p2, back 3.2/p3"),
+        row("requests, errors", "1000, 0", "1000, 0"),
+        row("goal (≤3%, < both)", "met", "missed: >3% of best, ≥ always"),
+    ]

@@ -227,12 +227,82 @@ def summary_json(s: Summary, settings: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def side_by_side(
+    runs: Sequence[tuple[str, Mapping[str, Any]]], *, goal: float = 0.03
+) -> list[str]:
+    """The regret bench's table (bench/regret.py): one column per run, each a label and the
+    ``summary.json`` the demo wrote for it. Per-token latency (ms) realized by the operator,
+    always drafter, never drafter and the per-window best from the mirrored pairs, realized
+    against each, the served estimate's regret, the load-match rule over time, the
+    decisions, and whether the goal holds: within ``goal`` of the best and below both
+    always and never."""
+    rows: list[tuple[str, Sequence[str]]] = [("", [label for label, _ in runs])]
+
+    def line(name: str, cells: Sequence[str]) -> None:
+        rows.append((name, cells))
+
+    def figure(report: Mapping[str, Any], key: str, vs: str | None = None) -> str:
+        o = report.get("overall")
+        if not o:
+            return "n/a"
+        text = f"{o[key] * 1000:.2f} ms"
+        if vs is not None:
+            text += f" ({_change(o['realized_s'], o[vs])})"
+        return text
+
+    reports = [r for _, r in runs]
+    line("schedule", [str(r.get("settings", {}).get("schedule", "?")) for r in reports])
+    line("realized (specguard)", [figure(r, "realized_s") for r in reports])
+    line("always drafter", [figure(r, "always_s", "always_s") for r in reports])
+    line("never drafter", [figure(r, "never_s", "never_s") for r in reports])
+    line("per-window best", [figure(r, "best_s", "best_s") for r in reports])
+    line("regret, served estimate", [
+        "n/a" if not r.get("served") else
+        _change(r["served"]["realized_s"], r["served"]["best_s"]) for r in reports
+    ])  # fmt: skip
+    line("load match", [_rules(r.get("load_match") or []) for r in reports])
+    line("decisions (windows)", [_decided(r.get("decisions") or []) for r in reports])
+    line("requests, errors", [f"{r.get('requests', 0)}, {r.get('errors', 0)}" for r in reports])
+    verdicts = []
+    for r in reports:
+        o = r.get("overall")
+        if not o:
+            verdicts.append("n/a")
+            continue
+        ok = (o["realized_s"] <= (1 + goal) * o["best_s"], o["realized_s"] < o["always_s"],
+              o["realized_s"] < o["never_s"])  # fmt: skip
+        verdicts.append("met" if all(ok) else "missed: " + ", ".join(
+            what for what, fine in zip((f">{goal:.0%} of best", "≥ always", "≥ never"), ok,
+                                       strict=True) if not fine))  # fmt: skip
+    line(f"goal (≤{goal:.0%}, < both)", verdicts)
+    width = 2 + max(len(cell) for _, cells in rows for cell in cells)
+    return [f"{name:<24}" + "".join(f"{cell:>{width}}" for cell in cells) for name, cells in rows]
+
+
+def _rules(changes: Sequence[Sequence[Any]]) -> str:
+    """``[[t, rule], ...]`` → ``in_flight`` or ``in_flight→arrivals@25s``."""
+    if not changes:
+        return "?"
+    first, *rest = changes
+    return str(first[1]) + "".join(f"→{rule}@{t:.0f}s" for t, rule in rest)
+
+
+def _decided(found: Sequence[Mapping[str, Any]]) -> str:
+    if not found:
+        return "none"
+    return ", ".join(
+        f"{'rollback' if d['to_mode'] == c.ARM_BASELINE else 'back'} {d['windows']:.1f}"
+        f"/p{d['phase']}" for d in found
+    )
+
+
 __all__ = [
     "GOAL_REGRET",
     "Decision",
     "Summary",
     "decisions",
     "in_swaps",
+    "side_by_side",
     "summarize",
     "summary_json",
     "summary_lines",

@@ -30,6 +30,7 @@ class Snapshot:
     target: str
     swapping: bool
     share: float | None
+    load_match: str = "in_flight"  # status.arms.loadMatch: how the routers copy
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +148,7 @@ class Monitor:
                 str(status.get("targetMode") or mode),
                 bool(arms.get("swapping")),
                 arms.get("mirrorShare"),
+                str(arms.get("loadMatch") or "in_flight"),
             )
         )
         verdict = status.get("lastVerdict") or {}
@@ -258,7 +260,8 @@ class Monitor:
         if snap.swapping or snap.target != snap.mode:
             return f"mode {snap.mode} → {snap.target} (swapping)"
         share = "" if snap.share is None else f", mirror {snap.share:.2f}"
-        return f"mode {snap.mode}{share}"
+        rule = ", by arrivals" if snap.load_match == "arrivals" else ""
+        return f"mode {snap.mode}{share}{rule}"
 
 
 def parse_time(value: Any) -> float | None:
