@@ -139,8 +139,8 @@ def summary_lines(s: Summary, *, time_scale: float, window_s: float) -> list[str
         "Per-token latency over the schedule, token-weighted over the client's requests "
         f"(wall-clock ms; the simulator runs at time scale {time_scale:g}). The other arm's "
         "figure comes from the mirrored pairs (the shadow at the serving pods' in-flight "
-        "count), or "
-        "from the windows that arm served the client itself (at the client's concurrency):"
+        "count for closed-loop clients, at their arrivals for open-loop ones), or from the "
+        "windows that arm served the client itself:"
     ]
     t, v = s.overall, s.served
     if t is None:
