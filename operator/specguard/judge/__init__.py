@@ -3,16 +3,21 @@
 - ``sample``: the per-request Sample record (the schema shared with router and evaluate);
 - ``verdict``: one window of samples → ``Verdict`` (``judge``, ``JudgeSettings``);
 - ``histogram``: per-arm TPOT histograms → ``Verdict`` (coarser; ``judge_histograms``);
-- ``policy``: successive verdicts + guardrails → ``Decision`` (``step``, ``PolicySettings``);
+- ``evidence``: what one decision sees (``Evidence``: verdict, startup, errors,
+  speculation, pin, retry);
+- ``guardrails``: checks that act at once while the drafter serves (``GUARDRAILS``);
+- ``policy``: the stored ``PolicyState`` and one window's ``Evidence`` → new state and
+  ``Decision`` (``step``);
+- ``settings``: ``PolicySettings``, and the judge's settings as command-line flags;
 - ``clients``: one window's serving requests → closed-loop or open-loop clients, and so the
-  load-match rule (``client_loop``, ``next_load_match``);
-- ``settings``: the resource's ``spec.evaluation``/``spec.rollback`` → ``JudgeSettings`` and
-  ``PolicySettings`` (``settings_from_spec``), the one conversion.
+  load-match rule (``client_loop``, ``next_load_match``).
 
-The CLI front end is ``specguard.commands.judge`` (``specguard judge SAMPLES.jsonl``).
-See docs/judge.md.
+The CLI front end is ``specguard.commands.judge`` (``specguard judge SAMPLES.jsonl``); the
+resource's settings become ``JudgeSettings`` and ``PolicySettings`` in the controller.
+See docs/judge.md and docs/architecture.md.
 """
 
+from specguard._arms import ARMS, ROLES, Arm, Role
 from specguard.judge._clients import (
     LOAD_MATCHES,
     ClientLoop,
@@ -24,6 +29,8 @@ from specguard.judge._clients import (
     client_loop,
     next_load_match,
 )
+from specguard.judge._evidence import ArmErrors, DraftCounters, Evidence, Startup
+from specguard.judge._guardrails import GUARDRAILS, Guardrail, Trip
 from specguard.judge._histogram import (
     BASIS_PROMETHEUS,
     BASIS_SCRAPE,
@@ -33,28 +40,27 @@ from specguard.judge._histogram import (
 )
 from specguard.judge._policy import (
     MAX_TRANSITIONS_KEPT,
+    Action,
     Command,
     Decision,
-    Guardrails,
-    PolicySettings,
     PolicyState,
     change_mode,
-    error_guardrail,
-    startup_guardrail,
     step,
 )
 from specguard.judge._sample import (
-    ARMS,
-    Arm,
     Measurement,
-    Role,
     Sample,
     SampleError,
     parse_lines,
     read_lines,
     tpot,
 )
-from specguard.judge._settings import judge_settings, policy_settings, settings_from_spec
+from specguard.judge._settings import (
+    PolicySettings,
+    add_judge_flags,
+    flag_message,
+    judge_settings_from_args,
+)
 from specguard.judge._verdict import MAX_RESAMPLES, JudgeSettings, Verdict, judge
 
 __all__ = [
@@ -62,15 +68,21 @@ __all__ = [
     "BASIS_PROMETHEUS",
     "BASIS_SCRAPE",
     "EMPTY",
+    "GUARDRAILS",
     "LOAD_MATCHES",
     "MAX_RESAMPLES",
     "MAX_TRANSITIONS_KEPT",
+    "ROLES",
+    "Action",
     "Arm",
+    "ArmErrors",
     "ClientLoop",
     "Command",
     "Decision",
+    "DraftCounters",
+    "Evidence",
     "FollowUps",
-    "Guardrails",
+    "Guardrail",
     "Histogram",
     "JudgeSettings",
     "LoadMatch",
@@ -83,19 +95,19 @@ __all__ = [
     "Role",
     "Sample",
     "SampleError",
+    "Startup",
+    "Trip",
     "Verdict",
+    "add_judge_flags",
     "change_mode",
     "client_loop",
-    "error_guardrail",
+    "flag_message",
     "judge",
     "judge_histograms",
-    "judge_settings",
+    "judge_settings_from_args",
     "next_load_match",
     "parse_lines",
-    "policy_settings",
     "read_lines",
-    "settings_from_spec",
-    "startup_guardrail",
     "step",
     "tpot",
 ]

@@ -23,16 +23,12 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from specguard.judge import Arm, LoadMatch
+from specguard._arms import ARMS, Arm, other_arm
+from specguard.judge import LoadMatch
 
-ARM_NAMES: tuple[Arm, ...] = ("speculative", "baseline")
 # What ``Topology.mirror_decision`` says about one request: copy it, leave it (the share's
 # turn has not come), or leave it because the shadow has no room (counted as dropped).
 MirrorDecision = Literal["copy", "share", "in_flight"]
-
-
-def other_arm(arm: Arm) -> Arm:
-    return "baseline" if arm == "speculative" else "speculative"
 
 
 @dataclass(eq=False)
@@ -64,7 +60,7 @@ class Topology:
     # ready pods of both arms, so the pods that serve never drop below replicas - 1.
     swapping: bool = False
     load_match: LoadMatch = "in_flight"
-    pods: dict[Arm, list[Pod]] = field(default_factory=lambda: {arm: [] for arm in ARM_NAMES})
+    pods: dict[Arm, list[Pod]] = field(default_factory=lambda: {arm: [] for arm in ARMS})
     _turn: itertools.count[int] = field(default_factory=itertools.count)
     _credit: float = 0.0
     # Set when the rule turns to "arrivals": no copy until this router's earlier ones ended.
@@ -132,8 +128,8 @@ class Topology:
 
     def set_endpoints(self, endpoints: Iterable[Endpoint]) -> None:
         """Replace the ready pods, keeping the counters of pods that are still there."""
-        known = {(pod.arm, pod.url): pod for arm in ARM_NAMES for pod in self.pods[arm]}
-        fresh: dict[Arm, list[Pod]] = {arm: [] for arm in ARM_NAMES}
+        known = {(pod.arm, pod.url): pod for arm in ARMS for pod in self.pods[arm]}
+        fresh: dict[Arm, list[Pod]] = {arm: [] for arm in ARMS}
         for endpoint in endpoints:
             pod = known.get((endpoint.arm, endpoint.url))
             if pod is None:
@@ -141,7 +137,7 @@ class Topology:
             else:
                 pod.name = endpoint.name
             fresh[endpoint.arm].append(pod)
-        for arm in ARM_NAMES:
+        for arm in ARMS:
             fresh[arm].sort(key=lambda p: p.name)
         self.pods = fresh
 
