@@ -58,17 +58,14 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
 
+from specguard._arms import LOAD_MATCHES, ClientLoop, LoadMatch
 from specguard.judge._sample import Sample
 
 FloatArray = npt.NDArray[np.float64]
-ClientLoop = Literal["closed", "open", "unknown"]
-LoadMatch = Literal["in_flight", "arrivals"]
-LOAD_MATCHES: tuple[LoadMatch, ...] = ("in_flight", "arrivals")
 RULE_FOR: dict[ClientLoop, LoadMatch | None] = {
     "closed": "in_flight",
     "open": "arrivals",
