@@ -19,7 +19,7 @@ from specguard.controller._clients import (
     rule_in_force,
     settled_after,
 )
-from specguard.judge import LoopEvidence, Sample
+from specguard.judge import LoadMatch, LoopEvidence, Sample
 from specguard.sources import WindowSamples
 
 from .conftest import resource
@@ -37,10 +37,10 @@ def spec(load_match: str = "auto") -> SpeculativeDeployment:
     return parse_resource(body)
 
 
-def status(rule: str = "in_flight", clients: ClientsStatus | None = None) -> Status:
+def status(rule: LoadMatch = "in_flight", clients: ClientsStatus | None = None) -> Status:
     arm = ArmStatus(arm="speculative", deployment="qwen-spec", replicas=2)
     base = ArmStatus(arm="baseline", deployment="qwen-base", replicas=1)
-    arms = Arms(serving=arm, shadow=base, mirror_share=1.0, load_match=rule)  # type: ignore[arg-type]
+    arms = Arms(serving=arm, shadow=base, mirror_share=1.0, load_match=rule)
     return Status(arms=arms, clients=clients)
 
 
