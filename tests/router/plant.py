@@ -106,6 +106,7 @@ class Plant:
     clients: Literal["closed", "open"] = "closed"
     streams: int = 280  # closed loop: 140 in flight per serving pod
     rate: float = 16.0  # open loop: requests per second per serving pod
+    rate_from: tuple[tuple[float, float], ...] = ()  # open loop: (from second, rate) after
     think_s: float = 0.0  # closed loop: mean think time (exponential) before the next request
     rule: LoadMatch | Literal["auto"] = "in_flight"
     start_rule: LoadMatch = "in_flight"  # with rule="auto"
@@ -180,10 +181,10 @@ def run(plant: Plant, *, seconds: float = 120.0, warmup: float = 30.0, seed: int
             heapq.heappush(pending, (at, order, client))
             order += 1
     else:
-        total = plant.rate * plant.serving_pods
         at = 0.0
         while at < seconds:
-            at += rng.exponential(1.0 / total)
+            rate = next((r for t, r in reversed(plant.rate_from) if at >= t), plant.rate)
+            at += rng.exponential(1.0 / (rate * plant.serving_pods))
             heapq.heappush(pending, (at, order, -2))
             order += 1
     next_pair = 0
@@ -220,14 +221,14 @@ def run(plant: Plant, *, seconds: float = 120.0, warmup: float = 30.0, seed: int
         nonlocal next_pair
         router = client % plant.routers if client >= 0 else int(rng.integers(plant.routers))
         pair = None
-        if views[router].mirror_decision() == "copy" and shadow_running[router] < plant.budget:
+        tokens = float(rng.integers(low, high))
+        due = views[router].mirror_decision() == "copy"
+        if due and shadow_running[router] >= plant.budget:
+            views[router].budget_full()  # what the router does: the copy is dropped
+        elif due:
             pair, next_pair = next_pair, next_pair + 1
-            tokens = float(rng.integers(low, high))
-            copy = Request(tokens, tokens, t, router, -1, pair)
-            enqueue(copy, router, shadow_arm)
+            enqueue(Request(tokens, tokens, t, router, -1, pair), router, shadow_arm)
             shadow_running[router] += 1
-        else:
-            tokens = float(rng.integers(low, high))
         enqueue(Request(tokens, tokens, t, router, client, pair), router, serving_arm)
         if t >= warmup:
             sent["serving"] += 1

@@ -134,6 +134,17 @@ def test_mirror_decision_by_rule() -> None:
     top.set_roles("speculative", 1.0, load_match="in_flight")
     top.pods["baseline"][0].in_flight = 3
     top.set_roles("speculative", 1.0, load_match="arrivals")
-    assert {top.mirror_decision() for _ in range(6)} == {"share"}
+    assert "copy" not in (decisions := [top.mirror_decision() for _ in range(6)])
+    assert decisions.count("drain") == 3  # every other request: the share is a half
     top.pods["baseline"][0].in_flight = 0
     assert [top.mirror_decision() for _ in range(4)].count("copy") == 2
+    # A shadow copied by arrivals that fills the router's budget is drained the same way;
+    # by in-flight count the budget changes nothing.
+    top.pods["baseline"][0].in_flight = 5
+    top.budget_full()
+    assert [top.mirror_decision() for _ in range(4)].count("drain") == 2
+    top.pods["baseline"][0].in_flight = 0
+    assert [top.mirror_decision() for _ in range(4)].count("copy") == 2
+    top.set_roles("speculative", 1.0, load_match="in_flight")
+    top.budget_full()
+    assert top.mirror_decision() == "copy"

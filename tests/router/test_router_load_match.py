@@ -149,3 +149,19 @@ def test_auto_lands_on_the_right_rule_and_the_verdict_agrees_both_ways() -> None
             assert switched <= 40.0, (load, result.rules)
             verdict = result.verdict(since=switched + 10.0)
             assert verdict.outcome == outcome, (load, verdict.ratio, verdict.reasons)
+
+
+def test_open_loop_a_shadow_past_its_peak_is_measured_again_from_empty() -> None:
+    """A burst of arrivals past the drafter's throughput peak (20/s per pod for 40 s) leaves
+    the drafter shadow collapsed: at 14/s its own queue is faster than it drains at that
+    batch, and it would sit at the routers' budget (512 in flight, a handful of pairs a
+    minute) for good. A router whose copies fill the budget stops copying until they have
+    ended, so the shadow starts again from empty and settles on the stable side of its peak,
+    as fresh drafter pods serving 14/s would: improved, ~0.23."""
+    plant = Plant(serving=BASELINE, shadow=DRAFTER, clients="open", rate=20.0,
+                  rate_from=((40.0, 14.0),), rule="arrivals")  # fmt: skip
+    result = run(plant, seconds=160.0)
+    verdict = result.verdict(since=100.0)
+    assert verdict.outcome == "improved", (verdict.concurrency, verdict.reasons)
+    assert verdict.ratio is not None and verdict.ratio < 0.4
+    assert verdict.concurrency["speculative"] < 60, verdict.concurrency

@@ -77,7 +77,8 @@ class RouterMetrics:
         self.mirror_dropped = Counter(
             "specguard_router_mirror_dropped",
             "Requests the share would have mirrored but were not: in_flight (the shadow arm "
-            "already holds the serving arm's in-flight count per pod), budget (full), no_pod.",
+            "already holds the serving arm's in-flight count per pod), budget (full), drain "
+            "(by arrivals, the shadow's earlier copies must end first), no_pod.",
             ("reason",), registry=self.registry,
         )  # fmt: skip
         self.ready_pods = Gauge(
@@ -103,7 +104,7 @@ class RouterMetrics:
             "Samples pushed out of the bounded /samples ring.",
             registry=self.registry,
         )
-        for reason in ("in_flight", "budget", "no_pod"):
+        for reason in ("in_flight", "budget", "drain", "no_pod"):
             self.mirror_dropped.labels(reason)
 
     def observe(self, sample: Sample) -> None:

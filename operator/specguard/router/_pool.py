@@ -27,8 +27,9 @@ from specguard._arms import ARMS, Arm, other_arm
 from specguard.judge import LoadMatch
 
 # What ``Topology.mirror_decision`` says about one request: copy it, leave it (the share's
-# turn has not come), or leave it because the shadow has no room (counted as dropped).
-MirrorDecision = Literal["copy", "share", "in_flight"]
+# turn has not come), or leave it because the shadow has no room or is being drained
+# (counted as dropped, by that reason).
+MirrorDecision = Literal["copy", "share", "in_flight", "drain"]
 
 
 @dataclass(eq=False)
@@ -100,29 +101,40 @@ class Topology:
             return 0.0
         return min(self.mirror_share, len(shadow) / len(serving))
 
+    def budget_full(self) -> None:
+        """This router's copies hit its budget (the proxy's ``shadow_max_in_flight``). By
+        arrivals, that shadow cannot keep up with a serving pod's arrivals: copying stops
+        until this router's copies have ended, then starts again from an empty shadow (see
+        ``mirror_decision``). By in-flight count nothing changes: copies resume as room
+        appears."""
+        if self.load_match == "arrivals":
+            self._draining = True
+
     def mirror_decision(self) -> MirrorDecision:
         """Whether the request being routed is copied to the shadow arm (see the module
         doc). The share is spread by error diffusion: exactly that share over any run of
         requests, evenly. Under ``"in_flight"`` a request whose turn came is still left
         when the shadow has no room. Nothing is copied during a swap.
 
-        When the rule turns to ``"arrivals"``, copying waits until this router's earlier
-        copies have ended: a shadow held at the serving pods' in-flight count may sit past
-        its throughput peak (a drafter whose verification turns compute-bound), where a
-        serving pod's arrivals outrun it and its queue never drains; fresh pods serving
-        those arrivals would start empty. Measured from empty, the shadow settles where
-        they would."""
+        When the rule turns to ``"arrivals"``, and whenever a shadow copied by arrivals fills
+        this router's budget (``budget_full``), copying waits until this router's earlier
+        copies have ended: a shadow held past its throughput peak (a drafter whose
+        verification turns compute-bound) — by the in-flight rule before, or by a burst of
+        load since eased — is outrun by a serving pod's arrivals and its queue never
+        drains, although from empty it would settle on the stable side of the peak.
+        Measured from empty, it shows which side these arrivals hold it on: if they
+        overload it again, it fills the budget again."""
         share = self.copy_share()
         if share <= 0.0 or self.swapping:
             return "share"
-        if self._draining:
-            if any(pod.in_flight for pod in self.pods[self.shadow_arm]):
-                return "share"
-            self._draining = False
         self._credit += share
         if self._credit < 1.0:
             return "share"
         self._credit -= 1.0
+        if self._draining:
+            if any(pod.in_flight for pod in self.pods[self.shadow_arm]):
+                return "drain"
+            self._draining = False
         matched = self.load_match == "in_flight" and self.pods[self.shadow_arm]
         return "in_flight" if matched and not self.shadow_has_room() else "copy"
 

@@ -444,11 +444,12 @@ class Router:
         arm = top.shadow_arm
         decision = top.mirror_decision()
         if decision != "copy":
-            if decision == "in_flight":
-                self.metrics.mirror_dropped.labels("in_flight").inc()
+            if decision != "share":  # no room (in_flight), or the shadow drains (drain)
+                self.metrics.mirror_dropped.labels(decision).inc()
             return None
         if self.shadow_in_flight >= self.config.shadow_max_in_flight:
             self.metrics.mirror_dropped.labels("budget").inc()
+            top.budget_full()
             return None
         pod = self.topology.pick(arm)
         if pod is None:
