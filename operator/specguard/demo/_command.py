@@ -463,6 +463,7 @@ class Demo:
         ]
         report["mirror_share"] = _changes([(x.t - t0, x.share) for x in monitor.snapshots])
         report["load_match"] = _changes([(x.t - t0, x.load_match) for x in monitor.snapshots])
+        report["clients"] = _changes([(x.t - t0, x.clients) for x in monitor.snapshots])
         report["modes"] = _changes(
             [(x.t - t0, "swapping" if x.swapping or x.mode != x.target else x.mode)
              for x in monitor.snapshots]

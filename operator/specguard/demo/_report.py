@@ -261,6 +261,7 @@ def side_by_side(
         _change(r["served"]["realized_s"], r["served"]["best_s"]) for r in reports
     ])  # fmt: skip
     line("load match", [_rules(r.get("load_match") or []) for r in reports])
+    line("clients found", [_rules(r.get("clients") or []) for r in reports])
     line("decisions (windows)", [_decided(r.get("decisions") or []) for r in reports])
     line("requests, errors", [f"{r.get('requests', 0)}, {r.get('errors', 0)}" for r in reports])
     verdicts = []
@@ -280,7 +281,9 @@ def side_by_side(
 
 
 def _rules(changes: Sequence[Sequence[Any]]) -> str:
-    """``[[t, rule], ...]`` → ``in_flight`` or ``in_flight→arrivals@25s``."""
+    """``[[t, value], ...]`` → ``in_flight`` or ``in_flight→arrivals@25s`` (empty values,
+    before status had one, left out)."""
+    changes = [c for c in changes if c[1]]
     if not changes:
         return "?"
     first, *rest = changes

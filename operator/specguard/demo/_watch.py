@@ -32,6 +32,7 @@ class Snapshot:
     swapping: bool
     share: float | None
     load_match: str = "in_flight"  # status.arms.loadMatch: how the routers copy
+    clients: str = ""  # status.clients.loop: closed, open or unknown ("" before any)
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +151,7 @@ class Monitor:
                 bool(arms.get("swapping")),
                 arms.get("mirrorShare"),
                 str(arms.get("loadMatch") or "in_flight"),
+                str((status.get("clients") or {}).get("loop") or ""),
             )
         )
         verdict = status.get("lastVerdict") or {}
