@@ -12,6 +12,7 @@ router has its process to itself.)
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -19,12 +20,15 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import aiohttp
 import httpx
 import pytest
 
 from specguard.judge import Sample, client_loop
 from specguard.sim import SimProcess, start_sim
 from specguard.testing import router_process
+
+from .conftest import Helpers, RouterFactory, UpstreamFactory
 
 SECONDS = 25
 
@@ -72,3 +76,30 @@ def test_the_demo_clients_are_told_apart_through_the_router(
     if kind == "open":
         # Arrivals at 20/s whatever the answers: 500 expected, Poisson ±22.
         assert 400 <= len(lines) <= 600, len(lines)
+
+
+async def test_a_sample_ends_when_its_last_bytes_went_to_the_client(
+    upstream: UpstreamFactory, start_router: RouterFactory, h: type[Helpers]
+) -> None:
+    """A closed-loop client sends its next request as soon as it reads ``data: [DONE]``; the
+    router's task may resume long after (here the upstream keeps the body open 0.3 s after
+    [DONE], as a busy event loop would delay it). The first sample must end before the next
+    one starts, or the clients read as the opposite of a closed loop (judge.client_loop)."""
+    serve = await upstream(done_tail_s=0.3)
+    rt = await start_router(h.topology([serve.url]))
+    body = {"model": "m", "messages": [], "max_tokens": 5, "stream": True}
+    async with aiohttp.ClientSession() as session:
+
+        async def one(then: bool) -> None:
+            nxt = None
+            async with session.post(rt.url + "/v1/chat/completions", json=body) as response:
+                async for line in response.content:  # to the end of the body
+                    if then and line.startswith(b"data: [DONE]"):
+                        nxt = asyncio.create_task(one(False))  # the next request, at once
+            if nxt is not None:
+                await nxt
+
+        await one(True)
+        await h.wait_for(lambda: len(rt.router.feed) == 2)
+    first, second = sorted(rt.router.feed.read(None, 10).samples, key=lambda s: s.started_at)
+    assert first.started_at + first.e2e_s <= second.started_at, (first, second)

@@ -337,6 +337,11 @@ class Router:
         # A client that closes after that (guidellm closes right after [DONE]) completed
         # its request; only the end-of-body marker or the upstream's own close is left.
         delivered = False
+        # When the last bytes were handed to the client's connection: the response ends
+        # there for the client, who may send its next request at once, while this task may
+        # resume only much later on a busy event loop (the sample's end must not come after
+        # that next request's start: judge.client_loop reads the order).
+        handed = clock()
         try:
             if stripper is not None:
                 # The stripper frames and parses each event once and feeds the meter.
@@ -344,14 +349,16 @@ class Router:
                 async for data in upstream.content.iter_any():
                     out = stripper.feed(data, clock())
                     if out:
+                        handed = clock()
                         await response.write(out)
                         delivered = meter is not None and meter.done
                 rest = stripper.finish(clock())
                 if rest:
+                    handed = clock()
                     await response.write(rest)
             else:
                 async for data in upstream.content.iter_any():
-                    now = clock()
+                    now = handed = clock()
                     await response.write(data)
                     if meter is not None:
                         meter.feed(data, now)
@@ -366,7 +373,7 @@ class Router:
         except asyncio.CancelledError:
             # The client's close cancelled the handler; after the last byte it is complete.
             if delivered:
-                self._complete(result, meter, sample_of, upstream.status, clock())
+                self._complete(result, meter, sample_of, upstream.status, handed)
             raise
         except (aiohttp.ClientError, TimeoutError) as exc:
             # The upstream broke mid-stream: record it, and cut the client's stream too
@@ -378,7 +385,7 @@ class Router:
                 request.transport.close()
             result.value = "upstream_error"
             return response
-        self._complete(result, meter, sample_of, upstream.status, clock())
+        self._complete(result, meter, sample_of, upstream.status, handed)
         return response
 
     def _complete(
