@@ -39,10 +39,10 @@ N·R/(R+Z)), so it counts as open. Then:
 - ``closed``: at some lag, the lower confidence bound of ``follow_up`` is at least
   ``threshold`` (½): at least half the completions are followed by a request within that lag.
 - ``open``: at some lag of at least ``min_open_lag_s`` (50 ms, or half the median request
-  time when that is shorter), the upper bound is below ``threshold`` (and the lower bound
-  above −``threshold``), and at no lag is the upper bound below 0: an open loop gives 0 at
-  every lag; below it, completions were noted after the next arrivals (a router too busy to
-  note when a response ended), which says nothing about the clients.
+  time when that is shorter), the bounds lie within ±``threshold``, and at no lag is the
+  upper bound below −``threshold``/2: an open loop gives 0 at every lag; clearly below it,
+  completions were noted after the next arrivals (a starved router noting ends late), which
+  says nothing about the clients.
   ``follow_up`` only grows with the lag for a closed loop, so this rules out clients that
   answer within that lag; the widest such lag is reported.
 - ``unknown`` otherwise (too few requests, or too noisy to tell): keep the rule in force.
@@ -218,14 +218,14 @@ def client_loop(
         best = max(closed, key=lambda f: f.low)
         return LoopEvidence("closed", n, median_s, tuple(lags), best, cfg.threshold)
     # follow_up only grows with the lag for a closed loop: below the threshold at one lag
-    # rules out clients that answer within it. The widest such lag says the most. Below zero
-    # at any lag is no open loop either (arrivals that ignore completions give 0 at every
-    # lag): timestamps that put completions after the next arrivals — a router too busy to
-    # note when a response ended — say nothing about the clients.
+    # rules out clients that answer within it. The widest such lag says the most. Clearly
+    # below zero at any lag is no open loop either (arrivals that ignore completions give 0
+    # at every lag): timestamps that put completions after the next arrivals — a starved
+    # router noting ends late — say nothing about the clients.
     enough = min(cfg.min_open_lag_s, largest / 2)
     ruled_out = [f for f in lags if f.high < cfg.threshold and f.low > -cfg.threshold
                  and f.lag_s >= enough]  # fmt: skip
-    if ruled_out and all(f.high >= 0 for f in lags):
+    if ruled_out and all(f.high >= -cfg.threshold / 2 for f in lags):
         return LoopEvidence("open", n, median_s, tuple(lags), ruled_out[-1], cfg.threshold)
     return LoopEvidence("unknown", n, median_s, tuple(lags), None, cfg.threshold)
 
