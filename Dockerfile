@@ -27,6 +27,11 @@ LABEL org.opencontainers.image.title="specguard" \
       org.opencontainers.image.source="https://github.com/specguard/specguard" \
       org.opencontainers.image.licenses="Apache-2.0"
 COPY --from=build /opt/specguard /opt/specguard
+# The runtime user has a name: a uid missing from /etc/passwd breaks getpass.getuser(),
+# which kopf calls for the operator's peering identity (the operator exited at start).
+RUN groupadd --gid 65532 specguard \
+ && useradd --uid 65532 --gid 65532 --home-dir /tmp --no-create-home \
+      --shell /usr/sbin/nologin specguard
 ENV PATH=/opt/specguard/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \

@@ -1,6 +1,7 @@
-"""Where the end-to-end scenarios run: the local control plane, or a kind cluster.
+"""Where the end-to-end scenarios run: the local control plane with real nodes (the
+default, and what CI runs), the same control plane with the process kubelet, or kind.
 
-Both give the scenarios the same things: a kubeconfig for the real kubectl and helm, the
+Each gives the scenarios the same things: a kubeconfig for the real kubectl and helm, the
 image reference the chart installs, a SpeculativeDeployment runtime image that stands in
 for vLLM (the simulator), a way to fault the drafter arm, and an address where the test
 process reaches a router pod.
@@ -43,6 +44,7 @@ def run(argv: list[str], *, stdin: str | None = None, timeout: float = 180,
 
 class Backend(Protocol):
     name: str
+    real_kubelet: bool  # kubectl logs/exec, probes, Services: a kubelet and a proxy serve them
     kubeconfig: Path
     image_repository: str
     image_tag: str
@@ -92,12 +94,34 @@ class Tools:
 # ----------------------------------------------------------------------------- local
 
 
-class LocalBackend:
+class _OnLocalCluster:
+    """What the two LocalCluster backends share: pods are reached at their IPs (loopback
+    addresses, or real ones routed from the host to the nodes)."""
+
+    kubeconfig: Path
+    cluster: Any  # specguard.testing.LocalCluster
+
+    def pod_address(self, namespace: str, pod: str, port: int) -> tuple[str, int]:
+        obj = Tools(self.kubeconfig).json("-n", namespace, "get", "pod", pod)
+        return obj["status"]["podIP"], port
+
+    def router_address(self, namespace: str, pod: str) -> tuple[str, int]:
+        return self.pod_address(namespace, pod, ROUTER_PORT)
+
+    def pod_logs(self, namespace: str, pod: str) -> str:
+        return str(self.cluster.logs(namespace, pod))
+
+    def stop(self) -> None:
+        self.cluster.stop()
+
+
+class LocalBackend(_OnLocalCluster):
     """specguard.testing.LocalCluster: real apiserver, controller-manager and scheduler;
     the process kubelet runs every pod (the specguard image as `python -m specguard ...`,
     vLLM images as the simulator) under the pod's own service-account credentials."""
 
     name = "local"
+    real_kubelet = False
 
     def __init__(self) -> None:
         from specguard.testing import KubeletConfig, LocalCluster
@@ -121,20 +145,49 @@ class LocalBackend:
         self.vllm_image = "vllm/vllm-openai:v0.33.0"
         self.faulty_vllm_image = FAULTY_VLLM_IMAGE
 
-    def pod_address(self, namespace: str, pod: str, port: int) -> tuple[str, int]:
-        obj = Tools(self.kubeconfig).json("-n", namespace, "get", "pod", pod)
-        return obj["status"]["podIP"], port
 
-    def router_address(self, namespace: str, pod: str) -> tuple[str, int]:
-        return self.pod_address(namespace, pod, ROUTER_PORT)
+# ----------------------------------------------------------------------------- node
 
-    def pod_logs(self, namespace: str, pod: str) -> str:
-        kubelet = self.cluster.kubelet
-        assert kubelet is not None
-        return kubelet.logs(namespace, pod)
+
+class NodeBackend(_OnLocalCluster):
+    """specguard.testing.LocalCluster with real nodes: two nodes, each a kubelet, containerd
+    with runc, the CNI bridge and kube-proxy in a network namespace; the images built from
+    this checkout's Dockerfile (scripts/build-image.sh), the vLLM stand-in included (the
+    simulator as `vllm serve`, scripts/images/vllm-sim). Pods are real containers under
+    their security context; the test process reaches pod IPs through the host's routes."""
+
+    name = "node"
+    real_kubelet = True
+    nodes = 2
+
+    def __init__(self) -> None:
+        from specguard.testing import LocalCluster, RealNodeConfig, build_images
+        from specguard.testing._binaries import (
+            IMAGE_SPECGUARD,
+            IMAGE_VLLM_SIM,
+            IMAGE_VLLM_SIM_FAULTY,
+        )
+
+        images = build_images()
+        self.cluster = LocalCluster(node_network=True)
+        try:
+            self.cluster.start()
+            self.cluster.start_real_nodes(self.nodes, RealNodeConfig(images=images.all()))
+        except BaseException:
+            self.cluster.stop()
+            raise
+        self.kubeconfig = self.cluster.kubeconfig
+        self.image_repository, self.image_tag = IMAGE_SPECGUARD, __version__
+        self.vllm_image = f"{IMAGE_VLLM_SIM}:{__version__}"
+        self.faulty_vllm_image = f"{IMAGE_VLLM_SIM_FAULTY}:{__version__}"
 
     def stop(self) -> None:
+        from specguard.testing._realnode import leftovers
+
         self.cluster.stop()
+        left = leftovers(self.cluster.cluster_id)
+        if left:  # the session's teardown fails: a node left something on the machine
+            raise RuntimeError(f"the real nodes left behind: {left}")
 
 
 # ----------------------------------------------------------------------------- kind
@@ -151,21 +204,10 @@ def kind_missing() -> str | None:
     return None
 
 
-# A stand-in for vLLM in kind: the specguard image with a `vllm` command that runs the
-# simulator; the faulty variant sets DRAFTER_ERROR_RATE, which fails the drafter arm's
-# requests (the arm whose args carry --speculative-config).
-SIM_DOCKERFILE = f"""\
-FROM {SPECGUARD_IMAGE}
-USER 0
-RUN printf '%s\\n' '#!/bin/sh' \\
-  '[ "$1" = serve ] && shift' \\
-  'fault=""' \\
-  'case "$*" in *--speculative-config*) [ -n "$DRAFTER_ERROR_RATE" ] \\
-     && fault="--error-rate $DRAFTER_ERROR_RATE";; esac' \\
-  'exec specguard sim "$@" {" ".join(SIM_ARGS)} $fault' > /opt/specguard/bin/vllm \\
- && chmod 0755 /opt/specguard/bin/vllm
-USER 65532:65532
-"""
+# The vLLM stand-ins (the specguard image with a `vllm` command that runs the simulator;
+# DRAFTER_ERROR_RATE fails the drafter arm's requests): the recipe the real nodes' images
+# are built from too (scripts/build-image.sh).
+VLLM_SIM_CONTEXT = ROOT / "scripts" / "images" / "vllm-sim"
 
 
 class KindBackend:
@@ -173,6 +215,7 @@ class KindBackend:
     capacity advertised on the nodes as an extended resource (no real GPU is used)."""
 
     name = "kind"
+    real_kubelet = True
     cluster_name = "specguard-e2e"
 
     def __init__(self) -> None:
@@ -200,16 +243,13 @@ class KindBackend:
             )
         )
         self._check(run(["docker", "build", "-t", SPECGUARD_IMAGE, str(ROOT)], timeout=1200))
-        (self.workdir / "Dockerfile.sim").write_text(SIM_DOCKERFILE)
-        (self.workdir / "Dockerfile.faulty").write_text(
-            f"FROM {self.vllm_image}\nENV DRAFTER_ERROR_RATE={DRAFTER_ERROR_RATE}\n"
-        )
-        for tag, dockerfile in (
-            (self.vllm_image, "Dockerfile.sim"),
-            (self.faulty_vllm_image, "Dockerfile.faulty"),
-        ):
-            self._check(run(["docker", "build", "-t", tag, "-f", str(self.workdir / dockerfile),
-                             str(self.workdir)], timeout=600))  # fmt: skip
+        for tag, rate in ((self.vllm_image, ""), (self.faulty_vllm_image, DRAFTER_ERROR_RATE)):
+            self._check(run(["docker", "build", "-t", tag,
+                             "--build-arg", f"SPECGUARD_IMAGE={SPECGUARD_IMAGE}",
+                             "--build-arg", f"SIM_ARGS={' '.join(SIM_ARGS)}",
+                             "--build-arg", f"DRAFTER_ERROR_RATE={rate}",
+                             "-f", str(VLLM_SIM_CONTEXT / "Containerfile"),
+                             str(VLLM_SIM_CONTEXT)], timeout=600))  # fmt: skip
         for image in (SPECGUARD_IMAGE, self.vllm_image, self.faulty_vllm_image):
             self._check(run(["kind", "load", "docker-image", "--name", self.cluster_name,
                              image], timeout=600))  # fmt: skip
@@ -258,8 +298,13 @@ class KindBackend:
         run(["kind", "delete", "cluster", "--name", self.cluster_name], timeout=300)
 
 
+BACKENDS: dict[str, type[LocalBackend] | type[NodeBackend] | type[KindBackend]] = {
+    "node": NodeBackend, "local": LocalBackend, "kind": KindBackend,
+}  # fmt: skip
+
+
 def start_backend(name: str) -> Iterator[Backend]:
-    backend: Backend = LocalBackend() if name == "local" else KindBackend()
+    backend: Backend = BACKENDS[name]()
     try:
         yield backend
     finally:

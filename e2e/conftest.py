@@ -1,6 +1,7 @@
-"""End-to-end scenarios: one suite, two backends (e2e/README.md).
+"""End-to-end scenarios: one suite, three backends (e2e/README.md).
 
-pytest e2e                      # the local control plane (default)
+pytest e2e                      # the local control plane with real nodes (default; root)
+pytest e2e --backend local      # the same control plane with the process kubelet
 pytest e2e --backend kind       # a kind cluster; skipped with one line without Docker/kind
 """
 
@@ -13,16 +14,16 @@ from pathlib import Path
 
 import pytest
 
-from .backends import Backend, Tools, kind_missing, start_backend
+from .backends import BACKENDS, Backend, Tools, kind_missing, start_backend
 
 HERE = Path(__file__).parent
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
-        "--backend", choices=("local", "kind"),
-        default=os.environ.get("SPECGUARD_E2E_BACKEND", "local"),
-        help="where the e2e scenarios run (default: local, or $SPECGUARD_E2E_BACKEND)",
+        "--backend", choices=tuple(BACKENDS),
+        default=os.environ.get("SPECGUARD_E2E_BACKEND", "node"),
+        help="where the e2e scenarios run (default: node, or $SPECGUARD_E2E_BACKEND)",
     )  # fmt: skip
 
 
@@ -66,9 +67,22 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Without Docker or kind the kind backend is skipped with one line: the first
-    scenario is reported skipped, the others deselected."""
+    scenario is reported skipped, the others deselected. The process kubelet serves no
+    logs, exec or Service IPs: the steps marked ``real_kubelet`` are deselected there,
+    with one line saying so."""
     scenarios = [item for item in items if item.path.parent == HERE]
-    if config.getoption("--backend") != "kind" or not scenarios:
+    backend = config.getoption("--backend")
+    if not scenarios:
+        return
+    if backend == "local":
+        needing = [item for item in scenarios if item.get_closest_marker("real_kubelet")]
+        if needing:
+            reason = f"{len(needing)} steps need a real kubelet: run --backend node"
+            needing[0].add_marker(pytest.mark.skip(reason=reason))
+            config.hook.pytest_deselected(items=needing[1:])
+            items[:] = [item for item in items if item not in needing[1:]]
+        return
+    if backend != "kind":
         return
     why = kind_missing()
     if why is None:

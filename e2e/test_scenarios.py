@@ -207,12 +207,17 @@ def apply_as_gitops(tools: Tools, obj: dict[str, Any]) -> None:
 # ------------------------------------------------------------------------- the steps
 
 
+# The first step also starts the backend: on real nodes that may build this checkout's
+# image first (a minute or more after a change under operator/; setup.sh built it in CI).
+@pytest.mark.timeout(1200)
 def test_helm_install(backend: Backend, tools: Tools, tmp_path: Path) -> None:
     for namespace in (SYSTEM, WORKLOAD, RESTRICTED):
         tools.kubectl("create", "namespace", namespace)
     for namespace in (SYSTEM, RESTRICTED):
         tools.kubectl("label", "namespace", namespace,
                       "pod-security.kubernetes.io/enforce=restricted")  # fmt: skip
+    # vLLM pods need what baseline allows (a memory-backed /dev/shm, no forced non-root).
+    tools.kubectl("label", "namespace", WORKLOAD, "pod-security.kubernetes.io/enforce=baseline")
     tools.helm("install", RELEASE, str(CHART), "-n", SYSTEM, "--wait", "--timeout", "240s",
                "--set", f"image.repository={backend.image_repository}",
                "--set", f"image.tag={backend.image_tag}")  # fmt: skip
@@ -269,6 +274,174 @@ def test_speculative_deployment_serves_and_is_healthy(backend: Backend, tools: T
     for series in ("specguard_mode{", "specguard_tpot_ratio{", 'bound="lower"', 'bound="upper"',
                    "specguard_verdicts_total{", "specguard_source_up{"):  # fmt: skip
         assert series in text, f"{series} not in the operator's /metrics"
+
+
+def exec_in(tools: Tools, namespace: str, pod: str, *argv: str) -> str:
+    done = tools.kubectl("-n", namespace, "exec", pod, "--", *argv, check=False, timeout=60)
+    assert done.returncode == 0, f"kubectl exec {pod} -- {argv}: {done.stderr}{done.stdout}"
+    return done.stdout
+
+
+def pods_of(tools: Tools, namespace: str, selector: str) -> list[dict[str, Any]]:
+    pods: dict[str, Any] = tools.json("-n", namespace, "get", "pods", "-l", selector)
+    return list(pods["items"])
+
+
+# What a container may show of itself under the chart's security context (read in it).
+SELF_CHECK = ("id -u; grep -E '^(CapEff|NoNewPrivs|Seccomp):' /proc/self/status; "
+              "touch /opt/specguard/x 2>&1; touch /tmp/x 2>&1 && echo tmp-writable; "
+              "true")  # fmt: skip
+
+
+@pytest.mark.real_kubelet
+def test_pods_are_containers_under_the_charts_security_context(
+    backend: Backend, tools: Tools
+) -> None:
+    """The operator, router and vLLM pods run as containers of the built images; kubectl
+    exec shows the operator and router under the security context the chart and the
+    renderer ask for (non-root, no capabilities, no privilege escalation, read-only root,
+    RuntimeDefault seccomp), and kubectl logs shows what they print."""
+    operator = STATE["operator_pod"]
+    routers = pods_of(tools, WORKLOAD, f"{c.LABEL_ROUTER}={NAME}")
+    vllm = pods_of(tools, WORKLOAD, f"{c.LABEL_APP_INSTANCE}={NAME},{c.LABEL_ARM}")
+    assert routers and len(vllm) >= 3, (routers, vllm)
+    for pod in [tools.json("-n", SYSTEM, "get", "pod", operator), *routers, *vllm]:
+        for status in pod["status"]["containerStatuses"]:
+            assert status["containerID"].startswith("containerd://"), status
+            assert status["ready"] and "running" in status["state"], status
+    for namespace, pod in ((SYSTEM, operator), (WORKLOAD, routers[0]["metadata"]["name"])):
+        lines = exec_in(tools, namespace, pod, "sh", "-c", SELF_CHECK).splitlines()
+        status = dict(line.split(":\t", 1) for line in lines if ":\t" in line)
+        assert lines[0] == str(c.SPECGUARD_UID), (pod, lines)
+        assert status == {"CapEff": "0000000000000000", "NoNewPrivs": "1", "Seccomp": "2"}, (
+            pod, status)  # fmt: skip
+        assert "touch: cannot touch '/opt/specguard/x': Read-only file system" in lines, lines
+        # The chart gives the operator a /tmp (an emptyDir); the router needs none.
+        assert ("tmp-writable" in lines) == (namespace == SYSTEM), (pod, lines)
+    # vLLM pods run under baseline: the stand-in's own non-root user, a writable root.
+    vllm_pod = vllm[0]["metadata"]["name"]
+    assert exec_in(tools, WORKLOAD, vllm_pod, "id", "-u").strip() == str(c.SPECGUARD_UID)
+    # kubectl logs: the kubelet serves what each container printed.
+    router_log = tools.kubectl("-n", WORKLOAD, "logs", routers[0]["metadata"]["name"]).stdout
+    assert "router listening on" in router_log, router_log[-2000:]
+    sim_log = tools.kubectl("-n", WORKLOAD, "logs", vllm_pod).stdout
+    assert "specguard-sim: listening on" in sim_log, sim_log[-2000:]
+    operator_log = tools.kubectl("-n", SYSTEM, "logs", operator, "--tail=2000").stdout
+    assert operator_log.strip(), "the operator's log is empty"
+
+
+PY_GET = """
+import json, os, ssl, sys, urllib.request
+url, auth = sys.argv[1], len(sys.argv) > 2
+headers, context = {}, None
+if auth:
+    sa = '/var/run/secrets/kubernetes.io/serviceaccount/'
+    headers['Authorization'] = 'Bearer ' + open(sa + 'token').read()
+    context = ssl.create_default_context(cafile=sa + 'ca.crt')
+request = urllib.request.Request(url, headers=headers)
+print(urllib.request.urlopen(request, timeout=20, context=context).read().decode())
+"""
+
+
+@pytest.mark.real_kubelet
+def test_services_route_through_kube_proxy(backend: Backend, tools: Tools) -> None:
+    """From inside a pod, as a client in the cluster would: the `kubernetes` Service
+    reaches the API server (in-cluster config, no DNS), the SpeculativeDeployment's front
+    Service reaches the router, and an arm's Service its vLLM pods."""
+    router = pods_of(tools, WORKLOAD, f"{c.LABEL_ROUTER}={NAME}")[0]["metadata"]["name"]
+    python = "/opt/specguard/bin/python"
+    env = exec_in(tools, WORKLOAD, router, "env")
+    host = next(line.split("=", 1)[1] for line in env.splitlines()
+                if line.startswith("KUBERNETES_SERVICE_HOST="))  # fmt: skip
+    kubernetes_ip = tools.json("-n", "default", "get", "service", "kubernetes")["spec"]["clusterIP"]
+    assert host == kubernetes_ip
+    version = json.loads(exec_in(tools, WORKLOAD, router, python, "-c", PY_GET,
+                                 f"https://{host}:443/version", "auth"))  # fmt: skip
+    server = json.loads(tools.kubectl("version", "-o", "json").stdout)["serverVersion"]
+    assert version["gitVersion"] == server["gitVersion"]
+    for service, path in ((NAME, "/v1/models"),
+                          (c.arm_deployment_name(NAME, c.ARM_BASELINE), "/v1/models")):  # fmt: skip
+        spec = tools.json("-n", WORKLOAD, "get", "service", service)["spec"]
+        url = f"http://{spec['clusterIP']}:{spec['ports'][0]['port']}{path}"
+        models = json.loads(exec_in(tools, WORKLOAD, router, python, "-c", PY_GET, url))
+        assert [model["id"] for model in models["data"]] == ["qwen"], (service, models)
+    # The Service's endpoints are the pods' real addresses (core Endpoints accept them).
+    endpoints = tools.json("-n", WORKLOAD, "get", "endpointslices", "-l",
+                           f"kubernetes.io/service-name={NAME}")["items"]  # fmt: skip
+    addresses = {a for s in endpoints for e in s.get("endpoints") or [] for a in e["addresses"]}
+    router_ip = tools.json("-n", WORKLOAD, "get", "pod", router)["status"]["podIP"]
+    assert router_ip in addresses and not router_ip.startswith("127."), addresses
+
+
+PROBED = "probes-e2e"
+
+
+def probed_pod(name: str, readiness_path: str, liveness_port: int) -> dict[str, Any]:
+    """A pod of the specguard image serving the simulator on 8000, probed by the kubelet."""
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": PROBED, "labels": {"app": "probed"}},
+        "spec": {
+            "securityContext": {"runAsNonRoot": True,
+                                "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [{
+                "name": "sim", "image": c.specguard_image(),
+                "imagePullPolicy": "IfNotPresent",
+                "args": ["sim", "qwen", "--port", "8000", "--startup-delay", "0"],
+                "ports": [{"name": "http", "containerPort": 8000}],
+                "readinessProbe": {"httpGet": {"path": readiness_path, "port": "http"},
+                                   "periodSeconds": 1},
+                "livenessProbe": {"tcpSocket": {"port": liveness_port}, "periodSeconds": 2,
+                                  "failureThreshold": 2, "initialDelaySeconds": 2},
+                "securityContext": {"allowPrivilegeEscalation": False,
+                                    "readOnlyRootFilesystem": True,
+                                    "capabilities": {"drop": ["ALL"]}},
+            }],
+        },
+    }  # fmt: skip
+
+
+@pytest.mark.real_kubelet
+def test_probes_gate_readiness_and_restart_containers(backend: Backend, tools: Tools) -> None:
+    """The kubelet runs the probes: a pod whose readiness probe passes is Ready and a
+    ready endpoint of its Service; one whose readiness fails is neither; one whose
+    liveness probe fails is restarted (restartCount, an Unhealthy event)."""
+    tools.kubectl("create", "namespace", PROBED)
+    tools.kubectl("label", "namespace", PROBED, "pod-security.kubernetes.io/enforce=restricted")
+    pods = {"healthy": probed_pod("healthy", "/health", 8000),
+            "unready": probed_pod("unready", "/no-such-path", 8000),
+            "dying": probed_pod("dying", "/health", 8001)}  # fmt: skip
+    ports = [{"port": 80, "targetPort": "http"}]
+    service = {"apiVersion": "v1", "kind": "Service",
+               "metadata": {"name": "probed", "namespace": PROBED},
+               "spec": {"selector": {"app": "probed"}, "ports": ports}}  # fmt: skip
+    tools.kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List",
+                                                       "items": [*pods.values(), service]}))
+    tools.kubectl("-n", PROBED, "wait", "--for=condition=Ready", "pod/healthy", "--timeout=120s")
+
+    def restarted() -> dict[str, Any] | None:
+        pod = tools.json("-n", PROBED, "get", "pod", "dying")
+        statuses = pod["status"].get("containerStatuses") or [{}]
+        return pod if statuses[0].get("restartCount", 0) >= 1 else None
+
+    wait_for("the dying pod's container restarted", restarted, 120)
+    unready = tools.json("-n", PROBED, "get", "pod", "unready")["status"]
+    assert unready["phase"] == "Running" and not unready["containerStatuses"][0]["ready"]
+    events = tools.json("-n", PROBED, "get", "events", "--field-selector",
+                        "involvedObject.name=dying")["items"]  # fmt: skip
+    assert any(e["reason"] == "Unhealthy" and "Liveness probe failed" in e["message"]
+               for e in events), [(e["reason"], e["message"]) for e in events]  # fmt: skip
+
+    def ready_endpoints() -> dict[str, bool] | None:
+        slices = tools.json("-n", PROBED, "get", "endpointslices", "-l",
+                            "kubernetes.io/service-name=probed")["items"]  # fmt: skip
+        seen = {e["targetRef"]["name"]: bool(e["conditions"].get("ready"))
+                for s in slices for e in s.get("endpoints") or []}  # fmt: skip
+        return seen if {"healthy", "unready"} <= set(seen) else None
+
+    seen = wait_for("the probed pods in the Service's endpoints", ready_endpoints, 60)
+    assert seen["healthy"] and not seen["unready"], seen
+    tools.kubectl("delete", "namespace", PROBED, "--wait=false")
 
 
 def test_gitops_reapply_never_conflicts_and_operator_never_writes_spec(

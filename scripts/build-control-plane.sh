@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Build kube-apiserver, kube-controller-manager and kube-scheduler of one pinned Kubernetes
-# release, and etcd, from their published Go modules with the ordinary `go` command (module
-# proxy only, no other downloads), and cache them outside the checkout for
-# specguard.testing.LocalCluster (docs/local-cluster.md).
+# Build kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, and the node's
+# kubelet and kube-proxy of one pinned Kubernetes release, and etcd, from their published Go
+# modules with the ordinary `go` command (module proxy only, no other downloads), and cache
+# them outside the checkout for specguard.testing.LocalCluster and its real nodes
+# (docs/local-cluster.md). One build gives every binary of the release; a cache that lacks
+# some (one made before the kubelet was added) builds only those, on the warm Go cache.
 #
 #   bash scripts/build-control-plane.sh          # about 15 minutes on 2 idle cores, once
 #   SPECGUARD_KUBE_VERSION=1.36.3 bash scripts/build-control-plane.sh
@@ -25,7 +27,8 @@ KUBE_VERSION="${SPECGUARD_KUBE_VERSION:-1.37.2}"
 CACHE_DIR="${SPECGUARD_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/specguard}"
 ROOT="$CACHE_DIR/control-plane/v$KUBE_VERSION"
 BIN_DIR="$ROOT/bin"
-WANT=(kube-apiserver kube-controller-manager kube-scheduler kubectl etcd)
+KUBE_CMDS=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy)
+WANT=("${KUBE_CMDS[@]}" etcd)
 
 say() { echo "build-control-plane: $*" >&2; }
 die() { say "error: $*"; exit 1; }
@@ -79,6 +82,8 @@ import (
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
 	_ "k8s.io/kubernetes/cmd/kube-scheduler"
 	_ "k8s.io/kubernetes/cmd/kubectl"
+	_ "k8s.io/kubernetes/cmd/kubelet"
+	_ "k8s.io/kubernetes/cmd/kube-proxy"
 )
 EOF
 go mod tidy >tidy.log 2>&1 || { tail -n 30 tidy.log >&2; die "go mod tidy failed (log: $MOD/tidy.log)"; }
@@ -88,21 +93,27 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
   ldflags+=" -X $pkg.gitVersion=v$KUBE_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
   ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
 done
-say "building kube-apiserver, kube-controller-manager, kube-scheduler, kubectl v$KUBE_VERSION and etcd $etcd_version (about 15 minutes on 2 idle cores, 3 GB peak; log: $MOD/build.log)"
+missing=()
+for b in "${KUBE_CMDS[@]}"; do [ -x "$BIN_DIR/$b" ] || missing+=("$b"); done
+build_etcd=0; [ -x "$BIN_DIR/etcd" ] || build_etcd=1
+say "building ${missing[*]} v$KUBE_VERSION$( [ "$build_etcd" = 1 ] && echo " and etcd $etcd_version") (about 15 minutes on 2 idle cores for all, 3 GB peak; log: $MOD/build.log)"
 began=$(date +%s)
 mkdir -p out
 {
-  go build -trimpath -ldflags "$ldflags" -o out/ \
-    k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
-    k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl &&
-  go build -trimpath -ldflags "-s -w" -o out/etcd go.etcd.io/etcd/server/v3
+  if [ "${#missing[@]}" -gt 0 ]; then
+    go build -trimpath -ldflags "$ldflags" -o out/ "${missing[@]/#/k8s.io/kubernetes/cmd/}"
+  fi &&
+  if [ "$build_etcd" = 1 ]; then go build -trimpath -ldflags "-s -w" -o out/etcd go.etcd.io/etcd/server/v3; fi
 } >build.log 2>&1 || { tail -n 40 build.log >&2; die "go build failed (full log: $MOD/build.log)"; }
 
 # Install through a temporary name so a half-copied binary never looks cached.
 mkdir -p "$BIN_DIR"
 for b in "${WANT[@]}"; do
-  if [ "$b" = kubectl ]; then "out/$b" version --client >/dev/null; else "out/$b" --version >/dev/null; fi \
-    || die "out/$b does not run"
+  [ -e "out/$b" ] || continue
+  case "$b" in
+    kubectl) "out/$b" version --client >/dev/null ;;
+    *) "out/$b" --version >/dev/null ;;
+  esac || die "out/$b does not run"
   cp "out/$b" "$BIN_DIR/.$b.tmp" && mv -f "$BIN_DIR/.$b.tmp" "$BIN_DIR/$b"
 done
 rm -rf out

@@ -3,8 +3,11 @@
 #   scripts/setup.sh            Python environment only (enough for render, sim, router, judge, evaluate)
 #   scripts/setup.sh --demo     also kubectl and helm: what `specguard demo` needs besides the control
 #                               plane, which the demo builds itself on first use (with a progress line)
-#   scripts/setup.sh --cluster  also Prometheus (Debian), kubectl and helm, and the local control plane
-#                               (Kubernetes and etcd built once from the Go modules; needs Go >= 1.26)
+#   scripts/setup.sh --cluster  also Prometheus (Debian), kubectl and helm, the local control plane
+#                               (Kubernetes and etcd built once from the Go modules; needs Go >= 1.26),
+#                               and the real node: kubelet and kube-proxy (same build), containerd,
+#                               crictl and the CNI plugins (Go modules), runc (Debian), and the
+#                               specguard image built from the Dockerfile (mmdebstrap, buildah)
 # Idempotent; heavy builds are cached under ~/.cache/specguard.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,15 +34,19 @@ if [ "$want_cluster" = 1 ]; then
   fi
   # helm too: machine images may carry a kubectl but no helm (the chart tests need both).
   { command -v kubectl && command -v helm; } >/dev/null || bash scripts/install-kube-tools.sh
-  # envtest's KUBEBUILDER_ASSETS holds kube-apiserver and etcd but no controller-manager or
-  # scheduler: those still come from the cached build.
-  # The Go build (minutes of CPU) runs while pip fetches the venvs below (mostly network).
-  build_pid=""
-  if [ ! -x "${KUBEBUILDER_ASSETS:-/nonexistent}/kube-scheduler" ]; then
-    bash scripts/build-control-plane.sh &
-    build_pid=$!
-    trap '[ -n "$build_pid" ] && kill "$build_pid" 2>/dev/null' EXIT  # a failed pip step stops it
-  fi
+  # The real node's Debian packages (mmdebstrap, buildah, podman, runc, iptables, gcc).
+  bash scripts/install-node-packages.sh
+  # The image (mmdebstrap and pip: mostly network) builds beside the Go builds (CPU).
+  bash scripts/build-image.sh >/dev/null &
+  image_pid=$!
+  # The Go builds (minutes of CPU) run while pip fetches the venvs below (mostly network):
+  # the control plane (with the kubelet and kube-proxy the real node and the e2e suite need,
+  # even where envtest's KUBEBUILDER_ASSETS provides an apiserver), then the node's runtime
+  # (both are CPU: one at a time).
+  { bash scripts/build-control-plane.sh && bash scripts/build-node.sh; } &
+  build_pid=$!
+  # A failed pip step stops the builds.
+  trap '[ -n "$build_pid" ] && kill "$build_pid" 2>/dev/null; [ -n "${image_pid:-}" ] && kill "$image_pid" 2>/dev/null' EXIT
   # aiperf, a real benchmark client the router is tested with, lives in a venv of its own:
   # it pulls ~1.2 GB (scipy, pandas, ...) and pins an older prometheus_client.
   aiperf_venv="${SPECGUARD_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/specguard}/aiperf-venv"
@@ -73,7 +80,11 @@ if ! .venv/bin/python -c "import specguard, pytest, matplotlib, rich" 2>/dev/nul
   touch .venv/.installed
 fi
 if [ -n "${build_pid:-}" ]; then
-  wait "$build_pid" || { build_pid=""; say "the control-plane build failed (see its log above)"; exit 1; }
+  wait "$build_pid" || { build_pid=""; say "the control-plane or node build failed (see its log above)"; exit 1; }
   build_pid=""
+fi
+if [ -n "${image_pid:-}" ]; then
+  wait "$image_pid" || { image_pid=""; say "the image build failed (see its log above)"; exit 1; }
+  image_pid=""
 fi
 say "ready"

@@ -255,7 +255,8 @@ def _build(cache: Path, *wrapper: str) -> subprocess.CompletedProcess[str]:
 
 def test_build_script_is_idempotent_once_binaries_are_cached(tmp_path: Path) -> None:
     _fake_binaries(tmp_path / "control-plane" / f"v{KUBE_VERSION}" / "bin", "kube-apiserver",
-                   "kube-controller-manager", "kube-scheduler", "kubectl", "etcd")  # fmt: skip
+                   "kube-controller-manager", "kube-scheduler", "kubectl", "kubelet",
+                   "kube-proxy", "etcd")  # fmt: skip
     proc = _build(tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "nothing to do" in proc.stderr
@@ -289,3 +290,38 @@ def test_build_script_builds_the_version_the_package_looks_for() -> None:
                         BUILD_SCRIPT.read_text(), re.MULTILINE)  # fmt: skip
     assert default is not None and default.group(1) == KUBE_VERSION
     assert cache_bin_dir().parts[-3:] == ("control-plane", f"v{KUBE_VERSION}", "bin")
+
+
+def test_build_script_builds_the_node_binaries_with_the_control_plane() -> None:
+    """One build gives every binary of the release: the kubelet and kube-proxy a real node
+    runs are in the wrapper module and in the list the cache is checked against."""
+    script = BUILD_SCRIPT.read_text()
+    assert re.search(r"^KUBE_CMDS=\(.*\bkubelet\b.*\bkube-proxy\b.*\)$", script, re.MULTILINE)
+    for cmd in ("kubelet", "kube-proxy"):
+        assert f'_ "k8s.io/kubernetes/cmd/{cmd}"' in script
+
+
+def test_node_build_script_builds_the_versions_the_package_looks_for() -> None:
+    from specguard.testing._binaries import (
+        CNI_PLUGINS,
+        CNI_VERSION,
+        CONTAINERD_VERSION,
+        CRICTL_VERSION,
+        IMAGE_SPECGUARD,
+        IMAGE_VLLM_SIM,
+        IMAGE_VLLM_SIM_FAULTY,
+        node_build_script,
+        node_cache_dir,
+    )
+
+    script = node_build_script().read_text()
+    for name, version in (("CONTAINERD_VERSION", CONTAINERD_VERSION),
+                          ("CRICTL_VERSION", CRICTL_VERSION), ("CNI_VERSION", CNI_VERSION)):
+        assert re.search(rf"^{name}={re.escape(version)}$", script, re.MULTILINE), name
+    wanted = re.search(r"^WANT=\((.*)\)$", script, re.MULTILINE)
+    assert wanted is not None and set(CNI_PLUGINS) <= set(wanted.group(1).split())
+    assert node_cache_dir().name in script.replace("$CONTAINERD_VERSION", CONTAINERD_VERSION)\
+        .replace("$CRICTL_VERSION", CRICTL_VERSION).replace("$CNI_VERSION", CNI_VERSION)
+    images = node_build_script().with_name("build-image.sh").read_text()
+    for image in (IMAGE_SPECGUARD, IMAGE_VLLM_SIM, IMAGE_VLLM_SIM_FAULTY):
+        assert f'"{image}:$VERSION"' in images, image

@@ -2,17 +2,22 @@
 
 LocalCluster (etcd, kube-apiserver, kube-controller-manager, kube-scheduler as local
 processes), fake GPU nodes, a process kubelet that runs pods as local processes (the vLLM
-image as the simulator), and a real Prometheus scraping them. See docs/local-cluster.md.
+image as the simulator), real nodes (kubelet, containerd, runc, CNI, kube-proxy) that run
+the images built from the Dockerfile as containers, and a real Prometheus scraping them.
+See docs/local-cluster.md.
 Also what `specguard demo` runs on it: where the binaries come from and the build script,
 free ports, process-group inspection, the streaming client of the tests, and a router in a
 process of its own.
 """
 
 from specguard.testing._binaries import (
+    ImageArchives,
     MissingBinariesError,
+    build_images,
     build_script,
     cache_bin_dir,
     find_binaries,
+    find_node_binaries,
 )
 from specguard.testing._cluster import LocalCluster
 from specguard.testing._images import HOST_IMAGE, ImageRunner, Launch
@@ -22,10 +27,12 @@ from specguard.testing._nodes import NodeSpec
 from specguard.testing._ports import free_port
 from specguard.testing._procs import group_members, proc_stat
 from specguard.testing._prometheus import PrometheusServer
+from specguard.testing._realnode import RealNode, RealNodeConfig
 from specguard.testing._routerproc import router_process
 
 __all__ = [
     "HOST_IMAGE",
+    "ImageArchives",
     "ImageRunner",
     "KubeletConfig",
     "Launch",
@@ -34,10 +41,14 @@ __all__ = [
     "NodeSpec",
     "ProcessKubelet",
     "PrometheusServer",
+    "RealNode",
+    "RealNodeConfig",
     "StreamRecord",
+    "build_images",
     "build_script",
     "cache_bin_dir",
     "find_binaries",
+    "find_node_binaries",
     "free_port",
     "group_members",
     "proc_stat",

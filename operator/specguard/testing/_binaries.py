@@ -160,3 +160,134 @@ def find_binaries() -> ControlPlaneBinaries:
         kube_scheduler=found["kube-scheduler"],
         origin=origin,
     )
+
+
+# ----------------------------------------------------------------------------- real nodes
+
+# What scripts/build-node.sh builds (change together with its CONTAINERD_VERSION,
+# CRICTL_VERSION and CNI_VERSION; a test checks they agree).
+CONTAINERD_VERSION = "2.4.2"
+CRICTL_VERSION = "1.37.0"
+CNI_VERSION = "1.10.0"
+CNI_PLUGINS = ("bridge", "host-local", "loopback", "portmap")
+
+
+def node_build_script() -> Path:
+    return build_script().with_name("build-node.sh")
+
+
+def image_build_script() -> Path:
+    return build_script().with_name("build-image.sh")
+
+
+def node_cache_dir() -> Path:
+    """Where scripts/build-node.sh puts the runtime binaries and the pause image."""
+    name = f"containerd-{CONTAINERD_VERSION}-crictl-{CRICTL_VERSION}-cni-{CNI_VERSION}"
+    return cache_dir() / "node" / name
+
+
+@dataclass(frozen=True)
+class NodeBinaries:
+    """What a real node runs: the kubelet and kube-proxy of the control plane's release,
+    containerd with its runc shim, ctr and crictl, the CNI plugins, runc, the pause image."""
+
+    kubelet: Path
+    kube_proxy: Path
+    containerd: Path
+    containerd_shim: Path
+    ctr: Path
+    crictl: Path
+    cni_bin_dir: Path
+    runc: Path
+    pause_archive: Path
+
+
+def find_node_binaries() -> NodeBinaries:
+    """Locate a real node's binaries or raise MissingBinariesError saying how to build them."""
+    kube = cache_bin_dir()
+    node = node_cache_dir()
+    found: dict[str, Path] = {}
+    for name, directory, script in (
+        ("kubelet", kube, build_script()),
+        ("kube-proxy", kube, build_script()),
+        ("containerd", node / "bin", node_build_script()),
+        ("containerd-shim-runc-v2", node / "bin", node_build_script()),
+        ("ctr", node / "bin", node_build_script()),
+        ("crictl", node / "bin", node_build_script()),
+        *((plugin, node / "bin", node_build_script()) for plugin in CNI_PLUGINS),
+    ):
+        path = _executable(directory / name)
+        if path is None:
+            raise MissingBinariesError(
+                f"{name} not found in {directory}: build it with `bash {script}` "
+                "(or `bash scripts/setup.sh --cluster`, which runs both build scripts)"
+            )
+        found[name] = path
+    runc = _on_path("runc")
+    if runc is None:
+        raise MissingBinariesError("runc not found on PATH: `apt-get install runc` (Debian)")
+    pause = node / "pause.oci.tar"
+    if not pause.is_file():
+        raise MissingBinariesError(f"{pause} not found: build it with `bash {node_build_script()}`")
+    return NodeBinaries(
+        kubelet=found["kubelet"],
+        kube_proxy=found["kube-proxy"],
+        containerd=found["containerd"],
+        containerd_shim=found["containerd-shim-runc-v2"],
+        ctr=found["ctr"],
+        crictl=found["crictl"],
+        cni_bin_dir=node / "bin",
+        runc=runc,
+        pause_archive=pause,
+    )
+
+
+# The names scripts/build-image.sh gives its images (a test checks they agree): the chart's
+# default image, and the vLLM stand-ins (scripts/images/vllm-sim: `vllm serve` runs the
+# simulator), healthy and with a drafter arm that fails requests.
+IMAGE_SPECGUARD = "ghcr.io/specguard/specguard"
+IMAGE_VLLM_SIM = "specguard.local/vllm-sim"
+IMAGE_VLLM_SIM_FAULTY = "specguard.local/vllm-sim-faulty-drafter"
+
+
+@dataclass(frozen=True)
+class ImageArchives:
+    """The images scripts/build-image.sh built from this checkout, as OCI archives (named
+    ``IMAGE_*:<version>`` inside)."""
+
+    specguard: Path  # ghcr.io/specguard/specguard:<version>, the chart's default image
+    vllm_sim: Path  # specguard.local/vllm-sim:<version>, the simulator as `vllm serve`
+    vllm_sim_faulty: Path  # the same with a drafter arm that fails requests
+
+    def all(self) -> tuple[Path, ...]:
+        return (self.specguard, self.vllm_sim, self.vllm_sim_faulty)
+
+
+def build_images(timeout: float = 1800.0) -> ImageArchives:
+    """Run scripts/build-image.sh (a second or two when this checkout's image is cached,
+    about a minute after a change under operator/, a few minutes on a fresh machine) and
+    return its archives. The image is always the one of the code that runs the tests."""
+    done = subprocess.run(
+        ["bash", str(image_build_script())], capture_output=True, text=True,
+        timeout=timeout, check=False,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise MissingBinariesError(
+            f"{image_build_script()} failed ({done.returncode}):\n{done.stderr[-3000:]}"
+        )
+    paths = [Path(line) for line in done.stdout.split()]
+    if len(paths) != 3 or not all(path.is_file() for path in paths):
+        raise MissingBinariesError(f"{image_build_script()} printed {done.stdout!r}")
+    return ImageArchives(*paths)
+
+
+def containers_env() -> dict[str, str]:
+    """Environment for podman and buildah on the image store scripts/build-image.sh uses
+    (its own storage, runc, rlimits within the host's: scripts/lib-buildah.sh)."""
+    conf = cache_dir() / "image" / "containers"
+    return {
+        **os.environ,
+        "CONTAINERS_STORAGE_CONF": str(conf / "storage.conf"),
+        "CONTAINERS_CONF": str(conf / "containers.conf"),
+        "CONTAINERS_REGISTRIES_CONF": str(conf / "registries.conf"),
+    }

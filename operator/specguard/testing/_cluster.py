@@ -7,6 +7,14 @@ local processes on free loopback ports, data in a temporary directory.
         api = cluster.kube_client()          # a kubernetes.client.ApiClient (admin)
         ...                                  # cluster.kubeconfig for kubectl / kopf
 
+    with LocalCluster(node_network=True) as cluster:     # root: real nodes
+        cluster.start_real_nodes(2, RealNodeConfig(images=build_images().all()))
+
+With ``node_network`` the apiserver listens on a bridge address of the cluster's own node
+network (specguard.testing._nodenet) instead of loopback and advertises it, so the
+``kubernetes`` Service has an endpoint pods can reach; real nodes (kubelet, containerd,
+kube-proxy: specguard.testing._realnode) join it.
+
 Teardown (``stop``, the context manager, interpreter exit, SIGTERM, or the next run's
 orphan reaper) kills every process group it started.
 """
@@ -45,11 +53,14 @@ from specguard.testing._wait import wait_until
 
 if TYPE_CHECKING:
     from specguard.testing._kubelet import KubeletConfig, ProcessKubelet
+    from specguard.testing._nodenet import ClusterNetwork
     from specguard.testing._prometheus import PrometheusServer
+    from specguard.testing._realnode import RealNode, RealNodeConfig
 
 log = logging.getLogger(__name__)
 
 ADMIN_USER = "specguard-admin"
+NODE_BASE = Path("/var/tmp")
 
 
 def _tail(path: Path, lines: int = 25) -> str:
@@ -82,11 +93,17 @@ class LocalCluster:
         start_timeout: float = 90.0,
         keep_workdir: bool | None = None,
         without_controllers: tuple[str, ...] = (),
+        node_network: bool = False,
     ) -> None:
         """``without_controllers``: kube-controller-manager controllers not to run, e.g.
         ``("deployment-controller", "replicaset-controller")``: Deployments then create no
-        pods (a benchmark of an operator that needs no pods)."""
+        pods (a benchmark of an operator that needs no pods). ``node_network``: a network
+        for real nodes (``start_real_nodes``; needs root)."""
         self._binaries = binaries
+        self.node_network = node_network
+        self.cluster_id = secrets.token_hex(3)
+        self.network: ClusterNetwork | None = None
+        self.real_nodes: list[RealNode] = []
         self.without_controllers = without_controllers
         self._given_workdir = workdir
         self.service_cluster_ip_range = service_cluster_ip_range
@@ -136,6 +153,10 @@ class LocalCluster:
     def start(self) -> LocalCluster:
         began = time.monotonic()
         reap_orphans()
+        if self.node_network:
+            from specguard.testing._realnode import reap_orphan_nodes
+
+            reap_orphan_nodes()
         binaries = self._binaries or find_binaries()
         install_exit_handlers(self.processes)
         if self._given_workdir is not None:
@@ -156,7 +177,19 @@ class LocalCluster:
         return self
 
     def stop(self) -> None:
-        """Stop add-ons (kubelet: pods get SIGTERM), then the control plane; idempotent."""
+        """Stop add-ons (kubelet: pods get SIGTERM; real nodes at once, in parallel), then
+        the control plane; idempotent."""
+        if self.real_nodes:
+            from concurrent.futures import ThreadPoolExecutor
+
+            nodes, self.real_nodes = self.real_nodes, []
+            self._addons = [addon for addon in self._addons if addon not in nodes]
+            with ThreadPoolExecutor(max_workers=len(nodes)) as pool:
+                for future in [pool.submit(node.stop) for node in nodes]:
+                    try:
+                        future.result()
+                    except Exception:
+                        log.exception("stopping a real node failed")
         for addon in reversed(self._addons):
             try:
                 addon.stop()
@@ -171,6 +204,13 @@ class LocalCluster:
         self._components.clear()
         self.processes.kill_all()  # anything left (pods of a kubelet that failed to stop)
         forget_registry(self.processes)
+        if self.network is not None:
+            from specguard.testing._realnode import forget_record, restore_kernel_tunables
+
+            self.network.remove()
+            self.network = None
+            forget_record(self.cluster_id)
+            restore_kernel_tunables()
         if not self.keep_workdir and self._given_workdir is None and self.workdir != Path():
             shutil.rmtree(self.workdir, ignore_errors=True)
 
@@ -205,7 +245,11 @@ class LocalCluster:
     def _start_control_plane(self, binaries: ControlPlaneBinaries, deadline: float) -> None:
         work = self.workdir
         service_ip = self._first_service_ip()
-        pki = make_pki(work / "pki", service_ip=service_ip)
+        address = "127.0.0.1"
+        if self.node_network:
+            address = self._make_network().api_address
+        pki = make_pki(work / "pki", service_ip=service_ip,
+                       addresses=[address] if self.node_network else [])  # fmt: skip
         self._pki = pki
         token = secrets.token_hex(16)
         token_file = work / "tokens.csv"
@@ -238,18 +282,34 @@ class LocalCluster:
         )
 
         api_port = free_port()
-        self._access = ClusterAccess(f"https://127.0.0.1:{api_port}", token, pki.ca_cert)
+        self._access = ClusterAccess(f"https://{address}:{api_port}", token, pki.ca_cert)
         self.kubeconfig = self._access.write_kubeconfig(work / "admin.kubeconfig")
+        if self.node_network:
+            # Real nodes: pods reach this address through the `kubernetes` Service (its
+            # endpoint is the advertised address, kept by the lease reconciler), and the
+            # apiserver reaches each kubelet (logs, exec) with a client certificate and
+            # checks the kubelet's serving certificate against the cluster CA.
+            kubelet_cert, kubelet_key = make_client_cert(
+                pki, work / "pki", user="kube-apiserver-kubelet-client", group="system:masters"
+            )
+            addressing = [
+                f"--kubelet-client-certificate={kubelet_cert}",
+                f"--kubelet-client-key={kubelet_key}",
+                f"--kubelet-certificate-authority={pki.ca_cert}",
+                "--kubelet-preferred-address-types=InternalIP",
+            ]
+        else:
+            # The `kubernetes` Service's endpoints may not be loopback addresses; pods here
+            # reach the apiserver through the kubeconfig the process kubelet writes for them.
+            addressing = ["--endpoint-reconciler-type=none"]
         apiserver = self._spawn(
             "kube-apiserver",
             [
                 str(binaries.kube_apiserver),
                 f"--etcd-servers={etcd_url}",
-                "--bind-address=127.0.0.1",
-                "--advertise-address=127.0.0.1",
-                # The `kubernetes` Service's endpoints may not be loopback addresses; pods here
-                # reach the apiserver through the kubeconfig the kubelet writes for them.
-                "--endpoint-reconciler-type=none",
+                f"--bind-address={address}",
+                f"--advertise-address={address}",
+                *addressing,
                 f"--secure-port={api_port}",
                 f"--cert-dir={work / 'apiserver-certs'}",
                 f"--tls-cert-file={pki.server_cert}",
@@ -284,10 +344,12 @@ class LocalCluster:
             [
                 str(binaries.kube_controller_manager),
                 f"--kubeconfig={self.kubeconfig}",
-                # No kubelet renews node leases here: the node-lifecycle controller would
-                # mark the fake nodes NotReady and evict their pods.
+                # The process kubelet renews no node leases: the node-lifecycle controller
+                # would mark its fake nodes NotReady and evict their pods. Real kubelets do,
+                # and need it (it lifts the not-ready taint a new node is registered with).
                 "--controllers="
-                + ",".join(["*", "-nodelifecycle", *(f"-{c}" for c in self.without_controllers)]),
+                + ",".join(["*", *([] if self.node_network else ["-nodelifecycle"]),
+                            *(f"-{c}" for c in self.without_controllers)]),
                 "--leader-elect=false",
                 f"--service-account-private-key-file={pki.sa_key}",
                 f"--root-ca-file={pki.ca_cert}",
@@ -316,6 +378,18 @@ class LocalCluster:
                 "/healthz",
             )
         self._wait_default_service_account(apiserver, deadline)
+
+    def _make_network(self) -> ClusterNetwork:
+        from specguard.testing._nodenet import ClusterNetwork
+        from specguard.testing._procs import run_dir
+        from specguard.testing._realnode import save_record
+
+        if os.geteuid() != 0:
+            raise ClusterStartError("real nodes need root (network namespaces, cgroups, mounts)")
+        network = ClusterNetwork.create(self.cluster_id, run_dir(), self.service_cluster_ip_range)
+        self.network = network
+        save_record(self.cluster_id, network, [])
+        return network
 
     def _spawn_secured(self, name: str, argv: list[str]) -> tuple[Component, int]:
         """controller-manager or scheduler, serving /healthz on a free port."""
@@ -447,6 +521,44 @@ class LocalCluster:
         self._addons.append(kubelet)
         return kubelet
 
+    def start_real_nodes(self, count: int = 1, config: RealNodeConfig | None = None,
+                         *, prefix: str = "node") -> list[RealNode]:  # fmt: skip
+        """Start ``count`` real nodes (kubelet, containerd, kube-proxy; see
+        specguard.testing._realnode) and wait until each is Ready with its GPUs allocatable.
+        Needs ``node_network=True``; the binaries come from scripts/build-node.sh and
+        scripts/build-control-plane.sh, the images from ``config.images``."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        from specguard.testing._binaries import find_node_binaries
+        from specguard.testing._realnode import RealNode, RealNodeConfig, save_record
+
+        if self.network is None or self._pki is None:
+            raise RuntimeError("real nodes need LocalCluster(node_network=True), started")
+        binaries = find_node_binaries()
+        config = config or RealNodeConfig()
+        nodes = []
+        for _ in range(count):
+            index = self.network.add_node()
+            name = f"{prefix}-{index}"
+            nodes.append(RealNode(
+                name=name, index=index, network=self.network,
+                # On disk: a node holds its images unpacked (hundreds of MB), too much for
+                # the tmpfs the control plane's work directory is on.
+                base=NODE_BASE / f"specguard-node-{self.cluster_id}-{index}"
+                if self._given_workdir is None else self.workdir / "nodes" / name,
+                binaries=binaries, config=config, access=self.access,
+                node_access=self.node_access(name), pki=self._pki, processes=self.processes,
+            ))  # fmt: skip
+            self.real_nodes.append(nodes[-1])
+            self._addons.append(nodes[-1])
+        save_record(self.cluster_id, self.network, [node.record for node in self.real_nodes])
+        for node in nodes:
+            node.prepare()
+        with ThreadPoolExecutor(max_workers=len(nodes) or 1) as pool:
+            for future in [pool.submit(node.start) for node in nodes]:
+                future.result()
+        return nodes
+
     def start_prometheus(self, scrape_interval: float = 1.0) -> PrometheusServer:
         """Real Prometheus scraping the running pods (file-based service discovery)."""
         from specguard.testing._prometheus import PrometheusServer
@@ -465,6 +577,11 @@ class LocalCluster:
         self, namespace: str, pod: str, container: str | None = None, *, previous: bool = False
     ) -> str:
         """What a pod's container printed: its current run, or the one before."""
+        if self.real_nodes:  # what `kubectl logs` shows (the kubelet serves it)
+            args = ["-n", namespace, "logs", pod, *(["-c", container] if container else []),
+                    *(["--previous"] if previous else [])]  # fmt: skip
+            done = self.kubectl(*args, check=False)
+            return done.stdout + done.stderr
         if self.kubelet is None:
             raise RuntimeError("no kubelet runs for this cluster")
         return self.kubelet.logs(namespace, pod, container, previous=previous)

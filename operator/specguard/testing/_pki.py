@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,9 +37,9 @@ def _openssl(*args: str, cwd: Path) -> None:
         raise RuntimeError(f"openssl {args[0]} failed: {proc.stderr.strip()}")
 
 
-def make_pki(directory: Path, *, service_ip: str) -> ClusterPki:
-    """A CA, a serving certificate for 127.0.0.1 / ``service_ip`` / kubernetes.default,
-    and the service-account key pair."""
+def make_pki(directory: Path, *, service_ip: str, addresses: Sequence[str] = ()) -> ClusterPki:
+    """A CA, a serving certificate for 127.0.0.1 / ``service_ip`` / ``addresses`` /
+    kubernetes.default, and the service-account key pair."""
     if shutil.which("openssl") is None:
         raise RuntimeError("openssl not found: install Debian's openssl package")
     directory.mkdir(parents=True, exist_ok=True)
@@ -54,18 +55,8 @@ def make_pki(directory: Path, *, service_ip: str) -> ClusterPki:
         "req", *ec, "-keyout", "apiserver.key", "-out", "apiserver.csr",
         "-subj", "/CN=kube-apiserver", cwd=directory,
     )  # fmt: skip
-    sans = ",".join([f"IP:127.0.0.1,IP:{service_ip}", *(f"DNS:{n}" for n in SERVER_NAMES)])
-    (directory / "apiserver.ext").write_text(
-        f"subjectAltName={sans}\n"
-        "basicConstraints=CA:FALSE\n"
-        "keyUsage=critical,digitalSignature,keyEncipherment\n"
-        "extendedKeyUsage=serverAuth\n"
-    )
-    _openssl(
-        "x509", "-req", "-in", "apiserver.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
-        "-CAcreateserial", "-out", "apiserver.crt", "-days", "3650",
-        "-extfile", "apiserver.ext", cwd=directory,
-    )  # fmt: skip
+    ips = ["127.0.0.1", service_ip, *addresses]
+    _sign(directory, "apiserver", ips=ips, names=SERVER_NAMES, usage="serverAuth")
     _openssl("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", "sa.key", cwd=directory)
     _openssl("ec", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=directory)
     return ClusterPki(
@@ -91,14 +82,40 @@ def make_client_cert(
         "req", *ec, "-keyout", f"{stem}.key", "-out", f"{stem}.csr",
         "-subj", f"/O={group}/CN={user}", cwd=directory,
     )  # fmt: skip
-    (directory / f"{stem}.ext").write_text(
-        "basicConstraints=CA:FALSE\n"
-        "keyUsage=critical,digitalSignature,keyEncipherment\n"
-        "extendedKeyUsage=clientAuth\n"
-    )
+    _sign(directory, stem, usage="clientAuth", ca=pki)
+    return directory / f"{stem}.crt", directory / f"{stem}.key"
+
+
+def make_serving_cert(
+    pki: ClusterPki, directory: Path, *, name: str, ips: Sequence[str]
+) -> tuple[Path, Path]:
+    """A serving certificate signed by the cluster CA for ``name`` at ``ips`` (a kubelet's:
+    the apiserver verifies it with ``--kubelet-certificate-authority``)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
     _openssl(
-        "x509", "-req", "-in", f"{stem}.csr", "-CA", str(pki.ca_cert), "-CAkey", str(pki.ca_key),
+        "req", *ec, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={name}",
+        cwd=directory,
+    )  # fmt: skip
+    _sign(directory, name, ips=ips, names=(name,), usage="serverAuth", ca=pki)
+    return directory / f"{name}.crt", directory / f"{name}.key"
+
+
+def _sign(
+    directory: Path, stem: str, *, usage: str, ips: Sequence[str] = (),
+    names: Sequence[str] = (), ca: ClusterPki | None = None,
+) -> None:  # fmt: skip
+    """Sign ``stem``.csr with the CA (``ca``, or ca.crt/ca.key in ``directory``)."""
+    sans = ",".join([*(f"IP:{ip}" for ip in ips), *(f"DNS:{n}" for n in names)])
+    (directory / f"{stem}.ext").write_text(
+        (f"subjectAltName={sans}\n" if sans else "")
+        + "basicConstraints=CA:FALSE\n"
+        "keyUsage=critical,digitalSignature,keyEncipherment\n"
+        f"extendedKeyUsage={usage}\n"
+    )
+    ca_cert, ca_key = (str(ca.ca_cert), str(ca.ca_key)) if ca else ("ca.crt", "ca.key")
+    _openssl(
+        "x509", "-req", "-in", f"{stem}.csr", "-CA", ca_cert, "-CAkey", ca_key,
         "-CAcreateserial", "-out", f"{stem}.crt", "-days", "3650",
         "-extfile", f"{stem}.ext", cwd=directory,
     )  # fmt: skip
-    return directory / f"{stem}.crt", directory / f"{stem}.key"
