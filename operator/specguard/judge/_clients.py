@@ -18,15 +18,18 @@ depend on which arm serves (tests/router/test_router_load_match.py shows both fl
 **The statistic.** A closed-loop client sends a request right after one of its requests
 completes, so arrivals crowd just *after* completions; arrivals that ignore completions are
 as likely just before a completion as just after. For a lag ``h``, over the window's serving
-requests (every router's), each completion ``c`` counts the arrivals in ``(c, c + h)`` minus
-those in ``(c − h, c)`` (its own request's arrival left out). The mean of that difference is
-``follow_up(h)``: arrivals right after a completion beyond chance, per completion. It is 0 in
-expectation whenever arrivals are independent of completions (whatever their rate, bursts or
-trend within ``h``), and about 1 for a closed loop whose clients answer within ``h`` (more
-where the engine finishes several requests in one step: each of them sees all their
-follow-ups). It is estimated over contiguous blocks of arrivals (batch means: up to 20
-blocks of at least 4 lags each), as the mean of the blocks with the highest and the lowest
-left out (5% at each end), and its standard error from the blocks' winsorized spread:
+requests (every router's), each arrival ``a`` counts the completions in ``(a − h, a)`` minus
+those in ``(a, a + h)`` (its own request's completion left out), so that every completion
+the window holds is seen on both sides (arrivals are seen only once their request ended).
+The mean of that difference is ``follow_up(h)``: how much more often a completion comes
+right before an arrival than right after it — per request, and so per completion where the
+load is steady — beyond chance. It is 0 in expectation whenever arrivals are independent of
+completions (whatever their rate, bursts or trend within ``h``), and about 1 for a closed
+loop whose clients answer within ``h`` (more where the engine finishes several requests in
+one step: each follow-up sees all of them). It is estimated over contiguous blocks of
+arrivals (batch means: up to 20 blocks of at least 4 lags each), as the mean of the blocks
+with the highest and the lowest left out (5% at each end), and its standard error from the
+blocks' winsorized spread:
 completions finished together are not counted as independent evidence, and one stall that
 stamps a burst of arrivals right after a burst of completions (a starved router or client
 process) is not read as a loop, which answers in every block.
@@ -84,7 +87,7 @@ class LoopSettings:
     z: float = 3.0  # one-sided normal quantile of each lag's bound (before the t correction)
     first_lag_s: float = 0.002
     min_open_lag_s: float = 0.05  # "open" must be resolved at least up to this lag
-    min_completions: int = 50  # per lag, completions whose both sides were observed
+    min_requests: int = 50  # per lag, arrivals whose both sides were observed
     min_blocks: int = 8
     max_blocks: int = 20
     trim: float = 0.05  # share of blocks left out at each end (see _follow_ups)
@@ -96,7 +99,7 @@ class LoopSettings:
             ("z", self.z > 0.0),
             ("first_lag_s", self.first_lag_s > 0.0),
             ("min_open_lag_s", self.min_open_lag_s >= 0.0),
-            ("min_completions", self.min_completions >= 2),
+            ("min_requests", self.min_requests >= 2),
             ("min_blocks", 2 <= self.min_blocks <= self.max_blocks),
             ("trim", 0.0 <= self.trim < 0.25),
             ("windows", self.windows >= 1),
@@ -115,7 +118,7 @@ class FollowUps:
     follow_up: float
     se: float
     bound: float  # the half-width of the one-sided bounds (z, t-corrected, × se)
-    completions: int
+    requests: int  # arrivals whose both sides were observed
 
     @property
     def low(self) -> float:
@@ -133,7 +136,7 @@ class LoopEvidence:
     kind: ClientLoop
     requests: int  # serving requests with a start and a duration
     median_request_s: float | None
-    lags: tuple[FollowUps, ...]  # every lag with enough completions, shortest first
+    lags: tuple[FollowUps, ...]  # every lag with enough requests, shortest first
     deciding: FollowUps | None  # the lag the kind rests on
     threshold: float
 
@@ -147,14 +150,14 @@ class LoopEvidence:
         if self.kind == "closed" and d is not None:
             return (
                 f"closed-loop clients: {d.follow_up:.2f} requests per completion follow within "
-                f"{_lag(d.lag_s)} beyond chance (at least {d.low:.2f}; {d.completions} "
-                "completions), so the shadow is matched in flight"
+                f"{_lag(d.lag_s)} beyond chance (at least {d.low:.2f}; {d.requests} "
+                "requests), so the shadow is matched in flight"
             )
         if self.kind == "open" and d is not None:
             return (
                 "clients arrive at their own pace: no more requests follow a completion within "
                 f"{_lag(d.lag_s)} than chance ({d.follow_up:+.2f} per completion, at most "
-                f"{d.high:.2f}; {d.completions} completions), so the shadow gets a serving "
+                f"{d.high:.2f}; {d.requests} requests), so the shadow gets a serving "
                 "pod's arrivals"
             )
         if not self.lags:
@@ -163,7 +166,7 @@ class LoopEvidence:
         return (
             "clients not classified: follow-ups per completion "
             f"{widest.follow_up:+.2f} ± {widest.bound:.2f} within {_lag(widest.lag_s)} "
-            f"({widest.completions} completions) decide neither way"
+            f"({widest.requests} requests) decide neither way"
         )
 
 
@@ -193,7 +196,7 @@ def client_loop(
             durations_l.append(max(s.e2e_s, 0.0))
     n = len(arrivals_l)
     empty = LoopEvidence("unknown", n, None, (), None, cfg.threshold)
-    if n < cfg.min_completions:
+    if n < cfg.min_requests:
         return empty
     arrivals = np.asarray(arrivals_l, dtype=np.float64)
     durations = np.asarray(durations_l, dtype=np.float64)
@@ -244,7 +247,7 @@ def _follow_ups(
     error; None when too few."""
     i, j = np.searchsorted(arrivals, between, side="left")
     a = arrivals[i:j]
-    if len(a) < cfg.min_completions:
+    if len(a) < cfg.min_requests:
         return None
     left, right = completions.searchsorted(a, "left"), completions.searchsorted(a, "right")
     before = left - completions.searchsorted(a - lag, "right")
