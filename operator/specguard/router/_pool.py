@@ -64,7 +64,8 @@ class Topology:
     pods: dict[Arm, list[Pod]] = field(default_factory=lambda: {arm: [] for arm in ARMS})
     _turn: itertools.count[int] = field(default_factory=itertools.count)
     _credit: float = 0.0
-    # Set when the rule turns to "arrivals": no copy until this router's earlier ones ended.
+    # Set when the rule turns to "arrivals" or a shadow copied by arrivals fills the budget:
+    # no copy until this router's earlier ones have ended (mirror_decision).
     _draining: bool = False
 
     @property
