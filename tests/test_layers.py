@@ -52,7 +52,8 @@ PURE_MODULES = (
     "specguard.controller._settings", "specguard.controller._observe",
     "specguard.controller._swap", "specguard.controller._conditions",
     "specguard.controller._mirror", "specguard.controller._schedule",
-    "specguard.router._pool", "specguard.router._strip", "specguard.sources._window",
+    "specguard.controller._clients", "specguard.router._pool", "specguard.router._strip",
+    "specguard.sources._window",
     "specguard.evaluate._cells", "specguard.evaluate._analysis",
     "specguard.demo._accounting", "specguard.demo._report", "specguard.demo._schedule",
 )  # fmt: skip

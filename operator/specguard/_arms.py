@@ -2,9 +2,12 @@
 
 An arm is what a Deployment runs (the drafter on, or off); a role is what the router does
 with it (serve clients, or receive the mirrored copies). ``status.mode`` names the arm that
-serves. ``specguard.api.constants`` and ``specguard.judge`` re-export these names: the API
-and the judge import no other specguard package, so the vocabulary they share lives below
-both.
+serves. The load match is how the shadow role is loaded: at the serving pods' in-flight
+count (``in_flight``, for closed-loop clients) or with a serving pod's arrivals
+(``arrivals``, for open-loop ones); ``ClientLoop`` is what the operator found the clients to
+be (``status.arms.loadMatch``, ``status.clients``). ``specguard.api.constants`` and
+``specguard.judge`` re-export these names: the API and the judge import no other specguard
+package, so the vocabulary they share lives below both.
 """
 
 from __future__ import annotations
@@ -19,10 +22,25 @@ ARM_BASELINE: Final = "baseline"
 ARMS: Final[tuple[Arm, ...]] = (ARM_SPECULATIVE, ARM_BASELINE)
 ROLES: Final[tuple[Role, ...]] = ("serving", "shadow")
 
+LoadMatch = Literal["in_flight", "arrivals"]
+LOAD_MATCHES: Final[tuple[LoadMatch, ...]] = ("in_flight", "arrivals")
+ClientLoop = Literal["closed", "open", "unknown"]
+
 
 def other_arm(arm: Arm) -> Arm:
     """The arm that is not ``arm``: the shadow of a serving arm, and the other way round."""
     return ARM_BASELINE if arm == ARM_SPECULATIVE else ARM_SPECULATIVE
 
 
-__all__ = ["ARMS", "ARM_BASELINE", "ARM_SPECULATIVE", "ROLES", "Arm", "Role", "other_arm"]
+__all__ = [
+    "ARMS",
+    "ARM_BASELINE",
+    "ARM_SPECULATIVE",
+    "LOAD_MATCHES",
+    "ROLES",
+    "Arm",
+    "ClientLoop",
+    "LoadMatch",
+    "Role",
+    "other_arm",
+]

@@ -1,6 +1,6 @@
 """The mirror share the operator writes (controller/_mirror.py): a switch with a ceiling; the
-routers match the arms' in-flight counts themselves (tests/router/test_router_in_flight_match.py
-holds that match against a simulated plant)."""
+routers match the arms' load themselves (tests/router/test_router_load_match.py holds that
+match against a simulated plant)."""
 
 from __future__ import annotations
 

@@ -19,8 +19,8 @@ from specguard.demo._accounting import (
     windows_between,
     with_inflight,
 )
-from specguard.demo._report import decisions, in_swaps, summarize, summary_lines
-from specguard.demo._schedule import Phase, parse_schedule, spans
+from specguard.demo._report import decisions, in_swaps, side_by_side, summarize, summary_lines
+from specguard.demo._schedule import Phase, format_schedule, parse_schedule, spans
 from specguard.judge._sample import Sample
 
 T0 = 1000.0
@@ -194,8 +194,14 @@ def test_summary_says_whether_the_goal_is_met() -> None:
     [
         ("math:4", "phase 1 'math:4': expected DOMAIN:PER_POD:SECONDS"),
         ("math:4:40,chat:4:10", "phase 2: domain must be one of math, tool_call, got 'chat'"),
-        ("math:0:40", "phase 1: streams per pod must be 1..512, got '0'"),
+        ("math:0:40", "phase 1: streams per pod must be 1..512 (or RATE/s for an open loop), "
+                      "got '0'"),
         ("math:4:soon", "phase 1: seconds must be 1..3600, got 'soon'"),
+        ("math:0/s:40", "phase 1: requests per second per pod must be 0.01..1000, got '0'"),
+        ("math:fast/s:40", "phase 1: requests per second per pod must be 0.01..1000, got 'fast'"),
+        ("math:nan/s:40", "phase 1: requests per second per pod must be 0.01..1000, got 'nan'"),
+        ("math:4s:40", "phase 1: streams per pod must be 1..512 (or RATE/s for an open loop), "
+                       "got '4s'"),
     ],
 )
 def test_bad_schedules_are_one_line_naming_the_phase(text: str, message: str) -> None:
@@ -209,6 +215,24 @@ def test_schedule_phases() -> None:
     assert phases == (Phase("math", 4, 40.0), Phase("tool_call", 144, 100.5))
     assert [(s.start, s.end) for s in spans(phases)] == [(0.0, 40.0), (40.0, 140.5)]
     assert phases[1].streams(2) == 288
+
+
+def test_open_loop_phases() -> None:
+    """``RATE/s``: Poisson arrivals at RATE per serving pod, whatever the answers."""
+    phases = parse_schedule("math:2/s:30,tool_call:80/s:90,math:4:20")
+    assert phases == (
+        Phase("math", 0, 30.0, 2.0),
+        Phase("tool_call", 0, 90.0, 80.0),
+        Phase("math", 4, 20.0),
+    )
+    assert [p.open for p in phases] == [True, True, False]
+    assert format_schedule(phases) == "math:2/s:30,tool_call:80/s:90,math:4:20"
+    assert phases[1].load_text(2) == (
+        "160 requests/s arriving at their own pace (80 per serving pod)"
+    )
+    assert phases[2].load_text(2) == "8 streams (4 per serving pod)"
+    assert [p.per_pod_text() for p in phases] == ["2/s/pod", "80/s/pod", "4/pod"]
+    assert phases[1].streams(2) == 0
 
 
 def test_in_flight_per_arm_is_the_mean_of_the_pod_readings_in_each_window() -> None:
@@ -249,3 +273,45 @@ def test_failed_requests_are_counted_in_swaps_from_decision_to_serving() -> None
     ends = [T0 + 69.9, T0 + 70.0, T0 + 80.0, T0 + 82.0, T0 + 82.1]
     assert in_swaps(ends, found) == 3
     assert in_swaps(ends, [replace(found[0], swap_done=None)]) == 4
+
+
+def _report(realized: float, always: float, never: float, best: float) -> dict[str, object]:
+    figures = {"realized_s": realized, "always_s": always, "never_s": never, "best_s": best}
+    return {
+        "settings": {"schedule": "math:4:30"},
+        "overall": figures,
+        "served": {**figures, "realized_s": realized * 1.01},
+        "load_match": [[0.0, "in_flight"], [25.4, "arrivals"]],
+        "clients": [[-0.5, ""], [12.0, "unknown"], [22.1, "open"]],
+        "decisions": [{"to_mode": "baseline", "windows": 1.5, "phase": 2},
+                      {"to_mode": "speculative", "windows": 3.2, "phase": 3}],
+        "requests": 1000,
+        "errors": 0,
+    }  # fmt: skip
+
+
+def test_the_regret_bench_table_puts_the_kinds_side_by_side() -> None:
+    """bench/regret.py's table, from two summary.json reports: the figures, realized against
+    each, the rule's changes, the decisions, and the goal (≤3% of the best, below both)."""
+    met = _report(0.0390, 0.0420, 0.0400, 0.0380)
+    missed = {**_report(0.0400, 0.0390, 0.0500, 0.0380), "load_match": [[0.0, "in_flight"]]}
+    rows = side_by_side([("closed loop", met), ("open loop", missed)], goal=0.03)
+    w = 31  # the widest cell and 2
+
+    def row(name: str, a: str, b: str) -> str:
+        return f"{name:<24}{a:>{w}}{b:>{w}}"
+
+    assert rows == [
+        row("", "closed loop", "open loop"),
+        row("schedule", "math:4:30", "math:4:30"),
+        row("realized (specguard)", "39.00 ms", "40.00 ms"),
+        row("always drafter", "42.00 ms (−7.1%)", "39.00 ms (+2.6%)"),
+        row("never drafter", "40.00 ms (−2.5%)", "50.00 ms (−20.0%)"),
+        row("per-window best", "38.00 ms (+2.6%)", "38.00 ms (+5.3%)"),
+        row("regret, served estimate", "+3.7%", "+6.3%"),
+        row("load match", "in_flight→arrivals@25s", "in_flight"),
+        row("clients found", "unknown→open@22s", "unknown→open@22s"),
+        row("decisions (windows)", "rollback 1.5/p2, back 3.2/p3", "rollback 1.5/p2, back 3.2/p3"),
+        row("requests, errors", "1000, 0", "1000, 0"),
+        row("goal (≤3%, < both)", "met", "missed: >3% of best, ≥ always"),
+    ]

@@ -95,12 +95,24 @@ def test_missing_and_mismatched_inputs_are_inconclusive() -> None:
         assert v.outcome == "inconclusive"
     v = judge_histograms(some, some)
     assert v.outcome == "inconclusive" and "concurrency of an arm is unknown" in v.reasons[0]
-    load = JudgeSettings(concurrency_match="load")
+    load = JudgeSettings(concurrency_match="arrivals")
     v = judge_histograms(some, some, load)
-    assert v.outcome == "inconclusive" and "load of an arm is unknown" in v.reasons[0]
+    assert v.outcome == "inconclusive" and "arrivals of an arm are unknown" in v.reasons[0]
     four = {"speculative": {"s": 1.0}, "baseline": {"b0": 1.0, "b1": 1.0, "b2": 1.0, "b3": 1.0}}
+    # The baseline pods got a quarter of the drafter pod's requests and ran lighter:
+    # underfed, not judged.
+    light = {"speculative": 200.0, "baseline": 50.0}
+    v = judge_histograms(some, some, load, concurrency=light, pod_concurrency=four)
+    assert v.outcome == "inconclusive" and "mismatched arrivals" in v.reasons[0]
+    assert "the baseline arm was underfed" in v.reasons[0]
     v = judge_histograms(some, some, load, concurrency=MATCHED, pod_concurrency=four)
-    assert v.outcome == "inconclusive" and "mismatched load" in v.reasons[0]
+    assert v.outcome == "inconclusive" and "mismatched arrivals" in v.reasons[0]
+    # ... and ran busier than the drafter pod: slower at a quarter of the arrivals (Little's
+    # law), so the load check passes and says so (these buckets still cannot resolve ±3%).
+    busy = {"speculative": 200.0, "baseline": 400.0}
+    v = judge_histograms(some, some, load, concurrency=busy, pod_concurrency=four)
+    assert not any("mismatched" in r for r in v.reasons), v.reasons
+    assert any("slower at a lighter load" in r for r in v.reasons), v.reasons
     # In flight per pod: the baseline pods ran at 10 against the drafter pod's 40, with a
     # quarter of its requests per pod — underfed, not judged.
     heavy = {"speculative": 40.0, "baseline": 10.0}

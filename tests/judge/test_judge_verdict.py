@@ -214,7 +214,7 @@ def test_a_shadow_held_at_the_serving_concurrency_is_judged_whatever_its_arrival
     """What the routers produce: the shadow copies only while it holds no more in flight per
     pod than a serving pod. A slower shadow then gets fewer copies than a serving pod gets
     requests (here a third as many per pod), at the same concurrency: judged. The arrivals
-    rule ("load") would call that a mismatch."""
+    rule ("arrivals") would call that a mismatch."""
     rng = np.random.default_rng(17)
     spec = samples("speculative", 0.02 * np.exp(rng.normal(0, 0.1, 600)), pods=2, concurrency=140)
     spec = [replace(x, pair_id=f"q{i}" if i % 3 == 0 else None) for i, x in enumerate(spec)]
@@ -227,18 +227,18 @@ def test_a_shadow_held_at_the_serving_concurrency_is_judged_whatever_its_arrival
     # The 2% gap is the same in every pair: its effect cannot be measured, so the interval
     # is widened by the most it could need, and that is said.
     assert any("cannot be corrected" in r for r in v.reasons), v.reasons
-    by_load = judge(spec + base, replace(SMALL, concurrency_match="load"))
+    by_load = judge(spec + base, replace(SMALL, concurrency_match="arrivals"))
     assert by_load.outcome == "inconclusive"
-    assert any("mismatched load" in r for r in by_load.reasons)
+    assert any("mismatched arrivals" in r for r in by_load.reasons)
 
 
 def test_the_arrivals_rule_counts_copies_not_the_shadows_completions() -> None:
-    """``concurrency_match="load"``: right after the load rises, a slow serving arm completes
+    """``concurrency_match="arrivals"``: right after the load rises, a slow serving arm completes
     fewer requests in the window than the fast shadow, which also finishes copies of requests
     whose serving twins are still running: 200 serving vs 300 shadow requests ended, although
     every request was mirrored (same arrivals). The rule counts arrivals (the mirrored serving
     requests), so the window is judged; a share that really is off is still caught."""
-    load = replace(SMALL, concurrency_match="load")
+    load = replace(SMALL, concurrency_match="arrivals")
     rng = np.random.default_rng(16)
     spec = samples("speculative", 0.05 * np.exp(rng.normal(0, 0.1, 200)), pods=1, pair_prefix="p")
     base = samples("baseline", 0.02 * np.exp(rng.normal(0, 0.1, 300)), pods=1, pair_prefix="p")
@@ -253,12 +253,12 @@ def test_the_arrivals_rule_counts_copies_not_the_shadows_completions() -> None:
     base2 = [replace(x, pair_id=f"q{4 * i}") for i, x in enumerate(base2)]
     v2 = judge(spec2 + base2, load)
     assert v2.requests_per_pod == {"speculative": 200.0, "baseline": 100.0}
-    assert v2.outcome == "inconclusive" and any("mismatched load" in r for r in v2.reasons)
+    assert v2.outcome == "inconclusive" and any("mismatched arrivals" in r for r in v2.reasons)
     # Four times a serving pod's arrivals for the speculative arm, unpaired: caught too.
     spec3 = samples("speculative", 0.03 * np.exp(rng.normal(0, 0.1, 800)), pods=2)
     base3 = samples("baseline", 0.02 * np.exp(rng.normal(0, 0.1, 200)), pods=2)
     v3 = judge(spec3 + base3, load)
-    assert v3.outcome == "inconclusive" and any("mismatched load" in r for r in v3.reasons)
+    assert v3.outcome == "inconclusive" and any("mismatched arrivals" in r for r in v3.reasons)
 
 
 def test_a_slower_arm_holds_more_in_flight_and_is_still_judged() -> None:
@@ -276,7 +276,7 @@ def test_a_slower_arm_holds_more_in_flight_and_is_still_judged() -> None:
     assert (v.outcome, v.method) == ("regressed", "paired")
     assert v.concurrency == {"speculative": 70.0, "baseline": 50.0}
     assert any("compared at equal arrivals" in r for r in v.reasons), v.reasons
-    assert judge(spec + base, JudgeSettings(concurrency_match="load")).outcome == "regressed"
+    assert judge(spec + base, JudgeSettings(concurrency_match="arrivals")).outcome == "regressed"
     assert judge(spec + base, JudgeSettings(concurrency_match="off")).outcome == "regressed"
     # The same in-flight gap with the lighter arm underfed (a third of the requests copied to
     # it) is not judged.
@@ -441,3 +441,32 @@ def test_a_verdict_is_fast() -> None:
 def test_sample_objects_are_the_shared_schema() -> None:
     s = samples("speculative", np.array([0.03]))[0]
     assert Sample.from_dict(json.loads(s.to_json())) == s
+
+
+def test_arrivals_rule_judges_a_shadow_that_cannot_keep_up() -> None:
+    """``concurrency_match="arrivals"`` (open-loop clients): a drafter shadow slower than its
+    arrivals fills the routers' shadow budget, so copies are dropped and it gets fewer
+    requests per pod than a serving pod — yet it holds far more in flight. It is slower at a
+    lighter load (Little's law): judged (regressed), saying so, not silenced as underfed.
+    The same arrival gap with the shadow running lighter stays inconclusive."""
+    rng = np.random.default_rng(21)
+    base = samples("baseline", 0.02 * np.exp(rng.normal(0, 0.1, 600)), pods=2, concurrency=40)
+    base = [replace(x, pair_id=f"q{i}" if i % 2 == 0 else None) for i, x in enumerate(base)]
+    spec = samples("speculative", 0.05 * np.exp(rng.normal(0, 0.1, 300)), pods=1,
+                   concurrency=256, pair_prefix="q")  # fmt: skip
+    spec = [replace(x, pair_id=f"q{2 * i}", role="shadow") for i, x in enumerate(spec)]
+    arrivals = replace(SMALL, concurrency_match="arrivals")
+    v = judge(base + spec, arrivals)
+    assert v.requests_per_pod == {"speculative": 300.0, "baseline": 300.0}
+    # Half the copies dropped: the drafter shadow pod got half a serving pod's arrivals.
+    dropped = [replace(x, pair_id=None) if i % 4 == 2 else x for i, x in enumerate(base)]
+    kept = [x for x in spec if int(x.pair_id[1:]) % 4 == 0]  # type: ignore[index]
+    v = judge(dropped + kept, arrivals)
+    assert v.requests_per_pod == {"speculative": 150.0, "baseline": 300.0}
+    assert v.outcome == "regressed", v.reasons
+    assert any("slower at a lighter load" in r for r in v.reasons), v.reasons
+    lighter = [replace(x, concurrency=20) for x in kept]
+    v = judge(dropped + lighter, arrivals)
+    assert v.outcome == "inconclusive"
+    assert any("mismatched arrivals" in r and "speculative arm was underfed" in r
+               for r in v.reasons), v.reasons  # fmt: skip

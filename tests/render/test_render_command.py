@@ -104,3 +104,47 @@ def test_two_documents_render_both(tmp_path: Path, capsys: pytest.CaptureFixture
     assert main([str(path)]) == 0
     names = [d["metadata"]["name"] for d in yaml.safe_load_all(capsys.readouterr().out)]
     assert "qwen-router" in names and "qwen-b-router" in names
+
+
+NAMESPACE = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "llm"}}
+
+
+def test_a_namespace_in_the_same_file_is_left_out(tmp_path: Path) -> None:
+    """A file applied with `kubectl apply -f` often creates its namespace too: the resource
+    renders, and the other document is named in one line on stderr."""
+    sd = yaml.safe_load(EXAMPLE.read_text())
+    path = tmp_path / "with-namespace.yaml"
+    path.write_text(yaml.safe_dump_all([NAMESPACE, sd]))
+    proc = run(str(path))
+    assert proc.returncode == 0, proc.stderr
+    kinds = [d["kind"] for d in yaml.safe_load_all(proc.stdout)]
+    assert "Deployment" in kinds and "Namespace" not in kinds
+    assert proc.stderr.splitlines() == [
+        f"{path}: left out (not a SpeculativeDeployment): document 1 (Namespace llm)"
+    ]
+
+
+def test_only_other_kinds_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "ns.yaml"
+    path.write_text(yaml.safe_dump(NAMESPACE))
+    assert main([str(path)]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"{path}: no SpeculativeDeployment in the input (1 of another kind: "
+        "document 1 (Namespace llm))"
+    ]
+
+
+def test_a_wrong_kind_in_specguards_group_is_still_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A typo in the kind of specguard's own resource is an error, not a skipped document."""
+    sd = yaml.safe_load(EXAMPLE.read_text())
+    sd["kind"] = "SpeculativeDeplyment"
+    path = tmp_path / "typo.yaml"
+    path.write_text(yaml.safe_dump_all([NAMESPACE, sd]))
+    assert main([str(path)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        f"{path} (document 2, qwen): kind: must be SpeculativeDeployment, "
+        "got 'SpeculativeDeplyment'"
+    ]

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from specguard.judge import LoadMatch
 from specguard.router._pool import Endpoint, Topology
 from specguard.router._proxy import Router, RouterConfig
 from specguard.testing._ports import free_port
@@ -200,11 +201,12 @@ def topology(
     shadow: list[str] | None = None,
     share: float = 0.0,
     arm: str = "speculative",
+    load_match: LoadMatch = "in_flight",
 ) -> Topology:
     top = Topology()
     serving_arm: Any = arm
     shadow_arm: Any = "baseline" if arm == "speculative" else "speculative"
-    top.set_roles(serving_arm, share)
+    top.set_roles(serving_arm, share, load_match=load_match)
     top.set_endpoints(
         [Endpoint(f"serve-{i}", u, serving_arm) for i, u in enumerate(serving)]
         + [Endpoint(f"shadow-{i}", u, shadow_arm) for i, u in enumerate(shadow or [])]

@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from specguard.router import RouterConfig
 from specguard.sim._launch import start_sim
 
 if TYPE_CHECKING:
@@ -86,7 +85,7 @@ async def test_aiperf_through_router(
         # Exactly half the requests copied (not only while the shadow has room): the sample
         # counts below are then exact.
         rt = await start_router(
-            h.topology([spec.url], [base.url], share=0.5), RouterConfig(match_in_flight=False)
+            h.topology([spec.url], [base.url], share=0.5, load_match="arrivals")
         )
         # aiperf runs while this event loop serves the router: an async subprocess.
         proc = await asyncio.create_subprocess_exec(

@@ -36,10 +36,8 @@ if TYPE_CHECKING:
         (["--serving", "http://a:1", "--bogus"], "--bogus"),
         (["--serving", "http://a:1", "--serving-arm", "fast"], "--serving-arm"),
         (["--deployment", "x", "--namespace", "n", "--mirror-share", "1"], "--mirror-share"),
-        (
-            ["--deployment", "x", "--namespace", "n", "--no-in-flight-match"],
-            "--no-in-flight-match",
-        ),
+        (["--deployment", "x", "--namespace", "n", "--load-match", "arrivals"], "--load-match"),
+        (["--serving", "http://a:1", "--load-match", "load"], "--load-match"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(
@@ -69,10 +67,11 @@ def test_static_topology_defaults() -> None:
     args, _ = parse(["--serving", "http://a:1", "http://b:2", "--shadow", "http://c:3"])
     top = static_topology(args.serving, args.shadow, args.mirror_share, args.serving_arm)
     assert top.mode == "speculative" and top.mirror_share == 1.0  # in-flight matching caps it
+    assert top.load_match == "in_flight" and top.copy_share() == 1.0
     top = static_topology(
-        args.serving, args.shadow, args.mirror_share, args.serving_arm, match_in_flight=False
+        args.serving, args.shadow, args.mirror_share, args.serving_arm, load_match="arrivals"
     )
-    assert top.mirror_share == 0.5  # a serving pod's arrivals per shadow pod
+    assert top.copy_share() == 0.5  # a serving pod's arrivals per shadow pod
     assert [p.name for p in top.pods["baseline"]] == ["c:3"]
     args, _ = parse(["--serving", "http://a:1", "--serving-arm", "baseline"])
     top = static_topology(args.serving, args.shadow, args.mirror_share, args.serving_arm)

@@ -5,7 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from specguard._objects import pod_port
-from specguard.router._discovery import endpoints_from_pods, roles_from_resource
+from specguard.router._discovery import (
+    endpoints_from_pods,
+    load_match_from_resource,
+    roles_from_resource,
+)
 from specguard.router._pool import Endpoint, Topology
 
 
@@ -91,3 +95,56 @@ def test_topology_keeps_counters_across_updates_and_swaps_roles() -> None:
     assert top.pods["baseline"] == []
     top.set_roles("baseline", 0.5)
     assert top.serving_arm == "baseline" and top.shadow_arm == "speculative"
+
+
+def test_load_match_from_status() -> None:
+    assert load_match_from_resource(None) == "in_flight"
+    assert load_match_from_resource({"status": {"arms": {"loadMatch": "arrivals"}}}) == "arrivals"
+    assert load_match_from_resource({"status": {"arms": {"loadMatch": "in_flight"}}}) == "in_flight"
+    assert load_match_from_resource({"status": {"arms": {"loadMatch": 3}}}) == "in_flight"
+
+
+def test_mirror_decision_by_rule() -> None:
+    """``arrivals``: each shadow pod gets a serving pod's arrivals (2 serving, 1 shadow:
+    every other request), whatever the shadow holds; ``in_flight``: copies stop once the
+    shadow holds the serving pods' in-flight count per pod; the share is the ceiling of
+    both, and nothing is copied during a swap."""
+    top = Topology()
+    top.set_endpoints(
+        [Endpoint("s0", "u0", "speculative"), Endpoint("s1", "u1", "speculative"),
+         Endpoint("b0", "v0", "baseline")]
+    )  # fmt: skip
+    top.set_roles("speculative", 1.0, load_match="arrivals")
+    assert top.mirror_decision() == "share" and top.mirror_decision() == "copy"
+    for pod in top.pods["baseline"]:
+        pod.in_flight = 50  # far busier than the serving pods: arrivals do not care
+    decisions = [top.mirror_decision() for _ in range(10)]
+    assert decisions.count("copy") == 5 and decisions.count("in_flight") == 0
+    assert decisions[::2] == ["share"] * 5  # evenly spread
+    top.set_roles("speculative", 0.2, load_match="arrivals")  # the ceiling wins
+    assert [top.mirror_decision() for _ in range(10)].count("copy") == 2
+    top.set_roles("speculative", 1.0, load_match="in_flight")
+    assert {top.mirror_decision() for _ in range(4)} == {"in_flight"}
+    top.pods["baseline"][0].in_flight = 0
+    assert top.mirror_decision() == "copy"
+    top.set_roles("speculative", 1.0, swapping=True, load_match="arrivals")
+    assert {top.mirror_decision() for _ in range(4)} == {"share"}
+    # Turning to arrivals, a router first lets its earlier copies end: a shadow held at the
+    # serving pods' in-flight count may sit past its throughput peak and never drain.
+    top.set_roles("speculative", 1.0, load_match="in_flight")
+    top.pods["baseline"][0].in_flight = 3
+    top.set_roles("speculative", 1.0, load_match="arrivals")
+    assert "copy" not in (decisions := [top.mirror_decision() for _ in range(6)])
+    assert decisions.count("drain") == 3  # every other request: the share is a half
+    top.pods["baseline"][0].in_flight = 0
+    assert [top.mirror_decision() for _ in range(4)].count("copy") == 2
+    # A shadow copied by arrivals that fills the router's budget is drained the same way;
+    # by in-flight count the budget changes nothing.
+    top.pods["baseline"][0].in_flight = 5
+    top.budget_full()
+    assert [top.mirror_decision() for _ in range(4)].count("drain") == 2
+    top.pods["baseline"][0].in_flight = 0
+    assert [top.mirror_decision() for _ in range(4)].count("copy") == 2
+    top.set_roles("speculative", 1.0, load_match="in_flight")
+    top.budget_full()
+    assert top.mirror_decision() == "copy"

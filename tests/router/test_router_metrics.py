@@ -58,10 +58,13 @@ async def test_metrics_per_arm_and_domain(
         if x.name.endswith("_total")
     }
     assert requests[("serving", "200")] == 1.0 and requests[("shadow", "200")] == 1.0
+    rules = {x.labels["rule"]: x.value for x in families["specguard_router_load_match"].samples}
+    assert rules == {"in_flight": 1.0, "arrivals": 0.0}
     assert health == {
         "status": "ok",
         "mode": "speculative",
         "mirror_share": 1.0,
+        "load_match": "in_flight",
         "serving_pods": 1,
         "shadow_pods": 1,
     }

@@ -47,9 +47,7 @@ async def test_every_mirrored_request_is_a_pair_through_the_source(
 ) -> None:
     serve, shadow = await upstream(), await upstream()
     # Every request copied, also while an earlier copy still runs.
-    rt = await start_router(
-        h.topology([serve.url], [shadow.url], share=1.0), RouterConfig(match_in_flight=False)
-    )
+    rt = await start_router(h.topology([serve.url], [shadow.url], share=1.0, load_match="arrivals"))
     since = time.time()
     assert await send(rt.url, 5) + await send(rt.url, 5, stream=False) == [200] * 10
     samples = await window_of(rt, h, since)

@@ -115,7 +115,7 @@ async def test_several_pods_per_arm_add_up_and_load_is_per_pod(
     # Same requests per pod: the baseline pods are faster at that load (Little's law).
     assert verdict.outcome == "regressed"
     assert any("compared at equal arrivals" in r for r in verdict.reasons), verdict.reasons
-    load = verdict_from_rounds([first, last], JudgeSettings(concurrency_match="load"))
+    load = verdict_from_rounds([first, last], JudgeSettings(concurrency_match="arrivals"))
     assert load.outcome == "regressed" and not load.reasons
 
 

@@ -1,8 +1,8 @@
 """Two router processes in front of the same two simulators: each router sees only its own
 half of a pod's load, the window source counts the requests of both.
 
-The routers copy every request (``--no-in-flight-match``: this is about counting, not about
-which requests are copied).
+The routers copy every request (``--load-match arrivals`` with one pod per arm: this is about
+counting, not about which requests are copied).
 
 Each router gets 4 closed-loop client streams, so the serving simulator has 8 in flight and,
 with every request mirrored, about as many reach the shadow one. A router's own serving
@@ -16,18 +16,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import statistics
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 
-import httpx
 import pytest
 
 from specguard.sim._launch import SimProcess, start_sim
 from specguard.sources._router_feed import RouterFeed, RouterFeedSource
+from specguard.testing import router_process
 from specguard.testing._loadclient import closed_loop
-from specguard.testing._ports import free_port
 
 PER_ROUTER = 4
 
@@ -38,29 +35,9 @@ def sims() -> Iterator[tuple[SimProcess, SimProcess]]:
         yield serving, shadow
 
 
-@contextlib.contextmanager
-def router(serving: str, shadow: str) -> Iterator[str]:
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "specguard", "router", "--serving", serving, "--shadow", shadow,
-         "--mirror-share", "1", "--no-in-flight-match", "--host", "127.0.0.1",
-         "--port", str(port), "--no-uvloop"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            assert time.monotonic() < deadline, "router did not come up"
-            time.sleep(0.1)
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=60)
+def router(serving: str, shadow: str) -> contextlib.AbstractContextManager[str]:
+    return router_process([serving], [shadow], "--mirror-share", "1", "--load-match", "arrivals",
+                          "--no-uvloop")  # fmt: skip
 
 
 async def test_concurrency_counts_every_router(sims: tuple[SimProcess, SimProcess]) -> None:

@@ -496,11 +496,21 @@ class Evaluation(SpecModel):
         default=0.25,
         gt=0.0,
         le=1.0,
-        description="Load check: largest relative difference of in-flight requests per pod "
-        "between the arms for a window to count (at least 2 requests apart). The routers hold "
-        "the shadow at the serving pods' in-flight count; an arm that ran lighter with as many "
-        "requests per pod is faster at that load and is judged; one that ran lighter with "
-        "fewer was underfed and the window is inconclusive.",
+        description="Load check: largest relative difference between the arms, of in-flight "
+        "requests per pod (load match in_flight; at least 2 requests apart) or of arrivals "
+        "per pod (arrivals), for a window to count. An arm that ran lighter with as many "
+        "requests per pod is faster at that load, one that got fewer requests yet held more "
+        "in flight is slower at a lighter one: both are judged; an arm that got fewer and ran "
+        "lighter was underfed and the window is inconclusive.",
+    )
+    load_match: Literal["auto", "in_flight", "arrivals"] = Field(
+        default="auto",
+        description="How the shadow is loaded. in_flight: at the serving pods' in-flight count "
+        "(clients that keep a fixed number of requests open: agents, benchmark streams). "
+        "arrivals: each shadow pod gets a serving pod's arrivals (clients that arrive at "
+        "their own pace). auto: the operator tells them apart from the traffic (arrivals that "
+        "follow completions) and switches after two windows of evidence; it starts on "
+        "in_flight.",
     )
 
 

@@ -11,6 +11,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from specguard._arms import ClientLoop, LoadMatch
 from specguard.api._wire import Passthrough, WireModel
 from specguard.api.constants import MAX_TRANSITIONS
 from specguard.api.constants import Arm as ArmName
@@ -71,6 +72,30 @@ class Arms(WireModel):
         json_schema_extra={"format": "date-time"},
         description="When the swap in progress started (RFC 3339): the routers are given a "
         "few seconds from then to serve from both arms before the first pod goes.",
+    )
+    load_match: LoadMatch = Field(
+        default="in_flight",
+        description="How the routers load the shadow: in_flight (no more requests in flight "
+        "per pod than a serving pod; closed-loop clients) or arrivals (a serving pod's "
+        "arrivals per shadow pod; open-loop clients).",
+    )
+
+
+class ClientsStatus(WireModel):
+    """What the operator found the clients to be, and why the load match is what it is."""
+
+    loop: ClientLoop = Field(
+        description="The last judged window's clients: closed (they send right after their "
+        "answers), open (they arrive at their own pace) or unknown."
+    )
+    message: str = Field(default="", max_length=1024, description="The evidence in words.")
+    streak: int = Field(
+        default=0, ge=0, description="Windows in a row whose clients asked for the other rule."
+    )
+    since: str | None = Field(
+        default=None,
+        json_schema_extra={"format": "date-time"},
+        description="When the load match in force was set (RFC 3339).",
     )
 
 
@@ -148,6 +173,11 @@ class Status(WireModel):
         "so that a restarted operator continues where the last one stopped. Times in RFC 3339. The "
         "operator's own: its fields are the judge's PolicyState, checked when read, and kept "
         "whole by the API server so that an operator newer than the CRD loses none.",
+    )
+    clients: ClientsStatus | None = Field(
+        default=None,
+        description="Closed-loop or open-loop clients, and so the load match "
+        "(arms.loadMatch): the operator's finding from the router samples.",
     )
 
 

@@ -3,6 +3,9 @@
 Bad input (unreadable file, not YAML, an invalid resource) prints one line per problem,
 each naming the field, and exits 2. ``-`` reads standard input. Input is read through
 :mod:`specguard.api._loading`: at most 1 MiB, bounded nesting and aliases, JSON types only.
+Documents of other Kubernetes kinds (a Namespace, a Secret applied from the same file) are
+left out, with one line on standard error saying which; a document that claims the
+specguard.io group, or names no kind, is checked as a SpeculativeDeployment.
 """
 
 from __future__ import annotations
@@ -65,16 +68,40 @@ def _document_name(document: Any) -> str:
     return shown(name, quote=False, limit=40) if isinstance(name, str) else "no name"
 
 
-def parse_documents(documents: list[Any], source: str) -> list[SpeculativeDeployment]:
-    """Every document as a SpeculativeDeployment, or InputError with every problem: each
-    line prefixed by the source (and the document's index and name when there are several);
-    two documents with the same namespace and name are refused."""
-    if not documents:
-        raise InputError(f"{source}: no SpeculativeDeployment in the input")
+def other_kind(document: Any) -> str | None:
+    """``"Kind name"`` for a document that is plainly another Kubernetes object (a string
+    ``kind`` other than SpeculativeDeployment and an ``apiVersion`` outside the specguard.io
+    group), else None: the document is checked as a SpeculativeDeployment."""
+    if not isinstance(document, dict):
+        return None
+    kind, api_version = document.get("kind"), document.get("apiVersion")
+    if not isinstance(kind, str) or not kind or kind == c.KIND:
+        return None
+    if not isinstance(api_version, str) or api_version.split("/")[0] == c.GROUP:
+        return None
+    return f"{shown(kind, quote=False, limit=60)} {_document_name(document)}"
+
+
+def parse_documents(
+    documents: list[Any], source: str, left_out: list[str] | None = None
+) -> list[SpeculativeDeployment]:
+    """Every SpeculativeDeployment document, or InputError with every problem: each line
+    prefixed by the source (and the document's index and name when there are several); two
+    documents with the same namespace and name are refused. Documents of other kinds
+    (``other_kind``) are skipped and, when ``left_out`` is given, named in it."""
+    others = [(i, other_kind(d)) for i, d in enumerate(documents, start=1)]
+    skipped = [f"document {i} ({what})" for i, what in others if what is not None]
+    if left_out is not None:
+        left_out += skipped
+    if len(skipped) == len(documents):
+        also = f" ({len(skipped)} of another kind: {', '.join(skipped)})" if skipped else ""
+        raise InputError(f"{source}: no SpeculativeDeployment in the input{also}")
     resources: list[SpeculativeDeployment] = []
     lines: list[str] = []
     first_index: dict[tuple[str, str], int] = {}
     for index, document in enumerate(documents, start=1):
+        if others[index - 1][1] is not None:
+            continue
         prefix = (
             source
             if len(documents) == 1
@@ -99,19 +126,23 @@ def parse_documents(documents: list[Any], source: str) -> list[SpeculativeDeploy
     return resources
 
 
-def load_resources(path: str) -> list[SpeculativeDeployment]:
-    """The SpeculativeDeployments in ``path`` (``-``: standard input), or InputError."""
+def load_resources(path: str, left_out: list[str] | None = None) -> list[SpeculativeDeployment]:
+    """The SpeculativeDeployments in ``path`` (``-``: standard input), or InputError;
+    documents of other kinds are named in ``left_out``."""
     source = "<stdin>" if path == STDIN else shown(path, quote=False, limit=300)
-    return resources_from_bytes(read_input(path), source)
+    return resources_from_bytes(read_input(path), source, left_out)
 
 
-def resources_from_bytes(data: bytes, source: str) -> list[SpeculativeDeployment]:
-    """The SpeculativeDeployments in ``data`` (read from ``source``), or InputError."""
+def resources_from_bytes(
+    data: bytes, source: str, left_out: list[str] | None = None
+) -> list[SpeculativeDeployment]:
+    """The SpeculativeDeployments in ``data`` (read from ``source``), or InputError;
+    documents of other kinds are named in ``left_out``."""
     try:
         documents = load_documents(decode(data))
     except LoadError as error:
         raise InputError(f"{source}: {error}") from None
-    return parse_documents(documents, source)
+    return parse_documents(documents, source, left_out)
 
 
 def build_parser() -> ArgumentParser:
@@ -132,13 +163,18 @@ def build_parser() -> ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
+    left_out: list[str] = []
     try:
         args = build_parser().parse_args(argv)
-        resources = load_resources(args.file)
+        resources = load_resources(args.file, left_out)
     except (UsageError, InputError) as error:
         print(f"specguard render: {error}" if isinstance(error, UsageError) else error,
               file=sys.stderr)  # fmt: skip
         return 2
+    if left_out:
+        source = "<stdin>" if args.file == STDIN else shown(args.file, quote=False, limit=300)
+        print(f"{source}: left out (not a SpeculativeDeployment): {', '.join(left_out)}",
+              file=sys.stderr)  # fmt: skip
     objects = [obj for sd in resources for obj in render_all(sd, args.mode)]
     sys.stdout.write(dump_yaml(objects))
     return 0

@@ -16,7 +16,9 @@ Inside, in order:
    new state and a ``Decision`` (target, cause, the guardrail that tripped);
 3. the transition (when the target changes) and the Events;
 4. ``plan_swap``: the next step of the rolling swap toward the target, from the cluster;
-5. the status: mode, target, conditions, the last verdict, the arms and the memory.
+5. the load match: the clients' kind from the window, and the rule the routers copy by
+   (``_clients.py``);
+6. the status: mode, target, conditions, the last verdict, the arms and the memory.
 
 Where new behaviour goes: new evidence → ``judge.Evidence`` and :func:`gather`; new memory
 → ``judge.PolicyState``; a new guardrail → ``judge._guardrails``; a new condition or
@@ -42,6 +44,7 @@ from specguard.api import (
 )
 from specguard.api import constants as c
 from specguard.api.constants import Arm, other_arm
+from specguard.controller._clients import LoadMatchAfter, load_match_after
 from specguard.controller._conditions import (
     evidence_sentence,
     set_condition,
@@ -57,6 +60,7 @@ from specguard.judge import (
     Decision,
     DraftCounters,
     Evidence,
+    LoopEvidence,
     PolicyState,
     Startup,
     Verdict,
@@ -86,6 +90,9 @@ class Window:
     drafts: DraftCounters | None = None  # the drafter arm's counters over it (None: unread)
     start: float | None = None
     first_started: float | None = None
+    # The clients behind its serving requests and the window before (None: no per-request
+    # samples), for the load match (_clients.py).
+    clients: LoopEvidence | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,6 +240,11 @@ def decide(obs: Observation) -> Outcome:
     swap_since = (since or now) if plan.swapping else None
 
     events = list(_events(obs, decision, transition, evidence, mode))
+    load_match = load_match_after(
+        spec, prev, None if obs.window is None else obs.window.clients, rfc3339(now)
+    )
+    if load_match.changed_from is not None:
+        events.append(EventSpec("Normal", "LoadMatchChanged", load_match.message))
     if plan.done and plan.mode != mode:
         events.append(EventSpec("Normal", "SwapComplete",
                                 f"{mode} → {plan.mode}: {plan.replicas[plan.mode]} serving "
@@ -240,7 +252,8 @@ def decide(obs: Observation) -> Outcome:
     if unreadable is not None:
         why = f"{unreadable[:500]}: the policy starts from a fresh memory"
         events.insert(0, EventSpec("Warning", "PolicyMemoryReset", why))
-    status = _status_after(obs, decision, state, transition, plan=plan, swap_since=swap_since)
+    status = _status_after(obs, decision, state, transition, plan=plan, swap_since=swap_since,
+                           load_match=load_match)  # fmt: skip
     return Outcome(decision.target, plan, status, tuple(events), decision, transition)
 
 
@@ -327,6 +340,7 @@ def _status_after(
     *,
     plan: SwapPlan,
     swap_since: float | None,
+    load_match: LoadMatchAfter,
 ) -> Status:
     prev, spec = obs.status, obs.spec
     active = shadow_active(spec, obs.created, obs.now)
@@ -354,8 +368,10 @@ def _status_after(
             mirror_share=0.0 if plan.swapping else share,
             swapping=plan.swapping,
             swap_since=None if swap_since is None else rfc3339(swap_since),
+            load_match=load_match.rule,
         ),
         policy=state.to_wire(),
+        clients=load_match.clients,
     )
 
 

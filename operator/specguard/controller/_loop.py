@@ -24,13 +24,14 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from specguard._objects import lookup, router_urls, vllm_urls
 from specguard._times import parse_time, rfc3339
 from specguard.api import SpecError, SpeculativeDeployment, Status, parse_resource
 from specguard.api import constants as c
+from specguard.controller._clients import SETTLE_S, rule_in_force, settled_after
 from specguard.controller._decide import (
     Disturbance,
     EventSpec,
@@ -48,9 +49,17 @@ from specguard.controller._metrics import OperatorMetrics
 from specguard.controller._observe import drafter_startup, observe_arms
 from specguard.controller._settings import judge_settings
 from specguard.controller._swap import ArmObserved
-from specguard.judge import JudgeSettings
+from specguard.judge import LoadMatch, LoopEvidence, Sample, client_loop
 from specguard.render import render_all
-from specguard.sources import Reading, ScrapeSource, Source, Targets, draft_counters, open_source
+from specguard.sources import (
+    Reading,
+    ScrapeSource,
+    Source,
+    Targets,
+    WindowSamples,
+    draft_counters,
+    open_source,
+)
 
 log = logging.getLogger("specguard.controller")
 
@@ -110,6 +119,21 @@ async def read_drafters(urls: Sequence[str]) -> Mapping[str, Reading]:
     return dict(reading.readings.get(c.ARM_SPECULATIVE, {}))
 
 
+def _settled(window: WindowSamples, cutoff: float | None, rule: LoadMatch) -> WindowSamples:
+    """``window`` without the requests that started before ``cutoff`` (the routers may still
+    have copied them by the previous load match), saying how many were left out."""
+    if cutoff is None:
+        return window
+    kept = tuple(s for s in window.samples if s.started_at >= cutoff)
+    if len(kept) == len(window.samples):
+        return window
+    note = (
+        f"{len(window.samples) - len(kept)} requests that started before the load match "
+        f"turned to {rule} (and {SETTLE_S:g}s for the routers to see it) are left out"
+    )
+    return replace(window, samples=kept, notes=(*window.notes, note))
+
+
 def source_for(sd: SpeculativeDeployment) -> Source:
     source = sd.spec.metrics_source
     return open_source(source.type, deployment=sd.metadata.name,
@@ -126,7 +150,6 @@ class _Resource:
 
     sd: SpeculativeDeployment
     generation: int | None
-    settings: JudgeSettings
     source: Source
     window_start: float | None = None
     drafts_at_start: Mapping[str, Reading] | None = None
@@ -139,6 +162,10 @@ class _Resource:
         if self._rendered is None or self._rendered[0] != key:
             self._rendered = (key, render_all(self.sd, replicas=replicas))
         return self._rendered[1]
+    # The serving requests of the last judged window and its start: the clients are
+    # classified over two windows (_clients.py).
+    previous: tuple[Sample, ...] = ()
+    previous_start: float | None = None
 
 
 class ResourceLoop:
@@ -240,7 +267,7 @@ class ResourceLoop:
             return None
         self._invalid = _NONE
         self.applier.reset()
-        self._resource = _Resource(sd, generation, judge_settings(sd.spec), self._open_source(sd))
+        self._resource = _Resource(sd, generation, self._open_source(sd))
         return self._resource
 
     async def _report_invalid(
@@ -300,6 +327,7 @@ class ResourceLoop:
         spec = resource.sd.spec
         if not judging(spec, prev, created, now):
             resource.window_start, resource.drafts_at_start = None, None
+            resource.previous, resource.previous_start = (), None
             return None
         drafters = vllm_urls(self.name, observed.pods, spec.runtime.port)[c.ARM_SPECULATIVE]
         if resource.window_start is None:
@@ -320,14 +348,32 @@ class ResourceLoop:
         )
         before = resource.drafts_at_start
         resource.window_start, resource.drafts_at_start = now, drafts_at_end
+        clients = self._clients(resource, window, start, now)
+        rule = rule_in_force(spec, prev)
         return Window(
-            verdict=window.verdict(resource.settings),
+            verdict=_settled(window, settled_after(prev), rule).verdict(judge_settings(spec, rule)),
             source_down=f"{window.source} unavailable: {window.problem}"
             if window.state == "down" else None,
             drafts=None if before is None else draft_counters(before, drafts_at_end),
             start=start,
             first_started=min((x.started_at for x in window.samples), default=None),
+            clients=clients,
         )  # fmt: skip
+
+    @staticmethod
+    def _clients(
+        resource: _Resource, window: WindowSamples, start: float, now: float
+    ) -> LoopEvidence | None:
+        """The clients behind this window's serving requests and the last window's (None
+        for sources without per-request samples)."""
+        if window.source != "router" or window.state != "ok":
+            resource.previous, resource.previous_start = (), None
+            return None
+        serving = tuple(s for s in window.samples if s.role == "serving")
+        since = resource.previous_start if resource.previous_start is not None else start
+        found = client_loop((*resource.previous, *serving), start=since, end=now)
+        resource.previous, resource.previous_start = serving, start
+        return found
 
     def _record_window(self, window: Window, outcome: Outcome, now: float) -> None:
         verdict = window.verdict

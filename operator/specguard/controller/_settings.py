@@ -12,8 +12,11 @@ resource                               judge / policy
                                        ``PolicySettings.speculation_min_requests``
 ``evaluation.minOutputTokens``         ``JudgeSettings.min_output_tokens``
 ``evaluation.concurrencyMatch``        ``JudgeSettings.concurrency_tolerance`` (the load
-                                       check: in-flight requests per pod,
-                                       ``concurrency_match="in_flight"``)
+                                       check's tolerance)
+``evaluation.loadMatch``               ``JudgeSettings.concurrency_match``: the rule the
+                                       routers copied by in the window (``in_flight`` or
+                                       ``arrivals``; with ``auto`` the operator's finding,
+                                       ``_clients.rule_in_force``)
 ``evaluation.consecutiveWindows``      ``PolicySettings.consecutive_windows``
 ``evaluation.windowsPerFalseAlarm``    ``PolicySettings.windows_per_false_alarm`` (the
                                        cumulative rule's budget; 0 off)
@@ -31,18 +34,19 @@ Here rather than in the judge: the judge imports no other specguard package.
 from __future__ import annotations
 
 from specguard.api import Spec
-from specguard.judge import JudgeSettings, PolicySettings
+from specguard.judge import JudgeSettings, LoadMatch, PolicySettings
 
 
-def judge_settings(spec: Spec) -> JudgeSettings:
-    """The judge's settings for one resource."""
+def judge_settings(spec: Spec, load_match: LoadMatch = "in_flight") -> JudgeSettings:
+    """The judge's settings for one resource, with the load check of ``load_match``, the
+    rule the routers copied by (``_clients.rule_in_force``)."""
     e = spec.evaluation
     return JudgeSettings(
         tolerance=e.tolerance,
         confidence=e.confidence,
         min_requests_per_arm=e.min_requests_per_arm,
         min_output_tokens=e.min_output_tokens,
-        concurrency_match="in_flight",
+        concurrency_match=load_match,
         concurrency_tolerance=e.concurrency_match,
     )
 

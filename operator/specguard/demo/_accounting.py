@@ -28,17 +28,15 @@ Over the schedule every figure is token-weighted with the tokens the client rece
 each window: realized = Σ R·T ÷ Σ T (= the client's Σ decode time ÷ Σ decode tokens), always
 = Σ X_spec·T ÷ Σ T, never = Σ X_base·T ÷ Σ T, best = Σ min(X_spec, X_base)·T ÷ Σ T.
 
-**Load.** A mirror gives the shadow pod a serving pod's *arrivals*; its requests in flight
-then follow its own speed (Little's law): a faster shadow holds fewer than the serving pods,
-a slower one more, and one slower than its arrivals a growing queue. That is the right
-counterfactual for clients that arrive on their own (open loop). The demo's client runs a
-closed loop (a fixed number of streams), where the other arm would have served at the
-serving pods' in-flight count instead. So each window also carries both arms' mean in-flight
-requests per pod (from the pods), and :func:`served_ratios` gives a second estimate that
-uses no shadow measurement at all: per phase, the ratio of the client's own per-token
-latency in the windows the drafter arm served to that in the windows the baseline arm served
-(each arm at the client's concurrency); a phase in which only one arm served keeps the pairs'
-ratios.
+**Load.** The routers load the shadow as the other arm would be loaded had it served these
+clients (docs/judge.md, closed or open clients): at the serving pods' in-flight count for a
+closed loop (a fixed number of streams), at a serving pod's arrivals for an open loop (its
+in-flight count then follows its own speed, Little's law). Each window also carries both
+arms' mean in-flight requests per pod (from the pods), and :func:`served_ratios` gives a
+second estimate that uses no shadow measurement at all: per phase, the ratio of the client's
+own per-token latency in the windows the drafter arm served to that in the windows the
+baseline arm served (each arm under the client's own load); a phase in which only one arm
+served keeps the pairs' ratios.
 """
 
 from __future__ import annotations

@@ -69,8 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--schedule",
         default=DEFAULT_SCHEDULE,
-        help="phases DOMAIN:STREAMS_PER_SERVING_POD:SECONDS, comma-separated; "
-        "DOMAIN is math or tool_call",
+        help="phases DOMAIN:STREAMS_PER_SERVING_POD:SECONDS (closed-loop streams) or "
+        "DOMAIN:RATE/s:SECONDS (open loop: RATE requests per second per serving pod, Poisson), "
+        "comma-separated; DOMAIN is math or tool_call",
     )
     p.add_argument(
         "--window",
@@ -303,8 +304,8 @@ class Demo:
             f"{body['spec']['shadow']['replicas']} shadow"
         )
         steps = "; ".join(
-            f"{s.index + 1}) {s.phase.label()}: {s.phase.streams(replicas)} streams "
-            f"({s.phase.per_pod} per serving pod) for {s.phase.seconds:g}s"
+            f"{s.index + 1}) {s.phase.label()}: {s.phase.load_text(replicas)} for "
+            f"{s.phase.seconds:g}s"
             for s in self.spans
         )
         plain(f"  schedule ({format_schedule(self.phases)}): {steps}")
@@ -363,8 +364,7 @@ class Demo:
                     p = span.phase
                     console.say(
                         f"traffic phase {span.index + 1}/{len(self.spans)}: {p.label()}, "
-                        f"{p.streams(replicas)} streams ({p.per_pod} per serving pod) "
-                        f"for {p.seconds:g}s"
+                        f"{p.load_text(replicas)} for {p.seconds:g}s"
                     )
                 counts.update()
                 where = f"phase {span.index + 1} {span.phase.label()}" if span else "starting"
@@ -462,6 +462,8 @@ class Demo:
             for v in sorted(monitor.verdicts.values(), key=lambda v: v.end)
         ]
         report["mirror_share"] = _changes([(x.t - t0, x.share) for x in monitor.snapshots])
+        report["load_match"] = _changes([(x.t - t0, x.load_match) for x in monitor.snapshots])
+        report["clients"] = _changes([(x.t - t0, x.clients) for x in monitor.snapshots])
         report["modes"] = _changes(
             [(x.t - t0, "swapping" if x.swapping or x.mode != x.target else x.mode)
              for x in monitor.snapshots]

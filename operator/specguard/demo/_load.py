@@ -1,5 +1,10 @@
-"""The demo's client: closed-loop streaming chat requests through the router pods, following
-the schedule, one JSON line per finished request (numbers only, never text).
+"""The demo's client: streaming chat requests through the router pods, following the
+schedule, one JSON line per finished request (numbers only, never text).
+
+A closed-loop phase runs ``PER_POD × replicas`` streams, each sending its next request when
+its last one is answered; an open-loop phase sends Poisson arrivals at ``RATE × replicas``
+a second, each on its own, whatever the answers (at most ``MAX_OPEN`` at once: beyond that an
+arrival is recorded as failed, status 599, rather than piling up without bound).
 
 It runs as its own process (``main`` in a ``python -c`` process started by the demo and
 registered with the cluster's process groups), so its timing is not shared with the demo's
@@ -16,6 +21,7 @@ import asyncio
 import contextlib
 import json
 import os
+import random
 import signal
 import sys
 import time
@@ -100,11 +106,15 @@ def read_records(path: Path) -> list[ClientRecord]:
     return out
 
 
+MAX_OPEN = 4096
+
+
 @dataclass
 class _State:
     phase: int = -1
     domain: str = "math"
     streams: int = 0
+    rate: float = 0.0  # open loop: arrivals per second in all
     stop: bool = False
 
 
@@ -129,6 +139,8 @@ class Client:
         self.max_tokens = max_tokens
         self.state = _State()
         self.payloads = {d: payload(d, model, max_tokens) for d in PROMPTS}
+        self.open: set[asyncio.Task[int]] = set()
+        self._sent = 0
 
     async def run(self, parent: int | None) -> None:
         most = max(s.phase.streams(self.replicas) for s in self.spans)
@@ -136,13 +148,14 @@ class Client:
         connector = aiohttp.TCPConnector(limit=0)
         async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
             workers = [asyncio.create_task(self._worker(session, i)) for i in range(most)]
+            workers.append(asyncio.create_task(self._arrivals(session)))
             try:
                 await self._drive(parent)
             finally:
                 self.state.stop = True
-                for w in workers:
+                for w in [*workers, *self.open]:
                     w.cancel()
-                await asyncio.gather(*workers, return_exceptions=True)
+                await asyncio.gather(*workers, *self.open, return_exceptions=True)
                 self.out.flush()
 
     async def _drive(self, parent: int | None) -> None:
@@ -159,40 +172,77 @@ class Client:
                 self.state.phase = current.index
                 self.state.domain = current.phase.domain
                 self.state.streams = current.phase.streams(self.replicas)
+                rate = current.phase.rate
+                self.state.rate = 0.0 if rate is None else rate * self.replicas
             if now - last_flush >= 0.5:
                 self.out.flush()
                 last_flush = now
             await asyncio.sleep(0.05)
 
     async def _worker(self, session: aiohttp.ClientSession, index: int) -> None:
+        """One closed-loop stream: the next request when the last one is answered."""
         url = self.routers[index % len(self.routers)]
         while not self.state.stop:
             if index >= self.state.streams:
                 await asyncio.sleep(0.05)
                 continue
-            domain, phase = self.state.domain, self.state.phase
-            headers = {"Content-Type": "application/json", "X-Specguard-Domain": domain}
-            started = time.time()
-            record = StreamRecord(time.monotonic(), index)
-            status = 200
-            try:
-                await stream_once(
-                    session,
-                    url,
-                    self.payloads[domain],
-                    headers,
-                    record,
-                    path="/v1/chat/completions",
-                )
-            except aiohttp.ClientResponseError as error:
-                status = error.status
-            except (aiohttp.ClientError, TimeoutError):
-                status = 599  # no answer (connection refused or reset, timeout)
+            status = await self._one(session, url, index)
             if status != 200:
                 await asyncio.sleep(0.2)  # a failing router: do not spin
-            line = record_line(record, started=started, ended=time.time(), status=status,
-                               domain=domain, phase=phase)  # fmt: skip
-            self.out.write(line + "\n")
+
+    async def _arrivals(self, session: aiohttp.ClientSession) -> None:
+        """Open-loop phases: Poisson arrivals at the phase's rate, each request on its own
+        task, whatever the answers (the next arrival is drawn from the last one's due time,
+        so a late wake-up does not slow the rate down)."""
+        rng = random.Random(os.getpid())
+        due = time.monotonic()
+        while not self.state.stop:
+            rate = self.state.rate
+            if rate <= 0:
+                await asyncio.sleep(0.05)
+                due = time.monotonic()
+                continue
+            due += rng.expovariate(rate)
+            wait = due - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            if self.state.rate <= 0 or self.state.stop:
+                continue
+            self._sent += 1
+            url = self.routers[self._sent % len(self.routers)]
+            if len(self.open) >= MAX_OPEN:
+                now = time.time()
+                self._write(StreamRecord(time.monotonic()), now, 599, self.state.domain,
+                            self.state.phase)  # fmt: skip
+                continue
+            task = asyncio.create_task(self._one(session, url, -1))
+            self.open.add(task)
+            task.add_done_callback(self.open.discard)
+
+    async def _one(self, session: aiohttp.ClientSession, url: str, index: int) -> int:
+        """Send one request, write its line; its status (599: no answer)."""
+        domain, phase = self.state.domain, self.state.phase
+        headers = {"Content-Type": "application/json", "X-Specguard-Domain": domain}
+        started = time.time()
+        record = StreamRecord(time.monotonic(), index)
+        status = 200
+        try:
+            await stream_once(
+                session, url, self.payloads[domain], headers, record, path="/v1/chat/completions"
+            )
+        except aiohttp.ClientResponseError as error:
+            status = error.status
+        except (aiohttp.ClientError, TimeoutError):
+            status = 599  # no answer (connection refused or reset, timeout)
+        self._write(record, started, status, domain, phase)
+        return status
+
+    def _write(
+        self, record: StreamRecord, started: float, status: int, domain: str, phase: int
+    ) -> None:
+        line = record_line(record, started=started, ended=time.time(), status=status,
+                           domain=domain, phase=phase)  # fmt: skip
+        self.out.write(line + "\n")
 
 
 def build_parser() -> ArgumentParser:

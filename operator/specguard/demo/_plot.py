@@ -65,7 +65,7 @@ def timeline(
         lat.text(
             (span.start + span.end) / 2,
             1.01,
-            f"{p.label()}, {p.per_pod}/pod",
+            f"{p.label()}, {p.per_pod_text()}",
             transform=lat.get_xaxis_transform(),
             ha="center",
             va="bottom",
@@ -151,6 +151,8 @@ def timeline(
             label=f"{pod} ({'drafter' if arm == c.ARM_SPECULATIVE else 'baseline'})",
         )
     for span in spans:
+        if span.phase.open:
+            continue  # arrivals: the in-flight count follows the serving arm's speed
         conc.hlines(
             span.phase.per_pod, span.start, span.end, colors="black", linestyles="--", lw=0.8
         )

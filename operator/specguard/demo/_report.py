@@ -139,8 +139,8 @@ def summary_lines(s: Summary, *, time_scale: float, window_s: float) -> list[str
         "Per-token latency over the schedule, token-weighted over the client's requests "
         f"(wall-clock ms; the simulator runs at time scale {time_scale:g}). The other arm's "
         "figure comes from the mirrored pairs (the shadow at the serving pods' in-flight "
-        "count), or "
-        "from the windows that arm served the client itself (at the client's concurrency):"
+        "count for closed-loop clients, at their arrivals for open-loop ones), or from the "
+        "windows that arm served the client itself:"
     ]
     t, v = s.overall, s.served
     if t is None:
@@ -166,7 +166,7 @@ def summary_lines(s: Summary, *, time_scale: float, window_s: float) -> list[str
             continue
         p = span.phase
         lines.append(
-            f"  phase {span.index + 1} {p.label()} ({p.per_pod}/pod, {p.seconds:g}s), pairs: "
+            f"  phase {span.index + 1} {p.label()} ({p.per_pod_text()}, {p.seconds:g}s), pairs: "
             f"realized {_ms(pt.realized_s)}, always {_ms(pt.always_s)}, never "
             f"{_ms(pt.never_s)}, best {_ms(pt.best_s)}"
         )
@@ -212,6 +212,7 @@ def summary_json(s: Summary, settings: Mapping[str, Any]) -> dict[str, Any]:
                 "phase": span.index + 1,
                 "domain": span.phase.domain,
                 "per_pod": span.phase.per_pod,
+                "rate_per_pod": span.phase.rate,
                 "seconds": span.phase.seconds,
                 "figures": figures(pt),
             }
@@ -226,12 +227,85 @@ def summary_json(s: Summary, settings: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def side_by_side(
+    runs: Sequence[tuple[str, Mapping[str, Any]]], *, goal: float = 0.03
+) -> list[str]:
+    """The regret bench's table (bench/regret.py): one column per run, each a label and the
+    ``summary.json`` the demo wrote for it. Per-token latency (ms) realized by the operator,
+    always drafter, never drafter and the per-window best from the mirrored pairs, realized
+    against each, the served estimate's regret, the load-match rule over time, the
+    decisions, and whether the goal holds: within ``goal`` of the best and below both
+    always and never."""
+    rows: list[tuple[str, Sequence[str]]] = [("", [label for label, _ in runs])]
+
+    def line(name: str, cells: Sequence[str]) -> None:
+        rows.append((name, cells))
+
+    def figure(report: Mapping[str, Any], key: str, vs: str | None = None) -> str:
+        o = report.get("overall")
+        if not o:
+            return "n/a"
+        text = f"{o[key] * 1000:.2f} ms"
+        if vs is not None:
+            text += f" ({_change(o['realized_s'], o[vs])})"
+        return text
+
+    reports = [r for _, r in runs]
+    line("schedule", [str(r.get("settings", {}).get("schedule", "?")) for r in reports])
+    line("realized (specguard)", [figure(r, "realized_s") for r in reports])
+    line("always drafter", [figure(r, "always_s", "always_s") for r in reports])
+    line("never drafter", [figure(r, "never_s", "never_s") for r in reports])
+    line("per-window best", [figure(r, "best_s", "best_s") for r in reports])
+    line("regret, served estimate", [
+        "n/a" if not r.get("served") else
+        _change(r["served"]["realized_s"], r["served"]["best_s"]) for r in reports
+    ])  # fmt: skip
+    line("load match", [_rules(r.get("load_match") or []) for r in reports])
+    line("clients found", [_rules(r.get("clients") or []) for r in reports])
+    line("decisions (windows)", [_decided(r.get("decisions") or []) for r in reports])
+    line("requests, errors", [f"{r.get('requests', 0)}, {r.get('errors', 0)}" for r in reports])
+    verdicts = []
+    for r in reports:
+        o = r.get("overall")
+        if not o:
+            verdicts.append("n/a")
+            continue
+        ok = (o["realized_s"] <= (1 + goal) * o["best_s"], o["realized_s"] < o["always_s"],
+              o["realized_s"] < o["never_s"])  # fmt: skip
+        verdicts.append("met" if all(ok) else "missed: " + ", ".join(
+            what for what, fine in zip((f">{goal:.0%} of best", "≥ always", "≥ never"), ok,
+                                       strict=True) if not fine))  # fmt: skip
+    line(f"goal (≤{goal:.0%}, < both)", verdicts)
+    width = 2 + max(len(cell) for _, cells in rows for cell in cells)
+    return [f"{name:<24}" + "".join(f"{cell:>{width}}" for cell in cells) for name, cells in rows]
+
+
+def _rules(changes: Sequence[Sequence[Any]]) -> str:
+    """``[[t, value], ...]`` → ``in_flight`` or ``in_flight→arrivals@25s`` (empty values,
+    before status had one, left out)."""
+    changes = [c for c in changes if c[1]]
+    if not changes:
+        return "?"
+    first, *rest = changes
+    return str(first[1]) + "".join(f"→{rule}@{t:.0f}s" for t, rule in rest)
+
+
+def _decided(found: Sequence[Mapping[str, Any]]) -> str:
+    if not found:
+        return "none"
+    return ", ".join(
+        f"{'rollback' if d['to_mode'] == c.ARM_BASELINE else 'back'} {d['windows']:.1f}"
+        f"/p{d['phase']}" for d in found
+    )
+
+
 __all__ = [
     "GOAL_REGRET",
     "Decision",
     "Summary",
     "decisions",
     "in_swaps",
+    "side_by_side",
     "summarize",
     "summary_json",
     "summary_lines",

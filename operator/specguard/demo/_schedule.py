@@ -1,9 +1,12 @@
-"""The demo's traffic schedule: phases of one domain at one concurrency for a while (pure).
+"""The demo's traffic schedule: phases of one domain at one load for a while (pure).
 
 A phase is written ``DOMAIN:PER_POD:SECONDS``, e.g. ``tool_call:144:100``: ``PER_POD`` closed-loop
-streams for every serving pod (the client runs ``PER_POD × replicas`` streams), so the
-concurrency each engine sees is the one the simulator's crossover is stated in. Phases are
-separated by commas.
+streams for every serving pod (the client runs ``PER_POD × replicas`` streams, each sending its
+next request when its last one is answered), so the concurrency each engine sees is the one the
+simulator's crossover is stated in. ``DOMAIN:RATE/s:SECONDS``, e.g. ``tool_call:80/s:90``, is an
+open loop instead: ``RATE`` requests per second per serving pod (Poisson arrivals at
+``RATE × replicas`` a second, sent whatever the answers), the clients that arrive at their own
+pace. Phases are separated by commas; one schedule may mix both.
 """
 
 from __future__ import annotations
@@ -21,20 +24,40 @@ DOMAINS = ("math", "tool_call")
 # room for the re-promotion's three improved windows and a swap.
 DEFAULT_SCHEDULE = "math:4:30,tool_call:144:90,math:4:100"
 MAX_PER_POD = 512
+MAX_RATE = 1000.0  # requests per second per serving pod
 MAX_PHASE_S = 3600
 
 
 @dataclass(frozen=True, slots=True)
 class Phase:
     domain: str
-    per_pod: int
+    per_pod: int  # closed-loop streams per serving pod (0 in an open-loop phase)
     seconds: float
+    rate: float | None = None  # open loop: requests per second per serving pod
+
+    @property
+    def open(self) -> bool:
+        return self.rate is not None
 
     def streams(self, serving_pods: int) -> int:
+        """Closed-loop streams in all (0 in an open-loop phase)."""
         return self.per_pod * serving_pods
 
     def label(self) -> str:
         return "tool calls" if self.domain == "tool_call" else self.domain
+
+    def per_pod_text(self) -> str:
+        """``144/pod`` (streams) or ``80/s/pod`` (arrivals)."""
+        return f"{self.rate:g}/s/pod" if self.rate is not None else f"{self.per_pod}/pod"
+
+    def load_text(self, serving_pods: int) -> str:
+        """The load in words, for the demo's lines."""
+        if self.rate is not None:
+            return (
+                f"{self.rate * serving_pods:g} requests/s arriving at their own pace "
+                f"({self.rate:g} per serving pod)"
+            )
+        return f"{self.streams(serving_pods)} streams ({self.per_pod} per serving pod)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,9 +85,21 @@ def parse_schedule(text: str, flag: str = "--schedule") -> tuple[Phase, ...]:
                 f"{flag}: phase {number}: domain must be one of {', '.join(DOMAINS)}, "
                 f"got {domain!r}"
             )
-        if not per_pod.isdigit() or not 1 <= int(per_pod) <= MAX_PER_POD:
+        rate = None
+        if per_pod.endswith("/s"):
+            try:
+                rate = float(per_pod[:-2])
+            except ValueError:
+                rate = -1.0
+            if not 0.01 <= rate <= MAX_RATE:
+                raise UsageError(
+                    f"{flag}: phase {number}: requests per second per pod must be "
+                    f"0.01..{MAX_RATE:g}, got {per_pod[:-2]!r}"
+                )
+        elif not per_pod.isdigit() or not 1 <= int(per_pod) <= MAX_PER_POD:
             raise UsageError(
-                f"{flag}: phase {number}: streams per pod must be 1..{MAX_PER_POD}, got {per_pod!r}"
+                f"{flag}: phase {number}: streams per pod must be 1..{MAX_PER_POD} (or "
+                f"RATE/s for an open loop), got {per_pod!r}"
             )
         try:
             length = float(seconds)
@@ -74,7 +109,7 @@ def parse_schedule(text: str, flag: str = "--schedule") -> tuple[Phase, ...]:
             raise UsageError(
                 f"{flag}: phase {number}: seconds must be 1..{MAX_PHASE_S}, got {seconds!r}"
             )
-        phases.append(Phase(domain, int(per_pod), length))
+        phases.append(Phase(domain, 0 if rate is not None else int(per_pod), length, rate))
     return tuple(phases)
 
 
@@ -88,7 +123,10 @@ def spans(phases: Sequence[Phase]) -> tuple[Span, ...]:
 
 
 def format_schedule(phases: Sequence[Phase]) -> str:
-    return ",".join(f"{p.domain}:{p.per_pod}:{p.seconds:g}" for p in phases)
+    return ",".join(
+        f"{p.domain}:{f'{p.rate:g}/s' if p.rate is not None else p.per_pod}:{p.seconds:g}"
+        for p in phases
+    )
 
 
 def total_seconds(phases: Sequence[Phase]) -> float:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as dt
 import math
 import time
 from collections.abc import Callable, Mapping
@@ -17,6 +16,7 @@ from typing import Any
 import httpx
 
 from specguard._objects import router_urls
+from specguard._times import parse_time
 from specguard.api import constants as c
 from specguard.demo._stage import vllm_pods
 from specguard.judge import Sample
@@ -31,6 +31,8 @@ class Snapshot:
     target: str
     swapping: bool
     share: float | None
+    load_match: str = "in_flight"  # status.arms.loadMatch: how the routers copy
+    clients: str = ""  # status.clients.loop: closed, open or unknown ("" before any)
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +150,8 @@ class Monitor:
                 str(status.get("targetMode") or mode),
                 bool(arms.get("swapping")),
                 arms.get("mirrorShare"),
+                str(arms.get("loadMatch") or "in_flight"),
+                str((status.get("clients") or {}).get("loop") or ""),
             )
         )
         verdict = status.get("lastVerdict") or {}
@@ -259,17 +263,8 @@ class Monitor:
         if snap.swapping or snap.target != snap.mode:
             return f"mode {snap.mode} → {snap.target} (swapping)"
         share = "" if snap.share is None else f", mirror {snap.share:.2f}"
-        return f"mode {snap.mode}{share}"
-
-
-def parse_time(value: Any) -> float | None:
-    """An RFC 3339 time from status (``2026-12-01T22:15:58Z``) → epoch seconds."""
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        return dt.datetime.fromisoformat(value).timestamp()
-    except ValueError:
-        return None
+        rule = ", by arrivals" if snap.load_match == "arrivals" else ""
+        return f"mode {snap.mode}{share}{rule}"
 
 
 def _now() -> float:

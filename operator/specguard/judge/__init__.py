@@ -10,7 +10,9 @@
   log-likelihood ratio, the rule for a sustained loss no single window shows);
 - ``policy``: the stored ``PolicyState`` and one window's ``Evidence`` → new state and
   ``Decision`` (``step``);
-- ``settings``: ``PolicySettings``, and the judge's settings as command-line flags.
+- ``settings``: ``PolicySettings``, and the judge's settings as command-line flags;
+- ``clients``: one window's serving requests → closed-loop or open-loop clients, and so the
+  load-match rule (``client_loop``, ``next_load_match``).
 
 The CLI front end is ``specguard.commands.judge`` (``specguard judge SAMPLES.jsonl``); the
 resource's settings become ``JudgeSettings`` and ``PolicySettings`` in the controller.
@@ -18,6 +20,17 @@ See docs/judge.md and docs/architecture.md.
 """
 
 from specguard._arms import ARMS, ROLES, Arm, Role
+from specguard.judge._clients import (
+    LOAD_MATCHES,
+    ClientLoop,
+    FollowUps,
+    LoadMatch,
+    LoadMatchState,
+    LoopEvidence,
+    LoopSettings,
+    client_loop,
+    next_load_match,
+)
 from specguard.judge._cumulative import Cumulative, CumulativeSettings, evidence_summary
 from specguard.judge._evidence import ArmErrors, DraftCounters, Evidence, Startup
 from specguard.judge._guardrails import GUARDRAILS, Guardrail, Trip
@@ -59,21 +72,28 @@ __all__ = [
     "BASIS_SCRAPE",
     "EMPTY",
     "GUARDRAILS",
+    "LOAD_MATCHES",
     "MAX_RESAMPLES",
     "MAX_TRANSITIONS_KEPT",
     "ROLES",
     "Action",
     "Arm",
     "ArmErrors",
+    "ClientLoop",
     "Command",
     "Cumulative",
     "CumulativeSettings",
     "Decision",
     "DraftCounters",
     "Evidence",
+    "FollowUps",
     "Guardrail",
     "Histogram",
     "JudgeSettings",
+    "LoadMatch",
+    "LoadMatchState",
+    "LoopEvidence",
+    "LoopSettings",
     "Measurement",
     "PolicySettings",
     "PolicyState",
@@ -85,11 +105,13 @@ __all__ = [
     "Verdict",
     "add_judge_flags",
     "change_mode",
+    "client_loop",
     "evidence_summary",
     "flag_message",
     "judge",
     "judge_histograms",
     "judge_settings_from_args",
+    "next_load_match",
     "parse_lines",
     "read_lines",
     "step",

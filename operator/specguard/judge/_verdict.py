@@ -55,7 +55,7 @@ from specguard.judge._sample import ARMS, MEASUREMENTS, Arm, Sample
 
 Outcome = Literal["regressed", "improved", "neutral", "inconclusive"]
 Method = Literal["paired", "stratified", "histogram", "none"]
-ConcurrencyMatch = Literal["in_flight", "load", "off"]
+ConcurrencyMatch = Literal["in_flight", "arrivals", "off"]
 
 QUANTITY_PAIRED = "median per-request ratio of paired requests"
 QUANTITY_MEDIANS = "ratio of median per-token latency"
@@ -110,10 +110,14 @@ class JudgeSettings:
       dropped by a full shadow budget, a share below what matching needs). For paired and
       histogram verdicts; an unpaired verdict is itself made at the in-flight levels both
       arms cover (``matched_groups``), which this check would only repeat.
-    - ``"load"``: the arms' arrivals per pod in the window (all requests, errors included)
-      differ by at most ``concurrency_tolerance`` (relative): for clients that arrive at
-      their own pace (open loop) and routers that copy a fixed share of them. With mirrored
-      samples (serving and shadow roles, pair ids) arrivals are counted on the serving
+    - ``"arrivals"``: the arms' arrivals per pod in the window (all requests, errors
+      included) differ by at most ``concurrency_tolerance`` (relative): for clients that
+      arrive at their own pace (open loop; ``judge.client_loop``) and routers that copy a
+      serving pod's arrivals to each shadow pod. One exception, Little's law again: an arm
+      that got fewer requests per pod yet held more in flight (beyond the in-flight check's
+      allowance) is slower at a lighter load (a shadow that cannot keep up, its copies
+      dropped by a full budget), and the window is judged, with a reason that says so. With
+      mirrored samples (serving and shadow roles, pair ids) arrivals are counted on the serving
       arm's requests: per serving pod, the serving requests; per shadow pod, those of them
       that were copied (they carry a ``pair_id``) — a slower or backlogged shadow's own
       completions lag its arrivals. Without mirrored samples: each arm's requests per pod.
@@ -155,8 +159,8 @@ class JudgeSettings:
             ("min_output_tokens", self.min_output_tokens >= 2, "must be at least 2"),
             (
                 "concurrency_match",
-                self.concurrency_match in ("in_flight", "load", "off"),
-                "must be in_flight, load or off",
+                self.concurrency_match in ("in_flight", "arrivals", "off"),
+                "must be in_flight, arrivals or off",
             ),
             ("concurrency_tolerance", self.concurrency_tolerance >= 0, "must be >= 0"),
             ("concurrency_slack", self.concurrency_slack >= 0, "must be >= 0"),
@@ -905,7 +909,7 @@ class _Arrivals:
     def per_pod(
         self, requests: Mapping[str, int], pods: Mapping[str, set[str]]
     ) -> dict[str, float | None]:
-        """Arrivals per pod of each arm (see ``JudgeSettings``: ``"load"``)."""
+        """Arrivals per pod of each arm (see ``JudgeSettings``: ``"arrivals"``)."""
         per_pod: dict[str, float | None] = {
             arm: requests[arm] / len(pods[arm]) if pods[arm] else None for arm in ARMS
         }
@@ -943,15 +947,33 @@ def _insufficient(
         )
     spec_l, base_l = requests_per_pod["speculative"], requests_per_pod["baseline"]
     tolerance = settings.concurrency_tolerance
-    if settings.concurrency_match == "load":
+    if settings.concurrency_match == "arrivals":
         if spec_l and base_l:
             if max(spec_l, base_l) / min(spec_l, base_l) - 1 > tolerance:
-                reasons.append(
-                    f"mismatched load (speculative {_num(spec_l)} vs baseline {_num(base_l)}"
-                    f" requests per pod; allowed ±{tolerance:.0%}: is the mirror share right?)"
+                few: Arm = "speculative" if spec_l < base_l else "baseline"
+                many: Arm = "baseline" if few == "speculative" else "speculative"
+                few_c, many_c = concurrency[few], concurrency[many]
+                per_pod = f"speculative {_num(spec_l)} vs baseline {_num(base_l)} requests per pod"
+                busier = (
+                    few_c is not None
+                    and many_c is not None
+                    and few_c - many_c
+                    > max(settings.concurrency_slack, tolerance * max(few_c, many_c))
                 )
+                if busier:
+                    notes.append(
+                        f"{few} got fewer requests ({per_pod}) and held more in flight "
+                        f"({_num(few_c or 0)} vs {_num(many_c or 0)} per pod): it is slower at "
+                        "a lighter load (Little's law), compared as it is"
+                    )
+                else:
+                    reasons.append(
+                        f"mismatched arrivals ({per_pod}; allowed ±{tolerance:.0%}: the "
+                        f"{few} arm was underfed — shadow budget full, or more shadow pods "
+                        "than serving pods?)"
+                    )
         elif n["speculative"] and n["baseline"]:
-            reasons.append("per-pod load of an arm is unknown")
+            reasons.append("per-pod arrivals of an arm are unknown")
     elif settings.concurrency_match == "in_flight" and not levels_matched:
         spec_c, base_c = concurrency["speculative"], concurrency["baseline"]
         if spec_c is not None and base_c is not None:

@@ -1,7 +1,7 @@
 """``specguard router``: run the shadow router, in Kubernetes or with static upstreams.
 
 specguard router --deployment NAME --namespace NS --port 8080
-specguard router --serving URL [URL...] --shadow URL [URL...] --mirror-share X --port P
+specguard router --serving URL [URL...] --shadow URL [URL...] [--load-match arrivals] --port P
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from aiohttp import web
 
 from specguard._args import ArgumentParser, UsageError
 from specguard._arms import other_arm
-from specguard.judge import Arm
+from specguard.judge import LOAD_MATCHES, Arm, LoadMatch
 from specguard.router._pool import Endpoint, Topology
 from specguard.router._proxy import Router, RouterConfig
 
@@ -43,8 +43,15 @@ def build_parser() -> argparse.ArgumentParser:
     static.add_argument("--shadow", nargs="*", metavar="URL", default=[], help="shadow-arm URLs")
     static.add_argument(
         "--mirror-share", type=float, help="largest share of requests to mirror, 0..1 "
-        "(default 1: as many as keep the shadow at the serving arm's in-flight count per pod; "
-        "with --no-in-flight-match: shadow URLs / serving URLs, at most 1)",
+        "(default 1: as many as --load-match allows)",
+    )  # fmt: skip
+    static.add_argument(
+        "--load-match", choices=LOAD_MATCHES,
+        help="in_flight (closed-loop clients): copy a request only while the shadow arm "
+        "holds no more requests in flight per pod than the serving arm; arrivals (open-loop "
+        "clients): copy shadow URLs / serving URLs of the requests, so each shadow pod gets "
+        "a serving pod's arrivals (default in_flight; in Kubernetes mode the operator "
+        "publishes it in status.arms.loadMatch)",
     )  # fmt: skip
     static.add_argument(
         "--serving-arm", choices=("speculative", "baseline"), default="speculative",
@@ -69,12 +76,6 @@ def build_parser() -> argparse.ArgumentParser:
         "--shadow-max-in-flight", type=int, default=cfg.shadow_max_in_flight, metavar="N",
         help="shadow copies running at once; beyond it a copy is dropped and counted "
         f"(default {cfg.shadow_max_in_flight})",
-    )  # fmt: skip
-    tune.add_argument(
-        "--no-in-flight-match", action="store_true",
-        help="mirror exactly the mirror share of requests, whatever the shadow arm holds in "
-        "flight (default: copy a request only while the shadow arm holds no more requests in "
-        "flight per pod than the serving arm, so both are measured at one concurrency)",
     )  # fmt: skip
     tune.add_argument(
         "--shadow-timeout", type=float, default=cfg.shadow_timeout_s, metavar="SECONDS",
@@ -132,17 +133,14 @@ def static_topology(
     share: float | None,
     serving_arm: str,
     *,
-    match_in_flight: bool = True,
+    load_match: LoadMatch = "in_flight",
 ) -> Topology:
     arm: Arm = "baseline" if serving_arm == "baseline" else "speculative"
     endpoints = [Endpoint(urlsplit(u).netloc, u, arm) for u in serving]
     endpoints += [Endpoint(urlsplit(u).netloc, u, other_arm(arm)) for u in shadow]
     top = Topology()
-    if share is None and match_in_flight:
-        share = 1.0
-    elif share is None:
-        share = min(len(shadow) / len(serving), 1.0) if serving else 0.0
-    top.set_roles(arm, share if shadow else 0.0)
+    share = 1.0 if share is None else share
+    top.set_roles(arm, share if shadow else 0.0, load_match=load_match)
     top.set_endpoints(endpoints)
     return top
 
@@ -169,7 +167,6 @@ def config_from(args: argparse.Namespace) -> RouterConfig:
         shadow_max_in_flight=args.shadow_max_in_flight,
         shadow_timeout_s=args.shadow_timeout,
         samples_capacity=args.samples_capacity,
-        match_in_flight=not args.no_in_flight_match,
     )
 
 
@@ -192,9 +189,10 @@ def parse(argv: Sequence[str]) -> tuple[argparse.Namespace, RouterConfig]:
         raise UsageError(f"--mirror-share: expected a number from 0 to 1, got {args.mirror_share}")
     if k8s and args.mirror_share is not None:
         raise UsageError("--mirror-share: in Kubernetes mode the share comes from the resource")
-    if k8s and args.no_in_flight_match:
+    if k8s and args.load_match is not None:
         raise UsageError(
-            "--no-in-flight-match: in Kubernetes mode the operator's share assumes the match"
+            "--load-match: in Kubernetes mode the rule comes from the resource "
+            "(status.arms.loadMatch, which the operator sets from the traffic)"
         )
     return args, config_from(args)
 
@@ -219,7 +217,7 @@ async def serve(args: argparse.Namespace, config: RouterConfig) -> None:
     else:
         topology = static_topology(
             args.serving, args.shadow, args.mirror_share, args.serving_arm,
-            match_in_flight=not args.no_in_flight_match,
+            load_match=args.load_match or "in_flight",
         )  # fmt: skip
         router = Router(topology, config)
     runner = web.AppRunner(router.app(), handler_cancellation=True, access_log=None)

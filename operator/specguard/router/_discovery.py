@@ -25,7 +25,7 @@ from typing import Any
 
 from specguard._objects import arm_of, lookup, pod_port, pod_ready, pod_url
 from specguard.api import constants as c
-from specguard.judge import Arm
+from specguard.judge import Arm, LoadMatch
 from specguard.router._pool import Endpoint, Topology
 
 log = logging.getLogger("specguard.router._discovery")
@@ -64,6 +64,13 @@ def roles_from_resource(resource: Mapping[str, Any] | None) -> tuple[Arm, float]
 def swapping_from_resource(resource: Mapping[str, Any] | None) -> bool:
     """``status.arms.swapping``: the operator is swapping the arms, serve from both."""
     return lookup(resource, "status", "arms", "swapping") is True
+
+
+def load_match_from_resource(resource: Mapping[str, Any] | None) -> LoadMatch:
+    """``status.arms.loadMatch``: how the shadow is loaded (the operator detects it from
+    the traffic); ``in_flight`` until it says otherwise."""
+    arrivals = lookup(resource, "status", "arms", "loadMatch") == "arrivals"
+    return "arrivals" if arrivals else "in_flight"
 
 
 class KubeDiscovery:
@@ -128,11 +135,14 @@ class KubeDiscovery:
             if resource is not _KEEP:
                 mode, share = roles_from_resource(resource)
                 swapping = swapping_from_resource(resource)
+                rule = load_match_from_resource(resource)
                 top = self.topology
-                if (mode, share, swapping) != (top.mode, top.mirror_share, top.swapping):
-                    log.info("roles: serving %s, mirror share %.3f%s", mode, share,
+                now = (top.mode, top.mirror_share, top.swapping, top.load_match)
+                if (mode, share, swapping, rule) != now:
+                    log.info("roles: serving %s, mirror share %.3f, load match %s%s", mode,
+                             share, rule,
                              ", swapping: serving from both arms" if swapping else "")  # fmt: skip
-                    top.set_roles(mode, share, swapping)
+                    top.set_roles(mode, share, swapping, rule)
                     self._changed()
             await asyncio.sleep(self._poll_interval)
 

@@ -77,7 +77,8 @@ class RouterMetrics:
         self.mirror_dropped = Counter(
             "specguard_router_mirror_dropped",
             "Requests the share would have mirrored but were not: in_flight (the shadow arm "
-            "already holds the serving arm's in-flight count per pod), budget (full), no_pod.",
+            "already holds the serving arm's in-flight count per pod), budget (full), drain "
+            "(by arrivals, the shadow's earlier copies must end first), no_pod.",
             ("reason",), registry=self.registry,
         )  # fmt: skip
         self.ready_pods = Gauge(
@@ -88,15 +89,22 @@ class RouterMetrics:
         self.mirror_share = Gauge(
             "specguard_router_mirror_share",
             "Largest share of requests mirrored to the shadow arm (fewer while it holds the "
-            "serving arm's in-flight count per pod).",
+            "serving arm's in-flight count per pod, or shadow ÷ serving pods when it is "
+            "matched by arrivals).",
             registry=self.registry,
         )
+        self.load_match = Gauge(
+            "specguard_router_load_match",
+            "1 for the load-match rule the router copies by: in_flight (closed-loop clients) "
+            "or arrivals (open-loop clients); 0 for the other.",
+            ("rule",), registry=self.registry,
+        )  # fmt: skip
         self.samples_evicted = Counter(
             "specguard_router_samples_evicted",
             "Samples pushed out of the bounded /samples ring.",
             registry=self.registry,
         )
-        for reason in ("in_flight", "budget", "no_pod"):
+        for reason in ("in_flight", "budget", "drain", "no_pod"):
             self.mirror_dropped.labels(reason)
 
     def observe(self, sample: Sample) -> None:

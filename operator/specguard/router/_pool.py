@@ -3,6 +3,17 @@
 Pure state: discovery (static flags or the Kubernetes watch) replaces the pod lists and the
 roles; the proxy picks the least busy pod and counts requests in and out. A pod object keeps
 its in-flight count across updates so a watch event never resets the concurrency figure.
+
+Which requests are copied to the shadow (``Topology.mirror_decision``) follows the load-match
+rule the operator publishes (``status.arms.loadMatch``; ``judge.client_loop`` detects it):
+
+- ``"in_flight"`` (closed-loop clients): copy while the shadow arm holds no more requests in
+  flight per pod than the serving arm (``shadow_has_room``);
+- ``"arrivals"`` (open-loop clients): copy a serving pod's arrivals to each shadow pod, i.e.
+  the share shadow pods ÷ serving pods, evenly spread; the shadow's in-flight count then
+  follows its own speed (Little's law).
+
+Either way ``mirror_share`` is the ceiling the operator sets (0 during a swap).
 """
 
 from __future__ import annotations
@@ -10,8 +21,15 @@ from __future__ import annotations
 import itertools
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
+from typing import Literal
 
 from specguard._arms import ARMS, Arm, other_arm
+from specguard.judge import LoadMatch
+
+# What ``Topology.mirror_decision`` says about one request: copy it, leave it (the share's
+# turn has not come), or leave it because the shadow has no room or is being drained
+# (counted as dropped, by that reason).
+MirrorDecision = Literal["copy", "share", "in_flight", "drain"]
 
 
 @dataclass(eq=False)
@@ -42,8 +60,13 @@ class Topology:
     # During the operator's rolling swap (status.arms.swapping) clients are answered from the
     # ready pods of both arms, so the pods that serve never drop below replicas - 1.
     swapping: bool = False
+    load_match: LoadMatch = "in_flight"
     pods: dict[Arm, list[Pod]] = field(default_factory=lambda: {arm: [] for arm in ARMS})
     _turn: itertools.count[int] = field(default_factory=itertools.count)
+    _credit: float = 0.0
+    # Set when the rule turns to "arrivals" or a shadow copied by arrivals fills the budget:
+    # no copy until this router's earlier ones have ended (mirror_decision).
+    _draining: bool = False
 
     @property
     def serving_arm(self) -> Arm:
@@ -53,10 +76,68 @@ class Topology:
     def shadow_arm(self) -> Arm:
         return other_arm(self.mode)
 
-    def set_roles(self, mode: Arm, mirror_share: float, swapping: bool = False) -> None:
+    def set_roles(
+        self,
+        mode: Arm,
+        mirror_share: float,
+        swapping: bool = False,
+        load_match: LoadMatch = "in_flight",
+    ) -> None:
         self.mode = mode
         self.mirror_share = min(max(mirror_share, 0.0), 1.0)
         self.swapping = swapping
+        if load_match == "arrivals" and self.load_match != "arrivals":
+            self._draining = True
+        self.load_match = load_match
+
+    def copy_share(self) -> float:
+        """The share of serving requests to copy: ``mirror_share`` (a ceiling), and under
+        ``"arrivals"`` at most shadow ÷ serving ready pods, so that each shadow pod gets a
+        serving pod's arrivals (all of them at most: a shadow with more pods than the
+        serving arm is underfed, which the judge's arrivals check reports)."""
+        if self.load_match != "arrivals":
+            return self.mirror_share
+        serving, shadow = self.pods[self.serving_arm], self.pods[self.shadow_arm]
+        if not serving:
+            return 0.0
+        return min(self.mirror_share, len(shadow) / len(serving))
+
+    def budget_full(self) -> None:
+        """This router's copies hit its budget (the proxy's ``shadow_max_in_flight``). By
+        arrivals, that shadow cannot keep up with a serving pod's arrivals: copying stops
+        until this router's copies have ended, then starts again from an empty shadow (see
+        ``mirror_decision``). By in-flight count nothing changes: copies resume as room
+        appears."""
+        if self.load_match == "arrivals":
+            self._draining = True
+
+    def mirror_decision(self) -> MirrorDecision:
+        """Whether the request being routed is copied to the shadow arm (see the module
+        doc). The share is spread by error diffusion: exactly that share over any run of
+        requests, evenly. Under ``"in_flight"`` a request whose turn came is still left
+        when the shadow has no room. Nothing is copied during a swap.
+
+        When the rule turns to ``"arrivals"``, and whenever a shadow copied by arrivals fills
+        this router's budget (``budget_full``), copying waits until this router's earlier
+        copies have ended: a shadow held past its throughput peak (a drafter whose
+        verification turns compute-bound) — by the in-flight rule before, or by a burst of
+        load since eased — is outrun by a serving pod's arrivals and its queue never
+        drains, although from empty it would settle on the stable side of the peak.
+        Measured from empty, it shows which side these arrivals hold it on: if they
+        overload it again, it fills the budget again."""
+        share = self.copy_share()
+        if share <= 0.0 or self.swapping:
+            return "share"
+        self._credit += share
+        if self._credit < 1.0:
+            return "share"
+        self._credit -= 1.0
+        if self._draining:
+            if any(pod.in_flight for pod in self.pods[self.shadow_arm]):
+                return "drain"
+            self._draining = False
+        matched = self.load_match == "in_flight" and self.pods[self.shadow_arm]
+        return "in_flight" if matched and not self.shadow_has_room() else "copy"
 
     def set_endpoints(self, endpoints: Iterable[Endpoint]) -> None:
         """Replace the ready pods, keeping the counters of pods that are still there."""

@@ -1,9 +1,10 @@
 """The shadow router's HTTP side: forward ``/v1/*`` to the serving arm, mirror a share to
 the shadow arm, measure both, and serve ``/health``, ``/metrics`` and ``/samples``.
 
-A request is copied when the mirror share's error diffusion says so and the shadow arm has
-room: no more requests in flight per pod than the serving arm (``Topology.shadow_has_room``),
-so both arms are measured at the same concurrency.
+A request is copied when ``Topology.mirror_decision`` says so: under the load-match rule
+``"in_flight"`` (closed-loop clients) while the shadow arm holds no more requests in flight
+per pod than the serving arm, under ``"arrivals"`` (open-loop clients) a serving pod's
+arrivals per shadow pod; the operator publishes the rule and the share's ceiling.
 
 aiohttp serves and aiohttp forwards (chosen by measurement: bench/router_overhead.py
 --stacks, numbers in docs/router.md). Rules the code keeps:
@@ -32,7 +33,7 @@ from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from specguard.judge import Arm, Role
+from specguard.judge import LOAD_MATCHES, Arm, Role
 from specguard.meter import Measured, StreamMeter, measure_json, request_domain, to_sample
 from specguard.router._feed import CursorError, SampleFeed
 from specguard.router._metrics import RouterMetrics
@@ -68,9 +69,6 @@ class RouterConfig:
     # Ask the serving pod for continuous usage when the client streams without it (and strip
     # it again) so serving samples count tokens exactly, as shadow ones do.
     exact_serving_usage: bool = True
-    # Copy a request only while the shadow arm holds no more requests in flight per pod than
-    # the serving arm (Topology.shadow_has_room); off: exactly the mirror share of requests.
-    match_in_flight: bool = True
 
 
 def openai_error(status: int, message: str, kind: str) -> web.Response:
@@ -94,7 +92,6 @@ class Router:
         self._serving: aiohttp.ClientSession | None = None
         self._shadow: aiohttp.ClientSession | None = None
         self._shadow_tasks: set[asyncio.Task[None]] = set()
-        self._mirror_credit = 0.0
         self.refresh_gauges()
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -146,6 +143,8 @@ class Router:
                 "baseline" if arm == "speculative" else "speculative", role
             ).set(0)
         self.metrics.mirror_share.set(top.mirror_share)
+        for rule in LOAD_MATCHES:
+            self.metrics.load_match.labels(rule).set(1.0 if rule == top.load_match else 0.0)
 
     @property
     def shadow_in_flight(self) -> int:
@@ -160,6 +159,7 @@ class Router:
                 "status": "ok",
                 "mode": top.mode,
                 "mirror_share": top.mirror_share,
+                "load_match": top.load_match,
                 "serving_pods": len(top.pods[top.serving_arm]),
                 "shadow_pods": len(top.pods[top.shadow_arm]),
             }
@@ -212,7 +212,7 @@ class Router:
                 502, f"no ready pod of the serving arm ({arm})", "service_unavailable"
             )
         pair_id = None
-        if parsed is not None and self._mirror_due():
+        if parsed is not None:
             pair_id = self._mirror(parsed, path, headers, domain)
         measured = parsed is not None
         # The dict (a second copy of the prompt) is not needed past this point: let it go
@@ -339,6 +339,11 @@ class Router:
         # A client that closes after that (guidellm closes right after [DONE]) completed
         # its request; only the end-of-body marker or the upstream's own close is left.
         delivered = False
+        # When the last bytes were handed to the client's connection: the response ends
+        # there for the client, who may send its next request at once, while this task may
+        # resume only much later on a busy event loop (the sample's end must not come after
+        # that next request's start: judge.client_loop reads the order).
+        handed = clock()
         try:
             if stripper is not None:
                 # The stripper frames and parses each event once and feeds the meter.
@@ -346,14 +351,16 @@ class Router:
                 async for data in upstream.content.iter_any():
                     out = stripper.feed(data, clock())
                     if out:
+                        handed = clock()
                         await response.write(out)
                         delivered = meter is not None and meter.done
                 rest = stripper.finish(clock())
                 if rest:
+                    handed = clock()
                     await response.write(rest)
             else:
                 async for data in upstream.content.iter_any():
-                    now = clock()
+                    now = handed = clock()
                     await response.write(data)
                     if meter is not None:
                         meter.feed(data, now)
@@ -368,7 +375,7 @@ class Router:
         except asyncio.CancelledError:
             # The client's close cancelled the handler; after the last byte it is complete.
             if delivered:
-                self._complete(result, meter, sample_of, upstream.status, clock())
+                self._complete(result, meter, sample_of, upstream.status, handed)
             raise
         except (aiohttp.ClientError, TimeoutError) as exc:
             # The upstream broke mid-stream: record it, and cut the client's stream too
@@ -380,7 +387,7 @@ class Router:
                 request.transport.close()
             result.value = "upstream_error"
             return response
-        self._complete(result, meter, sample_of, upstream.status, clock())
+        self._complete(result, meter, sample_of, upstream.status, handed)
         return response
 
     def _complete(
@@ -437,27 +444,21 @@ class Router:
 
     # -- mirroring ---------------------------------------------------------------------
 
-    def _mirror_due(self) -> bool:
-        """Error diffusion: exactly ``share`` of requests over any run, evenly spread."""
-        share = self.topology.mirror_share
-        if share <= 0.0:
-            return False
-        self._mirror_credit += share
-        if self._mirror_credit >= 1.0:
-            self._mirror_credit -= 1.0
-            return True
-        return False
-
     def _mirror(
         self, parsed: dict[str, Any], path: str, headers: CIMultiDict[str], domain: str
     ) -> str | None:
+        """Copy the request to a shadow pod if ``Topology.mirror_decision`` says so; its
+        ``pair_id``, or None."""
         top = self.topology
         arm = top.shadow_arm
-        if self.config.match_in_flight and top.pods[arm] and not top.shadow_has_room():
-            self.metrics.mirror_dropped.labels("in_flight").inc()
+        decision = top.mirror_decision()
+        if decision != "copy":
+            if decision != "share":  # no room (in_flight), or the shadow drains (drain)
+                self.metrics.mirror_dropped.labels(decision).inc()
             return None
         if self.shadow_in_flight >= self.config.shadow_max_in_flight:
             self.metrics.mirror_dropped.labels("budget").inc()
+            top.budget_full()
             return None
         pod = self.topology.pick(arm)
         if pod is None:

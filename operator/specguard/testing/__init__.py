@@ -6,9 +6,9 @@ image as the simulator), real nodes (kubelet, containerd, runc, CNI, kube-proxy)
 the images built from the Dockerfile as containers, and a real Prometheus scraping them.
 See docs/local-cluster.md.
 Also what `specguard demo` runs on it: where the binaries come from and the build script,
-free ports, process-group inspection, and the streaming client of the tests. Real vLLM (the CPU
-build) and its tiny models for the real-vLLM tier: ``find_real_vllm``, ``serve_argv``,
-``start_vllm``.
+free ports, process-group inspection, the streaming client of the tests, and a router in a
+process of its own. Real vLLM (the CPU build) and its tiny models for the real-vLLM tier:
+``find_real_vllm``, ``serve_argv``, ``start_vllm``.
 """
 
 from specguard.sim import SimProcess
@@ -37,6 +37,7 @@ from specguard.testing._realvllm import (
     serve_argv,
     start_vllm,
 )
+from specguard.testing._routerproc import router_process
 
 __all__ = [
     "HOST_IMAGE",
@@ -64,6 +65,7 @@ __all__ = [
     "free_port",
     "group_members",
     "proc_stat",
+    "router_process",
     "serve_argv",
     "start_vllm",
     "stream_once",

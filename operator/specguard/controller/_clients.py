@@ -1,0 +1,95 @@
+"""The load match from the clients (pure): which rule the routers copy by, and why.
+
+The routers load the shadow as the other arm would be loaded had it served these clients
+(docs/judge.md, closed or open clients): ``in_flight`` for closed-loop clients, ``arrivals``
+for open-loop ones. With ``spec.evaluation.loadMatch: auto`` (the default) the operator
+classifies each judged window's serving requests together with the window before
+(``judge.client_loop``) and changes the rule after two windows in a row ask for the other
+one (``judge.next_load_match``); the rule is ``status.arms.loadMatch`` (the routers read it
+every 2 s) and the finding ``status.clients``. A fixed ``in_flight`` or ``arrivals`` in the
+spec is used as it is; the finding is still reported.
+
+The loop judges each window with the rule that was in force while it ran
+(:func:`rule_in_force`), leaving out the requests that started before the routers can have
+seen a change (:func:`settled_after`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specguard._times import parse_time
+from specguard.api import ClientsStatus, Spec, Status
+from specguard.judge import LoadMatch, LoadMatchState, LoopEvidence, LoopSettings, next_load_match
+
+# The routers read status every 2 s: a request that started this long after the rule changed
+# was copied (or not) by the new rule.
+SETTLE_S = 3.0
+SETTINGS = LoopSettings()
+
+
+def rule_in_force(spec: Spec, status: Status) -> LoadMatch:
+    """The rule the routers copy by now: the spec's when it fixes one, else status's."""
+    fixed = spec.evaluation.load_match
+    if fixed != "auto":
+        return fixed
+    return status.arms.load_match if status.arms is not None else "in_flight"
+
+
+def settled_after(status: Status) -> float | None:
+    """Epoch seconds from which every request ran under the rule in force (None: always)."""
+    since = parse_time(status.clients.since) if status.clients is not None else None
+    return None if since is None else since + SETTLE_S
+
+
+@dataclass(frozen=True, slots=True)
+class LoadMatchAfter:
+    """The rule after this tick, what status says about the clients, and the change."""
+
+    rule: LoadMatch
+    clients: ClientsStatus | None
+    changed_from: LoadMatch | None = None  # set when the rule changed at this tick
+
+    @property
+    def message(self) -> str:
+        """The Event's text for a change."""
+        finding = self.clients.message if self.clients is not None else ""
+        return f"{self.changed_from} → {self.rule}: {finding}"
+
+
+def load_match_after(
+    spec: Spec, prev: Status, evidence: LoopEvidence | None, now_iso: str
+) -> LoadMatchAfter:
+    """The rule and ``status.clients`` after one tick. ``evidence``: the finding on the
+    window that ended now (None: no window ended, or its source has no per-request samples;
+    the finding and the count toward a change stay as they were)."""
+    routers = prev.arms.load_match if prev.arms is not None else "in_flight"
+    fixed = spec.evaluation.load_match != "auto"
+    rule, clients = rule_in_force(spec, prev), prev.clients
+    if evidence is not None:
+        streak = prev.clients.streak if prev.clients is not None and not fixed else 0
+        state = next_load_match(LoadMatchState(rule, streak), evidence, SETTINGS)
+        message = evidence.sentence()
+        if fixed:
+            message += f"; the load match is fixed to {rule} by spec.evaluation.loadMatch"
+        else:
+            rule = state.rule
+            if state.streak:
+                message += (
+                    f" ({state.streak} of {SETTINGS.windows} windows to switch to {evidence.rule})"
+                )
+        clients = ClientsStatus(
+            loop=evidence.kind,
+            message=message[:1024],
+            streak=0 if fixed else state.streak,
+            since=prev.clients.since if prev.clients is not None else None,
+        )
+    if rule == routers:
+        return LoadMatchAfter(rule, clients)
+    if clients is None:
+        clients = ClientsStatus(loop="unknown", message="")
+    clients = clients.model_copy(update={"since": now_iso, "streak": 0})
+    return LoadMatchAfter(rule, clients, routers)
+
+
+__all__ = ["SETTLE_S", "LoadMatchAfter", "load_match_after", "rule_in_force", "settled_after"]

@@ -1,0 +1,309 @@
+"""Do the clients wait for their answers? Closed-loop or open-loop traffic, from the samples.
+
+Pure (numpy, no I/O). Which counterfactual the shadow must measure depends on how clients
+send requests:
+
+- **Closed loop** (a fixed number of users, agents or benchmark streams, each sending its
+  next request soon after its last answer): had the other arm served, the same number of
+  requests would be in flight. The shadow must run the serving pods' **in-flight** count
+  (rule ``"in_flight"``).
+- **Open loop** (requests arrive at their own pace, whatever the answers): had the other arm
+  served, the same requests would have **arrived**; its in-flight count follows its own speed
+  (Little's law). The shadow must get a serving pod's **arrivals** (rule ``"arrivals"``).
+
+The two differ exactly where it matters: past a drafter's crossover the faster arm holds far
+fewer requests in flight at one arrival rate, so matching the wrong quantity makes the verdict
+depend on which arm serves (tests/router/test_router_load_match.py shows both flips).
+
+**The statistic.** A closed-loop client sends a request right after one of its requests
+completes, so arrivals crowd just *after* completions; arrivals that ignore completions are
+as likely just before a completion as just after. For a lag ``h``, over the window's serving
+requests (every router's), each arrival ``a`` counts the completions in ``(a − h, a)`` minus
+those in ``(a, a + h)`` (its own request's completion left out), so that every completion
+the window holds is seen on both sides (arrivals are seen only once their request ended).
+The mean of that difference is ``follow_up(h)``: how much more often a completion comes
+right before an arrival than right after it — per request, and so per completion where the
+load is steady — beyond chance. It is 0 in expectation whenever arrivals are independent of
+completions (whatever their rate, bursts or trend within ``h``), and about 1 for a closed
+loop whose clients answer within ``h`` (more where the engine finishes several requests in
+one step: each follow-up sees all of them). It is estimated over contiguous blocks of
+arrivals (batch means: up to 20 blocks of at least 4 lags each), as the mean of the blocks
+with the highest and the lowest left out (5% at each end), and its standard error from the
+blocks' winsorized spread:
+completions finished together are not counted as independent evidence, and one stall that
+stamps a burst of arrivals right after a burst of completions (a starved router or client
+process) is not read as a loop, which answers in every block.
+
+Lags double from ``first_lag_s`` up to the median serving request time ``R``: a client that
+waits longer than its request took before sending the next one (think time ``Z ≥ R``) keeps
+its arrival rate more than its in-flight count when the latency changes (in flight =
+N·R/(R+Z)), so it counts as open. Then:
+
+- ``closed``: at some lag, the lower confidence bound of ``follow_up`` is at least
+  ``threshold`` (½): at least half the completions are followed by a request within that lag.
+- ``open``: at some lag of at least ``min_open_lag_s`` (50 ms, or half the median request
+  time when that is shorter), the bounds lie within ±``threshold``, and at no lag is the
+  upper bound below −``threshold``/2: an open loop gives 0 at every lag; clearly below it,
+  completions were noted after the next arrivals (a starved router noting ends late), which
+  says nothing about the clients.
+  ``follow_up`` only grows with the lag for a closed loop, so this rules out clients that
+  answer within that lag; the widest such lag is reported.
+- ``unknown`` otherwise (too few requests, or too noisy to tell): keep the rule in force.
+
+Known limits: a closed loop whose clients wait longer than the largest resolved lag (shown in
+``sentence``) reads as open; strictly periodic arrivals against constant request times can
+alias (a constant-rate client whose period divides the latency); mixed populations read as
+closed when at least half the completions are answered by a follow-up.
+
+``LoadMatchState``/``next_load_match`` add hysteresis: the rule changes after ``windows``
+consecutive windows of evidence for the other one (``unknown`` resets the count).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from specguard._arms import LOAD_MATCHES, ClientLoop, LoadMatch
+from specguard.judge._sample import Sample
+
+FloatArray = npt.NDArray[np.float64]
+RULE_FOR: dict[ClientLoop, LoadMatch | None] = {
+    "closed": "in_flight",
+    "open": "arrivals",
+    "unknown": None,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class LoopSettings:
+    """Parameters of the closed/open-loop test (defaults used by the operator)."""
+
+    threshold: float = 0.5  # follow-ups per completion that make a closed loop
+    z: float = 3.0  # one-sided normal quantile of each lag's bound (before the t correction)
+    first_lag_s: float = 0.002
+    min_open_lag_s: float = 0.05  # "open" must be resolved at least up to this lag
+    min_requests: int = 50  # per lag, arrivals whose both sides were observed
+    min_blocks: int = 8
+    max_blocks: int = 20
+    trim: float = 0.05  # share of blocks left out at each end (see _follow_ups)
+    windows: int = 2  # consecutive windows of evidence to change the rule
+
+    def __post_init__(self) -> None:
+        checks = (
+            ("threshold", self.threshold > 0.0),
+            ("z", self.z > 0.0),
+            ("first_lag_s", self.first_lag_s > 0.0),
+            ("min_open_lag_s", self.min_open_lag_s >= 0.0),
+            ("min_requests", self.min_requests >= 2),
+            ("min_blocks", 2 <= self.min_blocks <= self.max_blocks),
+            ("trim", 0.0 <= self.trim < 0.25),
+            ("windows", self.windows >= 1),
+        )
+        for name, ok in checks:
+            value = getattr(self, name)
+            if not ok or (isinstance(value, float) and not math.isfinite(value)):
+                raise ValueError(f"{name}: out of range, got {value!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class FollowUps:
+    """``follow_up`` at one lag: arrivals after a completion beyond chance, per completion."""
+
+    lag_s: float
+    follow_up: float
+    se: float
+    bound: float  # the half-width of the one-sided bounds (z, t-corrected, × se)
+    requests: int  # arrivals whose both sides were observed
+
+    @property
+    def low(self) -> float:
+        return self.follow_up - self.bound
+
+    @property
+    def high(self) -> float:
+        return self.follow_up + self.bound
+
+
+@dataclass(frozen=True, slots=True)
+class LoopEvidence:
+    """What one window's serving requests say about the clients (see the module doc)."""
+
+    kind: ClientLoop
+    requests: int  # serving requests with a start and a duration
+    median_request_s: float | None
+    lags: tuple[FollowUps, ...]  # every lag with enough requests, shortest first
+    deciding: FollowUps | None  # the lag the kind rests on
+    threshold: float
+
+    @property
+    def rule(self) -> LoadMatch | None:
+        """The load-match rule this evidence asks for (None: unknown)."""
+        return RULE_FOR[self.kind]
+
+    def sentence(self) -> str:
+        d = self.deciding
+        if self.kind == "closed" and d is not None:
+            return (
+                f"closed-loop clients: {d.follow_up:.2f} requests per completion follow within "
+                f"{_lag(d.lag_s)} beyond chance (at least {d.low:.2f}; {d.requests} "
+                "requests), so the shadow is matched in flight"
+            )
+        if self.kind == "open" and d is not None:
+            return (
+                "clients arrive at their own pace: no more requests follow a completion within "
+                f"{_lag(d.lag_s)} than chance ({d.follow_up:+.2f} per completion, at most "
+                f"{d.high:.2f}; {d.requests} requests), so the shadow gets a serving "
+                "pod's arrivals"
+            )
+        if not self.lags:
+            return f"clients not classified: too few requests ({self.requests})"
+        widest = self.lags[0]
+        return (
+            "clients not classified: follow-ups per completion "
+            f"{widest.follow_up:+.2f} ± {widest.bound:.2f} within {_lag(widest.lag_s)} "
+            f"({widest.requests} requests) decide neither way"
+        )
+
+
+def _lag(seconds: float) -> str:
+    return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.2g} s"
+
+
+def client_loop(
+    samples: Iterable[Sample],
+    *,
+    start: float | None = None,
+    end: float | None = None,
+    settings: LoopSettings | None = None,
+) -> LoopEvidence:
+    """Classify the clients behind one window of samples (module doc).
+
+    ``samples``: requests that *completed* in ``[start, end)`` (the router feed's windows;
+    earlier windows' samples may be included to see further back); only serving-role
+    samples are used. ``start``/``end`` default to the first and last completion. Never
+    raises on data: too little gives ``unknown``."""
+    cfg = settings or LoopSettings()
+    arrivals_l: list[float] = []
+    durations_l: list[float] = []
+    for s in samples:
+        if s.role == "serving" and math.isfinite(s.started_at) and math.isfinite(s.e2e_s):
+            arrivals_l.append(s.started_at)
+            durations_l.append(max(s.e2e_s, 0.0))
+    n = len(arrivals_l)
+    empty = LoopEvidence("unknown", n, None, (), None, cfg.threshold)
+    if n < cfg.min_requests:
+        return empty
+    arrivals = np.asarray(arrivals_l, dtype=np.float64)
+    durations = np.asarray(durations_l, dtype=np.float64)
+    order = np.argsort(arrivals, kind="stable")
+    arrivals, durations = arrivals[order], durations[order]
+    completions = np.sort(arrivals + durations)
+    lo = float(completions[0]) if start is None else start
+    hi = float(completions[-1]) if end is None else end
+    median_s = float(np.median(durations))
+    lags: list[FollowUps] = []
+    lag = cfg.first_lag_s
+    largest = max(median_s, cfg.first_lag_s)
+    while lag <= largest * (1 + 1e-9):
+        found = _follow_ups(
+            arrivals, durations, completions, lag, between=(lo + lag, hi - lag), cfg=cfg
+        )
+        if found is not None:
+            lags.append(found)
+        lag *= 2
+    closed = [f for f in lags if f.low >= cfg.threshold]
+    if closed:
+        best = max(closed, key=lambda f: f.low)
+        return LoopEvidence("closed", n, median_s, tuple(lags), best, cfg.threshold)
+    # follow_up only grows with the lag for a closed loop: below the threshold at one lag
+    # rules out clients that answer within it. The widest such lag says the most. Clearly
+    # below zero at any lag is no open loop either (arrivals that ignore completions give 0
+    # at every lag): timestamps that put completions after the next arrivals — a starved
+    # router noting ends late — say nothing about the clients.
+    enough = min(cfg.min_open_lag_s, largest / 2)
+    ruled_out = [f for f in lags if f.high < cfg.threshold and f.low > -cfg.threshold
+                 and f.lag_s >= enough]  # fmt: skip
+    if ruled_out and all(f.high >= -cfg.threshold / 2 for f in lags):
+        return LoopEvidence("open", n, median_s, tuple(lags), ruled_out[-1], cfg.threshold)
+    return LoopEvidence("unknown", n, median_s, tuple(lags), None, cfg.threshold)
+
+
+def _follow_ups(
+    arrivals: FloatArray,
+    durations: FloatArray,
+    completions: FloatArray,
+    lag: float,
+    *,
+    between: tuple[float, float],
+    cfg: LoopSettings,
+) -> FollowUps | None:
+    """``follow_up`` at ``lag`` over the arrivals ``between`` two times (every completion
+    within ``lag`` of them on either side is in the samples), with a batch-means standard
+    error; None when too few."""
+    i, j = np.searchsorted(arrivals, between, side="left")
+    a = arrivals[i:j]
+    if len(a) < cfg.min_requests:
+        return None
+    left, right = completions.searchsorted(a, "left"), completions.searchsorted(a, "right")
+    before = left - completions.searchsorted(a - lag, "right")
+    after = completions.searchsorted(a + lag, "left") - right
+    own = (durations[i:j] > 0) & (durations[i:j] < lag)  # its own completion is in (a, a + lag)
+    diff = (before - after + own).astype(np.float64)
+    span = float(a[-1] - a[0])
+    blocks = min(cfg.max_blocks, len(a) // 5, int(span / (4 * lag)))
+    if blocks < cfg.min_blocks:
+        return None
+    edges = np.linspace(0, len(a), blocks + 1).astype(int)
+    means = np.sort(np.add.reduceat(diff, edges[:-1]) / np.diff(edges))
+    # A trimmed mean of the blocks (5% each side: one of 20): a stall that stamps a burst of
+    # arrivals right after a burst of completions (a starved router or client process) sits
+    # in one block and is not read as a loop; a real loop answers in every block.
+    g = int(cfg.trim * blocks)
+    kept = means[g : blocks - g]
+    winsorized = np.clip(means, kept[0], kept[-1])
+    se = float(np.std(winsorized, ddof=1)) / math.sqrt(blocks) / (1 - 2 * g / blocks)
+    # Student-t with the kept blocks − 1 degrees of freedom, first order in 1/ν.
+    nu = len(kept) - 1
+    t = cfg.z + (cfg.z**3 + cfg.z) / (4 * nu)
+    return FollowUps(lag, float(kept.mean()), se, t * se, len(a))
+
+
+@dataclass(frozen=True, slots=True)
+class LoadMatchState:
+    """The load-match rule in force and the windows of evidence for the other one so far."""
+
+    rule: LoadMatch = "in_flight"
+    streak: int = 0
+
+
+def next_load_match(
+    state: LoadMatchState, evidence: LoopEvidence, settings: LoopSettings | None = None
+) -> LoadMatchState:
+    """The rule after one more window: it changes after ``settings.windows`` consecutive
+    windows asking for the other rule; evidence for the rule in force, or ``unknown``,
+    resets the count."""
+    cfg = settings or LoopSettings()
+    wanted = evidence.rule
+    if wanted is None or wanted == state.rule:
+        return LoadMatchState(state.rule, 0)
+    if state.streak + 1 >= cfg.windows:
+        return LoadMatchState(wanted, 0)
+    return LoadMatchState(state.rule, state.streak + 1)
+
+
+__all__ = [
+    "LOAD_MATCHES",
+    "ClientLoop",
+    "FollowUps",
+    "LoadMatch",
+    "LoadMatchState",
+    "LoopEvidence",
+    "LoopSettings",
+    "client_loop",
+    "next_load_match",
+]
