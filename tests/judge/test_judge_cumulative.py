@@ -97,6 +97,20 @@ def test_standard_error_is_the_interval_width_in_log_over_two_z() -> None:
         assert standard_error(replace(v, ci_low=low, ci_high=high)) is None
 
 
+def test_the_spread_between_pods_is_taken_out_of_the_standard_error() -> None:
+    """The interval carries the pods' variance (hypot with z·√pod_variance); the window's
+    weight does not: the same pods' offset is the same in every window."""
+    sampling = math.log(1.04) / Z99
+    pods = 0.03**2
+    wide = math.sqrt(sampling**2 + pods) * Z99  # the judge's widened half-width, in log
+    v = replace(verdict(1.1), ci_low=1.1 / math.exp(wide), ci_high=1.1 * math.exp(wide))
+    assert standard_error(v) == pytest.approx(math.sqrt(sampling**2 + pods), rel=1e-9)
+    assert standard_error(replace(v, pod_variance=pods)) == pytest.approx(sampling, rel=1e-9)
+    # Never below a tenth of the width (a pod variance larger than the interval's).
+    whole = math.sqrt(sampling**2 + pods)
+    assert standard_error(replace(v, pod_variance=1.0)) == pytest.approx(whole / 10, rel=1e-9)
+
+
 def test_window_log_likelihood_ratio_is_exact_at_the_hypotheses() -> None:
     """x at θ0 (the tolerance) → −Δ²/2v; at θ1 = θ0 + Δ → +Δ²/2v; half way → 0."""
     delta = math.log(1.03)
