@@ -10,16 +10,25 @@ kube-controller-manager's Deployment and ReplicaSet controllers: the operator ap
 Deployment as it would anywhere, but no ReplicaSet or pod is created (with them, 200
 resources make ~800 Pending pods whose creation and scheduling took the machine's cores from
 the operator being measured; no pod would ever run here anyway). The older operator is the
-same command on the source of ``--baseline`` (``git archive``, first on ``PYTHONPATH``).
+same command on the source of ``--baseline`` (``git archive``, first on ``PYTHONPATH``;
+several refs, comma-separated, run one after the other). The operator runs as it would in a
+cluster: as a ServiceAccount holding the chart's operator rules (``--identity admin``: the
+cluster's admin, whose requests skip RBAC and API Priority and Fairness).
 
 Measured, per operator:
 
 - create → owned objects applied: from each resource's POST to the moment the last of its
-  nine owned objects (ServiceAccount, Role, RoleBinding, three Services, three Deployments)
-  is seen by watches of the five kinds, p50 and p95;
+  owned objects (those ``specguard render`` of that operator prints: ServiceAccount, Role,
+  RoleBinding, Services, Deployments) is seen by watches of the five kinds, p50 and p95;
 - all applied: from the first create to the last resource's last object;
-- CPU seconds over that burst: the operator, kube-apiserver and etcd (the API server is what
-  the burst waits on);
+- CPU over that burst, per resource (ms), of each process: the operator, kube-apiserver,
+  etcd, kube-controller-manager and this benchmark itself (its creates and its watches):
+  what the burst costs whatever else runs on the machine, and so what it would take on
+  idle cores (the sum divided by the cores is a floor for the burst's length);
+- the creation itself: 200 POSTs by 8 clients (each keeps its connection), how long they
+  took;
+- API Priority and Fairness: the time the operator's requests waited in its priority
+  level's queues (``apiserver_flowcontrol_request_wait_duration_seconds``);
 - the operator's memory (VmRSS, VmHWM) once all are applied;
 - API requests per idle resource per minute (the operator's own count, by verb), once every
   resource has settled (its first window reported): the goal is 0;
@@ -44,13 +53,18 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import yaml
 
 from specguard.testing._cluster import LocalCluster
 from specguard.testing._ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 CRD = ROOT / "crds" / "specguard.io_speculativedeployments.yaml"
+HELPERS = ROOT / "charts" / "specguard" / "templates" / "_helpers.tpl"
 NS = "bench"
+OPERATOR_SA = "specguard-operator"
+CREATORS = 8  # clients creating the resources at once
+PARTS = ("operator", "apiserver", "etcd", "controller-manager", "bench")
 CRD_NAME = "speculativedeployments.specguard.io"
 # The operator before the scale work of issue 25 (create → applied p50 6.2 s, p95 7.0 s).
 BASELINE = "ca85c09"
@@ -63,13 +77,19 @@ KINDS = {
 }
 
 
-def owned(name: str) -> set[tuple[str, str]]:
-    router = f"{name}-router"
-    return {
-        ("ServiceAccount", router), ("Role", router), ("RoleBinding", router),
-        ("Service", name), ("Service", f"{name}-spec"), ("Service", f"{name}-base"),
-        ("Deployment", f"{name}-spec"), ("Deployment", f"{name}-base"), ("Deployment", router),
-    }  # fmt: skip
+def owned_by(env: Mapping[str, str]) -> list[tuple[str, str]]:
+    """The owned objects (kind, name) of resource ``m0000`` as the operator run with ``env``
+    renders them (``specguard render``: an older operator may own other objects)."""
+    out = subprocess.run(
+        [sys.executable, "-m", "specguard", "render", "-"],
+        input=json.dumps(body(0)), capture_output=True, text=True, check=True,
+        env={**os.environ, **env},
+    ).stdout  # fmt: skip
+    return [(d["kind"], d["metadata"]["name"]) for d in yaml.safe_load_all(out) if d]
+
+
+def owned(template: list[tuple[str, str]], name: str) -> set[tuple[str, str]]:
+    return {(kind, obj.replace("m0000", name, 1)) for kind, obj in template}
 
 
 def body(i: int) -> dict[str, Any]:
@@ -130,22 +150,65 @@ def pid_of(binary: str, workdir: Path) -> int | None:
     return None
 
 
-def apiserver_writes(client: httpx.Client) -> dict[str, int]:
-    """Write requests the API server answered so far, by resource (its own metric)."""
-    out: dict[str, int] = {}
+def _labels(line: str) -> dict[str, str]:
+    inner = line[line.index("{") + 1 : line.rindex("}")]
+    return {k: v.strip('"') for k, v in (part.split("=", 1) for part in inner.split(","))}
+
+
+def apiserver_requests(client: httpx.Client) -> dict[str, float]:
+    """The API server's own counts so far: requests by verb and resource (watches left out),
+    and the operator's flow in API Priority and Fairness (requests, seconds waited in
+    queues, rejections)."""
+    out: dict[str, float] = {}
     for line in client.get("/metrics").text.splitlines():
-        if not line.startswith("apiserver_request_total{"):
+        if line.startswith("apiserver_request_total{"):
+            labels = _labels(line)
+            if labels.get("verb") in ("WATCH", "CONNECT"):
+                continue
+            sub = labels.get("subresource")
+            key = f"{labels.get('verb')} {labels.get('resource')}" + (f"/{sub}" if sub else "")
+        elif line.startswith(("apiserver_flowcontrol_request_wait_duration_seconds_sum{",
+                              "apiserver_flowcontrol_request_wait_duration_seconds_count{",
+                              "apiserver_flowcontrol_rejected_requests_total{")):  # fmt: skip
+            labels = _labels(line)
+            if labels.get("flow_schema") != "service-accounts":
+                continue
+            key = "apf " + line[: line.index("{")].rsplit("_", 1)[-1]  # sum, count, total
+        else:
             continue
-        labels = dict(
-            part.split("=", 1) for part in line[line.index("{") + 1 : line.rindex("}")].split(",")
-        )
-        verb = labels.get("verb", "").strip('"')
-        if verb in ("POST", "PUT", "PATCH", "APPLY", "DELETE", "CREATE", "UPDATE"):
-            resource = labels.get("resource", "").strip('"')
-            sub = labels.get("subresource", "").strip('"')
-            key = f"{resource}/{sub}" if sub else resource
-            out[key] = out.get(key, 0) + int(float(line.rsplit(" ", 1)[1]))
+        out[key] = out.get(key, 0.0) + float(line.rsplit(" ", 1)[1])
     return out
+
+
+def operator_rules() -> list[dict[str, Any]]:
+    """The operator's rules as the chart grants them (``specguard.operatorRules`` in the
+    chart's _helpers.tpl: plain YAML inside the define)."""
+    text = HELPERS.read_text()
+    block = text[text.index('define "specguard.operatorRules"') :].split("\n", 1)[1]
+    rules: list[dict[str, Any]] = yaml.safe_load(block[: block.index("{{- end }}")])
+    return rules
+
+
+def operator_kubeconfig(cluster: LocalCluster, client: httpx.Client, path: Path) -> Path:
+    """A kubeconfig for the ServiceAccount OPERATOR_SA, bound in NS to the chart's rules."""
+    rbac = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{NS}"
+    for url, obj in (
+        (f"/api/v1/namespaces/{NS}/serviceaccounts", {"metadata": {"name": OPERATOR_SA}}),
+        (f"{rbac}/roles", {"metadata": {"name": OPERATOR_SA}, "rules": operator_rules()}),
+        (f"{rbac}/rolebindings", {
+            "metadata": {"name": OPERATOR_SA},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                        "name": OPERATOR_SA},
+            "subjects": [{"kind": "ServiceAccount", "name": OPERATOR_SA, "namespace": NS}],
+        }),
+    ):  # fmt: skip
+        client.post(url, json=obj).raise_for_status()
+    response = client.post(
+        f"/api/v1/namespaces/{NS}/serviceaccounts/{OPERATOR_SA}/token",
+        json={"spec": {"expirationSeconds": 7200}},
+    )
+    response.raise_for_status()
+    return cluster.access.with_token(response.json()["status"]["token"]).write_kubeconfig(path)
 
 
 def pct(values: list[float], q: float) -> float:
@@ -212,7 +275,7 @@ def operator_source(ref: str | None) -> Iterator[dict[str, str]]:
         yield {"PYTHONPATH": str(Path(tmp) / "operator")}
 
 
-def measure(n: int, idle: float, ref: str | None, log: Path) -> dict[str, Any]:
+def measure(n: int, idle: float, ref: str | None, log: Path, identity: str) -> dict[str, Any]:
     without = ("deployment-controller", "replicaset-controller")
     load0 = os.getloadavg()[0]
     with (
@@ -234,8 +297,11 @@ def measure(n: int, idle: float, ref: str | None, log: Path) -> dict[str, Any]:
                 raise RuntimeError(f"{CRD_NAME} not established in 120 s")
             time.sleep(0.5)
         client.post("/api/v1/namespaces", json={"metadata": {"name": NS}}).raise_for_status()
+        kubeconfig = cluster.kubeconfig
+        if identity == "serviceaccount":
+            kubeconfig = operator_kubeconfig(cluster, client, log.with_suffix(".kubeconfig"))
         port = free_port()
-        env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig), **source_env}
+        env = {**os.environ, "KUBECONFIG": str(kubeconfig), **source_env}
         with log.open("wb") as out:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "specguard", "run", "--namespace", NS, "--standalone",
@@ -243,6 +309,7 @@ def measure(n: int, idle: float, ref: str | None, log: Path) -> dict[str, Any]:
                 stdout=out, stderr=subprocess.STDOUT, env=env,
             )  # fmt: skip
         watches = Watches(cluster)
+        creators: list[httpx.Client] = []
         try:
             deadline = time.monotonic() + 60
             while True:
@@ -253,27 +320,43 @@ def measure(n: int, idle: float, ref: str | None, log: Path) -> dict[str, Any]:
                     if time.monotonic() > deadline or proc.poll() is not None:
                         raise RuntimeError(log.read_text()[-3000:]) from None
                     time.sleep(0.5)
+            template = owned_by(source_env)
             watches.start()
+            # Each creating thread keeps one connection (a TLS handshake per create cost the
+            # API server ~1 ms and this process more, on the cores being measured).
+            local = threading.local()
+            sd_path = f"/apis/specguard.io/v1alpha1/namespaces/{NS}/speculativedeployments"
+
+            def creator() -> httpx.Client:
+                c: httpx.Client | None = getattr(local, "client", None)
+                if c is None:
+                    c = local.client = cluster.access.client(timeout=60)
+                    creators.append(c)
+                    c.get(sd_path, params={"limit": "1"}).raise_for_status()  # connected
+                return c
+
+            pool = ThreadPoolExecutor(CREATORS)
+            list(pool.map(lambda _: creator(), range(CREATORS * 4)))  # every thread connected
             time.sleep(1.0)  # the watches are open
             work = cluster.workdir
             pids = {"operator": proc.pid, "apiserver": pid_of("kube-apiserver", work),
                     "etcd": pid_of("etcd", work),
                     "controller-manager": pid_of("kube-controller-manager", work)}  # fmt: skip
             cpu0 = {k: cpu_seconds(p) for k, p in pids.items() if p}
-            writes0 = apiserver_writes(client)
+            bench0 = time.process_time()
+            requests0 = apiserver_requests(client)
             created: dict[str, float] = {}
-            sd_path = f"/apis/specguard.io/v1alpha1/namespaces/{NS}/speculativedeployments"
 
             def create(i: int) -> None:
-                with cluster.access.client(timeout=60) as c:
-                    created[f"m{i:04d}"] = time.time()
-                    c.post(sd_path, json=body(i)).raise_for_status()
+                c = creator()
+                created[f"m{i:04d}"] = time.time()
+                c.post(sd_path, json=body(i)).raise_for_status()
 
             t0 = time.time()
-            with ThreadPoolExecutor(8) as pool:
-                list(pool.map(create, range(n)))
+            list(pool.map(create, range(n)))
             created_s = time.time() - t0
-            wanted = {name: owned(name) for name in created}
+            pool.shutdown()
+            wanted = {name: owned(template, name) for name in created}
             applied: dict[str, float] = {}
             burst_deadline = time.monotonic() + 900
             while len(applied) < n and time.monotonic() < burst_deadline:
@@ -283,9 +366,11 @@ def measure(n: int, idle: float, ref: str | None, log: Path) -> dict[str, Any]:
                         applied[name] = max(seen[k] for k in keys)
                 time.sleep(0.1)
             burst_s = max(applied.values(), default=t0) - t0
-            cpu = {k: round(cpu_seconds(p) - cpu0[k], 1) for k, p in pids.items() if p}
-            writes1 = apiserver_writes(client)
-            writes = {k: v - writes0.get(k, 0) for k, v in writes1.items() if v > writes0.get(k, 0)}
+            cpu = {k: cpu_seconds(p) - cpu0[k] for k, p in pids.items() if p}
+            cpu["bench"] = time.process_time() - bench0
+            requests1 = apiserver_requests(client)
+            requests = {k: round(v - requests0.get(k, 0.0), 3) for k, v in requests1.items()
+                        if v > requests0.get(k, 0.0)}  # fmt: skip
             mem = memory(proc.pid)
             latencies = [applied[k] - created[k] for k in created if k in applied]
             # Settled: every resource has reported its first (idle) window.
@@ -309,11 +394,15 @@ def measure(n: int, idle: float, ref: str | None, log: Path) -> dict[str, Any]:
             idle_requests = sum(after.values()) - sum(before.values())
         finally:
             watches.stop()
+            for c in creators:
+                c.close()
             proc.terminate()
             try:
                 proc.wait(20)
             except subprocess.TimeoutExpired:
                 proc.kill()
+    waits = requests.pop("apf count", 0.0)
+    waited = requests.pop("apf sum", 0.0)
     return {
         "resources": n,
         "applied": len(latencies),
@@ -321,39 +410,55 @@ def measure(n: int, idle: float, ref: str | None, log: Path) -> dict[str, Any]:
         "create_to_applied_p95_s": round(pct(latencies, 0.95), 2) if latencies else None,
         "all_created_s": round(created_s, 1),
         "all_applied_s": round(burst_s, 1),
-        "burst_cpu_s": cpu,
+        "burst_cpu_ms_per_resource": {k: round(1000 * v / n, 1) for k, v in cpu.items()},
         "operator_rss_mib": mem.get("VmRSS"),
         "operator_peak_rss_mib": mem.get("VmHWM"),
         "idle_api_requests_per_resource_per_min": round(idle_requests / n / (idle / 60), 3),
         "idle_operator_cpu_percent": round(100 * cpu_idle, 1),
+        "apf_operator_requests": int(waits),
+        "apf_operator_mean_wait_ms": round(1000 * waited / waits, 2) if waits else None,
+        "apf_operator_rejected": int(requests.pop("apf total", 0.0)),
         "api_requests_to_settle": after,
-        "apiserver_writes": writes,
+        "apiserver_requests_in_burst": requests,
         "load_average": [round(load0, 1), round(os.getloadavg()[0], 1)],
     }
 
 
-def table(runs: Mapping[str, Mapping[str, Any]]) -> str:
-    """The figures side by side (and new ÷ old), then the request counts of each run."""
+def table(runs: Mapping[str, Mapping[str, Any]], cores: int) -> str:
+    """The figures side by side (and each ÷ the first), then the request counts."""
     names = list(runs)
-    rows = [("", *names, *(["new/old"] if len(names) == 2 else []))]
-    keys = ["create_to_applied_p50_s", "create_to_applied_p95_s", "all_created_s",
-            "all_applied_s", "operator_rss_mib", "idle_api_requests_per_resource_per_min",
-            "idle_operator_cpu_percent"]  # fmt: skip
-    for key in keys:
-        values = [runs[n][key] for n in names]
-        ratio = []
-        if len(values) == 2 and isinstance(values[0], int | float) and values[0]:
-            ratio = [f"{values[1] / values[0]:.2f}"]
-        rows.append((key, *(str(v) for v in values), *ratio))
-    for part in ("operator", "apiserver", "etcd", "controller-manager"):
-        values = [runs[n]["burst_cpu_s"].get(part) for n in names]
-        rows.append((f"burst CPU s, {part}", *(str(v) for v in values)))
+    rows = [("", *names, *(f"{n}/{names[0]}" for n in names[1:]))]
+
+    def row(label: str, values: list[Any]) -> None:
+        ratios = [
+            f"{v / values[0]:.2f}"
+            if isinstance(v, int | float) and isinstance(values[0], int | float) and values[0]
+            else ""
+            for v in values[1:]
+        ]
+        rows.append((label, *(str(v) for v in values), *ratios))
+
+    for key in ("create_to_applied_p50_s", "create_to_applied_p95_s", "all_created_s",
+                "all_applied_s", "operator_rss_mib", "idle_api_requests_per_resource_per_min",
+                "idle_operator_cpu_percent", "apf_operator_requests",
+                "apf_operator_mean_wait_ms", "apf_operator_rejected"):  # fmt: skip
+        row(key, [runs[n][key] for n in names])
+    for part in PARTS:
+        row(f"CPU ms/resource, {part}", [runs[n]["burst_cpu_ms_per_resource"].get(part)
+                                         for n in names])  # fmt: skip
+    totals = [round(sum(runs[n]["burst_cpu_ms_per_resource"].values()), 1) for n in names]
+    row("CPU ms/resource, all", totals)
+    # The burst cannot end before its CPU is spent: the floor on idle cores.
+    floors = [round(t * runs[n]["resources"] / 1000 / cores, 1)
+              for t, n in zip(totals, names, strict=True)]  # fmt: skip
+    row(f"all applied at the earliest on {cores} idle cores, s", floors)
     rows.append(("load average (start, end)", *(str(runs[n]["load_average"]) for n in names)))
     width = [max(len(r[i]) for r in rows if i < len(r)) for i in range(len(rows[0]))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, width, strict=False)) for r in rows]
     for n in names:
-        lines.append(f"{n}: API requests to settle {runs[n]['api_requests_to_settle']}")
-        lines.append(f"{n}: API server writes in the burst {runs[n]['apiserver_writes']}")
+        run = runs[n]
+        lines.append(f"{n}: operator's API requests to settle {run['api_requests_to_settle']}")
+        lines.append(f"{n}: API server requests in the burst {run['apiserver_requests_in_burst']}")
     return "\n".join(lines)
 
 
@@ -362,8 +467,17 @@ def main() -> int:
     p.add_argument("--resources", type=int, default=200)
     p.add_argument("--idle", type=float, default=60.0, help="idle seconds measured")
     p.add_argument("--baseline", default=BASELINE,
-                   help=f"git ref of the operator to compare with (default {BASELINE}; none: "
-                   "only this checkout)")  # fmt: skip
+                   help=f"git refs of operators to compare with, comma-separated (default "
+                   f"{BASELINE}; none: only this checkout)")  # fmt: skip
+    p.add_argument("--identity", choices=("serviceaccount", "admin"), default="serviceaccount",
+                   help="the operator's credentials: a ServiceAccount with the chart's rules "
+                   "(default), or the cluster admin")  # fmt: skip
+    p.add_argument(
+        "--cores",
+        type=int,
+        default=2,
+        help="cores of the idle machine the CPU figures are turned into a floor for",
+    )
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
     p.add_argument("--log-dir", type=Path, help="keep the operators' logs here")
     args = p.parse_args()
@@ -371,14 +485,15 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         logs = args.log_dir or Path(tmp)
         logs.mkdir(parents=True, exist_ok=True)
-        order = [] if args.baseline == "none" else [(args.baseline, args.baseline)]
-        for label, ref in [*order, ("this", None)]:
+        refs = [] if args.baseline == "none" else args.baseline.split(",")
+        for label, ref in [*((r, r) for r in refs), ("this", None)]:
             print(f"{label}: {args.resources} resources ...", file=sys.stderr, flush=True)
-            runs[label] = measure(args.resources, args.idle, ref, logs / f"operator-{label}.log")
+            runs[label] = measure(args.resources, args.idle, ref,
+                                  logs / f"operator-{label}.log", args.identity)  # fmt: skip
     if args.json:
         print(json.dumps(runs, indent=2))
     else:
-        print(table(runs))
+        print(table(runs, args.cores))
     return 0
 
 
