@@ -58,7 +58,7 @@ from typing import Protocol
 
 import numpy as np
 
-from specguard.judge import Evidence, PolicySettings, PolicyState, step
+from specguard.judge import Evidence, PolicySettings, PolicyState, Sample, step
 from specguard.judge._verdict import JudgeSettings, Verdict, judge
 from specguard.testing._traffic import Traffic, pod_factors, window
 
@@ -88,6 +88,15 @@ def _level(i: int, windows: int) -> float:
     return 0.5 - 0.5 * math.cos(2 * math.pi * i / windows)
 
 
+def _slower(s: Sample, factor: float) -> Sample:
+    return replace(
+        s,
+        tpot_s=None if s.tpot_s is None else s.tpot_s * factor,
+        ttft_s=None if s.ttft_s is None else s.ttft_s * factor,
+        e2e_s=s.e2e_s * factor,
+    )
+
+
 def day_verdicts(
     day: Day, effect: float, rng: np.random.Generator, *, start: int = 0, fixed_n: bool = False
 ) -> Iterator[Verdict]:
@@ -101,10 +110,10 @@ def day_verdicts(
         traffic = replace(day.traffic, load=(1, 8 + round(56 * d)))
         samples = window(rng, max(n, 2), traffic, effect=effect, paired=day.paired,
                          start=60.0 * i)  # fmt: skip
-        biased = [
-            replace(s, tpot_s=(s.tpot_s or 0.0) * float(pods[s.arm][int(s.pod.rsplit("-", 1)[1])]))
-            for s in samples
-        ]
+        # A slower pod is slower at everything: its TTFT, TPOT and e2e time scale together
+        # (scaling TPOT alone made records whose TPOT × tokens exceeds their own e2e time,
+        # which the judge leaves out as impossible).
+        biased = [_slower(s, float(pods[s.arm][int(s.pod.rsplit("-", 1)[1])])) for s in samples]
         yield judge(biased, SETTINGS)
         i += 1
 
