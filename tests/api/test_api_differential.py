@@ -181,6 +181,15 @@ REGRESSIONS: list[tuple[str, Any]] = [
     ("spec.runtime.resources", {"requests": {"cpu": None}}),
     ("spec.runtime.extraArgs", ["-pp", "2"]),  # Python only, by design (rules.py)
     ("metadata.namespace", ""),
+    # The ladder and routing fields (BASE_SPEC: DSpark with adaptive verification).
+    ("spec.ladder", {"rungs": ["adaptive"]}),
+    ("spec.ladder", {"rungs": ["schedule", "schedule"]}),
+    ("spec.ladder", {"rungs": ["schedule"]}),
+    ("spec.ladder", {"rungs": [], "retryAfter": "30s"}),
+    ("spec.ladder", {"rungs": ["bogus"]}),
+    ("spec.routing", {"byDomain": True}),
+    ("spec.routing", {"by_domain": True}),
+    ("spec.rollback", {"toolCallGuardrail": "true"}),
 ]
 
 

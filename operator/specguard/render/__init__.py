@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from specguard.api import SpeculativeDeployment
+from specguard.api import DrafterRung, SpeculativeDeployment
 from specguard.api import constants as c
 from specguard.render._router import (
     desired_router_deployment,
@@ -18,25 +18,30 @@ from specguard.render._router import (
     desired_router_service_account,
 )
 from specguard.render._services import desired_arm_service, desired_front_service
-from specguard.render._vllm import speculative_config, vllm_args
+from specguard.render._vllm import rung_drafter, speculative_config, vllm_args
 from specguard.render._workloads import arm_replicas, desired_arm_deployment
 
 
-def desired_arm_deployments(sd: SpeculativeDeployment, mode: str) -> list[dict[str, Any]]:
+def desired_arm_deployments(
+    sd: SpeculativeDeployment, mode: str, rung: DrafterRung | None = None
+) -> list[dict[str, Any]]:
     replicas = arm_replicas(sd.spec, mode)
-    return [desired_arm_deployment(sd, arm, replicas[arm]) for arm in c.ARMS]
+    return [desired_arm_deployment(sd, arm, replicas[arm], rung) for arm in c.ARMS]
 
 
-def render_all(sd: SpeculativeDeployment, mode: str = c.ARM_SPECULATIVE) -> list[dict[str, Any]]:
+def render_all(
+    sd: SpeculativeDeployment, mode: str = c.ARM_SPECULATIVE, rung: DrafterRung | None = None
+) -> list[dict[str, Any]]:
     """Every object specguard owns for ``sd`` in ``mode``, in a stable order: RBAC first
-    (what pods need before they start), then Services, then Deployments."""
+    (what pods need before they start), then Services, then Deployments. ``rung``: the
+    drafter configuration of the speculative arm (spec.ladder; default as configured)."""
     return [
         desired_router_service_account(sd),
         desired_router_role(sd),
         desired_router_role_binding(sd),
         desired_front_service(sd),
         *(desired_arm_service(sd, arm) for arm in c.ARMS),
-        *desired_arm_deployments(sd, mode),
+        *desired_arm_deployments(sd, mode, rung),
         desired_router_deployment(sd),
     ]
 
@@ -52,6 +57,7 @@ __all__ = [
     "desired_router_role_binding",
     "desired_router_service_account",
     "render_all",
+    "rung_drafter",
     "speculative_config",
     "vllm_args",
 ]
