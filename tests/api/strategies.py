@@ -119,7 +119,7 @@ def valid_specs(draw: st.DrawFn) -> Obj:
     }
     if periodic:
         spec["shadow"].update({"schedule": "periodic", "every": "6h", "activeFor": "30m"})
-    if rungs or draw(st.booleans()):
+    if bool(rungs) or draw(st.booleans()):
         ladder_obj: Obj = {"rungs": rungs}
         if draw(st.booleans()):
             ladder_obj["retryAfter"] = draw(st.sampled_from(["1m", "6h", "168h", "1h30m"]))
