@@ -31,6 +31,14 @@ Role = Literal["serving", "shadow"]
 #   non_stream    - no stream: only e2e latency and usage; no TTFT, TPOT is e2e/(tokens)
 Measurement = Literal["stream_usage", "stream_chunks", "non_stream"]
 
+# What a response to a request with tools carried (specguard.toolcalls.RESULTS).
+ToolCall = Literal[
+    "none", "valid", "empty", "invalid_json", "unknown_tool", "invalid_schema", "unchecked"
+]
+TOOL_CALLS: tuple[str, ...] = (
+    "none", "valid", "empty", "invalid_json", "unknown_tool", "invalid_schema", "unchecked"
+)  # fmt: skip
+
 ARMS: tuple[Arm, ...] = ("speculative", "baseline")
 ROLES: tuple[Role, ...] = ("serving", "shadow")
 MEASUREMENTS: tuple[Measurement, ...] = ("stream_usage", "stream_chunks", "non_stream")
@@ -49,7 +57,8 @@ class Sample:
     ``chunk_tpot_s`` is the median over chunks of (gap to previous chunk / tokens in the
     chunk), known only when the stream carried continuous usage stats.
     ``concurrency`` is the in-flight requests on that pod when this one started
-    (this one included).
+    (this one included). ``tool_call``: for a request that carried tools, what came back
+    (``specguard.toolcalls``: valid, none, or how the call was broken); None otherwise.
     """
 
     arm: Arm
@@ -67,6 +76,7 @@ class Sample:
     status: int = 200
     pair_id: str | None = None
     prompt_tokens: int | None = None
+    tool_call: ToolCall | None = None
 
     @property
     def ok(self) -> bool:
@@ -154,6 +164,7 @@ def _parse(data: Mapping[str, Any]) -> Sample:
     if pair_id is not None and not isinstance(pair_id, str):
         raise SampleError(f"pair_id: expected a string or null, got {type(pair_id).__name__}")
     prompt_tokens = data.get("prompt_tokens")
+    tool_call = data.get("tool_call")
     return Sample(
         arm=_choice(data, "arm", ARMS),
         role=_choice(data, "role", ROLES),
@@ -170,6 +181,7 @@ def _parse(data: Mapping[str, Any]) -> Sample:
         status=_integer(data, "status", 200),
         pair_id=pair_id,
         prompt_tokens=None if prompt_tokens is None else _integer(data, "prompt_tokens"),
+        tool_call=None if tool_call is None else _choice(data, "tool_call", TOOL_CALLS),
     )
 
 
@@ -222,11 +234,13 @@ __all__ = [
     "MEASUREMENTS",
     "ROLES",
     "SCHEMA_VERSION",
+    "TOOL_CALLS",
     "Arm",
     "Measurement",
     "Role",
     "Sample",
     "SampleError",
+    "ToolCall",
     "parse_lines",
     "read_lines",
     "tpot",

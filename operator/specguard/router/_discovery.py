@@ -108,6 +108,19 @@ def swapping_from_resource(resource: Mapping[str, Any] | None) -> bool:
     return lookup(resource, "status", "arms", "swapping") is True
 
 
+def routes_from_resource(resource: Mapping[str, Any] | None) -> dict[str, Arm]:
+    """``status.arms.routes``: request domains served by the other arm (routing by domain);
+    entries that are not a domain and an arm are ignored."""
+    routes = lookup(resource, "status", "arms", "routes")
+    if not isinstance(routes, Mapping):
+        return {}
+    return {
+        domain: arm
+        for domain, arm in routes.items()
+        if isinstance(domain, str) and arm in ("speculative", "baseline")
+    }
+
+
 class KubeDiscovery:
     """Keeps a `Topology` in step with the cluster."""
 
@@ -168,11 +181,16 @@ class KubeDiscovery:
             if resource is not _KEEP:
                 mode, share = roles_from_resource(resource)
                 swapping = swapping_from_resource(resource)
+                routes = {d: a for d, a in routes_from_resource(resource).items() if a != mode}
                 top = self.topology
-                if (mode, share, swapping) != (top.mode, top.mirror_share, top.swapping):
-                    log.info("roles: serving %s, mirror share %.3f%s", mode, share,
-                             ", swapping: serving from both arms" if swapping else "")  # fmt: skip
-                    top.set_roles(mode, share, swapping)
+                if (mode, share, swapping, routes) != (
+                    top.mode, top.mirror_share, top.swapping, top.routes,
+                ):  # fmt: skip
+                    log.info("roles: serving %s, mirror share %.3f%s%s", mode, share,
+                             ", swapping: serving from both arms" if swapping else "",
+                             "".join(f", {d} to {a}" for d, a in sorted(routes.items())),
+                             )  # fmt: skip
+                    top.set_roles(mode, share, swapping, routes)
                     self._changed()
             await asyncio.sleep(self._poll_interval)
 

@@ -48,6 +48,9 @@ class Topology:
     # During the operator's rolling swap (status.arms.swapping) clients are answered from the
     # ready pods of both arms, so the pods that serve never drop below replicas - 1.
     swapping: bool = False
+    # Request domains served by the other arm than ``mode`` (status.arms.routes): both
+    # arms then serve, and each copies its requests to the other.
+    routes: dict[str, Arm] = field(default_factory=dict)
     pods: dict[Arm, list[Pod]] = field(default_factory=lambda: {arm: [] for arm in ARM_NAMES})
     _turn: itertools.count[int] = field(default_factory=itertools.count)
 
@@ -59,10 +62,24 @@ class Topology:
     def shadow_arm(self) -> Arm:
         return other_arm(self.mode)
 
-    def set_roles(self, mode: Arm, mirror_share: float, swapping: bool = False) -> None:
+    def set_roles(
+        self,
+        mode: Arm,
+        mirror_share: float,
+        swapping: bool = False,
+        routes: dict[str, Arm] | None = None,
+    ) -> None:
         self.mode = mode
         self.mirror_share = min(max(mirror_share, 0.0), 1.0)
         self.swapping = swapping
+        self.routes = {d: a for d, a in (routes or {}).items() if a != mode}
+
+    def arm_for(self, domain: str) -> Arm:
+        """The arm that serves a request of ``domain``: its route, else the serving arm
+        (every request goes by the serving arm during a swap: the arms' pods are moving)."""
+        if self.swapping:
+            return self.mode
+        return self.routes.get(domain, self.mode)
 
     def set_endpoints(self, endpoints: Iterable[Endpoint]) -> None:
         """Replace the ready pods, keeping the counters of pods that are still there."""
@@ -79,8 +96,10 @@ class Topology:
             fresh[arm].sort(key=lambda p: p.name)
         self.pods = fresh
 
-    def shadow_has_room(self) -> bool:
+    def shadow_has_room(self, served_by: Arm | None = None) -> bool:
         """Concurrency matching: may one more request be copied to the shadow arm now?
+        (``served_by``: the arm serving the request, default the serving arm; with routes
+        by domain each arm serves some domains and is the shadow of the others.)
 
         Yes while the shadow arm's requests in flight per ready pod stay at or below the
         serving arm's, counting the request being routed on the serving side and rounding to
@@ -93,7 +112,8 @@ class Topology:
         light load spread over many serving pods per shadow pod the nearest whole number is
         0, and the shadow would never be measured. Never during a swap (no judging then) or
         without pods."""
-        serving, shadow = self.pods[self.serving_arm], self.pods[self.shadow_arm]
+        serving_arm = self.serving_arm if served_by is None else served_by
+        serving, shadow = self.pods[serving_arm], self.pods[other_arm(serving_arm)]
         if self.swapping or not serving or not shadow:
             return False
         serving_in_flight = sum(pod.in_flight for pod in serving) + 1

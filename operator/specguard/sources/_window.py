@@ -103,7 +103,6 @@ class WindowSamples:
         return replace(verdict, reasons=reasons)
 
 
-
 class Source(Protocol):
     """What the operator calls each window (see the module docstring)."""
 
