@@ -5,7 +5,7 @@ A request that carries ``tools`` gets a :class:`ToolCallCheck`. The router's met
 every parsed chunk's ``choices``: streamed ``delta.tool_calls`` fragments are joined per
 call ``index`` (the first fragment names the function, the others append to its
 ``arguments``), and a non-streamed ``message.tool_calls`` is read whole. At the end,
-:meth:`ToolCallCheck.result` says what came back, one word (:data:`RESULTS`):
+:meth:`ToolCallCheck.result` says what came back, one word (``judge.TOOL_CALLS``):
 
 - ``none``: no tool call (the model answered in text: not a failure of the call);
 - ``valid``: every call names one of the request's functions and its arguments are a
@@ -37,18 +37,11 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any, Final, Literal
+from typing import Any, Final
 
-ToolCallResult = Literal[
-    "none", "valid", "empty", "invalid_json", "unknown_tool", "invalid_schema", "unchecked"
-]
-RESULTS: Final[tuple[ToolCallResult, ...]] = (
-    "none", "valid", "empty", "invalid_json", "unknown_tool", "invalid_schema", "unchecked"
-)  # fmt: skip
-# The results that are a broken tool call (what the guardrail counts).
-INVALID: Final[frozenset[str]] = frozenset(
-    {"empty", "invalid_json", "unknown_tool", "invalid_schema"}
-)
+# The words (the Sample schema's, judge._sample.TOOL_CALLS); INVALID_TOOL_CALLS: broken ones.
+from specguard.judge import INVALID_TOOL_CALLS, TOOL_CALLS
+from specguard.judge import ToolCall as ToolCallResult
 
 MAX_TOOLS: Final = 128
 MAX_SCHEMA_BYTES: Final = 64 * 1024
@@ -357,11 +350,11 @@ def _numeric(schema: Mapping[str, Any], value: float) -> bool:
 
 
 __all__ = [
-    "INVALID",
+    "INVALID_TOOL_CALLS",
     "MAX_ARGUMENT_BYTES",
     "MAX_CALLS",
     "MAX_SCHEMA_BYTES",
-    "RESULTS",
+    "TOOL_CALLS",
     "ToolCallCheck",
     "ToolCallResult",
     "schema_accepts",

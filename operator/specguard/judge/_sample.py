@@ -35,9 +35,13 @@ Measurement = Literal["stream_usage", "stream_chunks", "non_stream"]
 ToolCall = Literal[
     "none", "valid", "empty", "invalid_json", "unknown_tool", "invalid_schema", "unchecked"
 ]
-TOOL_CALLS: tuple[str, ...] = (
+TOOL_CALLS: tuple[ToolCall, ...] = (
     "none", "valid", "empty", "invalid_json", "unknown_tool", "invalid_schema", "unchecked"
 )  # fmt: skip
+# The results that are a broken tool call.
+INVALID_TOOL_CALLS: frozenset[str] = frozenset(
+    {"empty", "invalid_json", "unknown_tool", "invalid_schema"}
+)
 
 ARMS: tuple[Arm, ...] = ("speculative", "baseline")
 ROLES: tuple[Role, ...] = ("serving", "shadow")
@@ -231,6 +235,7 @@ def tpot(first_token_at: float, last_token_at: float, tokens: int) -> float | No
 
 __all__ = [
     "ARMS",
+    "INVALID_TOOL_CALLS",
     "MEASUREMENTS",
     "ROLES",
     "SCHEMA_VERSION",
