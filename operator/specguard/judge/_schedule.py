@@ -69,9 +69,7 @@ def crossing(levels: Sequence[LevelGain]) -> Crossing:
 
 def faster_levels(levels: Sequence[LevelGain]) -> list[int]:
     """The levels where the drafter is faster: a positive gain that is not 'no gain'."""
-    return [
-        lv.level for lv in levels if lv.gain is not None and lv.gain > 0 and not lv.no_gain
-    ]
+    return [lv.level for lv in levels if lv.gain is not None and lv.gain > 0 and not lv.no_gain]
 
 
 def schedule_limit(levels: Sequence[LevelGain], found: Crossing, max_batch: int) -> int | None:
