@@ -182,7 +182,9 @@ def test_describe_names_the_configuration() -> None:
 # --- evidence from pairs -------------------------------------------------------------------
 
 
-def _pairs(rng: np.random.Generator, n: int, in_flight: int, ratio: float, start: int) -> list[Sample]:
+def _pairs(
+    rng: np.random.Generator, n: int, in_flight: int, ratio: float, start: int
+) -> list[Sample]:
     """Mirrored pairs at ``in_flight``: heavy-tailed per-request latency (lognormal,
     per-prompt spread), the drafter half ``ratio`` times the baseline's with noise."""
     out = []

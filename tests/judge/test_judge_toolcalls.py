@@ -15,10 +15,20 @@ def pair(i: int, spec: str | None, base: str | None, *, ok: bool = True) -> list
     out = []
     for arm, result in (("speculative", spec), ("baseline", base)):
         out.append(
-            Sample(arm=arm, role="serving" if arm == "speculative" else "shadow",  # type: ignore[arg-type]
-                   pod=f"{arm}-0", domain="tool_call", started_at=float(i), concurrency=4,
-                   output_tokens=40, e2e_s=1.0, tpot_s=0.01, pair_id=f"p{i}",
-                   status=200 if ok else 500, tool_call=result)  # type: ignore[arg-type]  # fmt: skip
+            Sample(
+                arm=arm,  # type: ignore[arg-type]
+                role="serving" if arm == "speculative" else "shadow",
+                pod=f"{arm}-0",
+                domain="tool_call",
+                started_at=float(i),
+                concurrency=4,
+                output_tokens=40,
+                e2e_s=1.0,
+                tpot_s=0.01,
+                pair_id=f"p{i}",
+                status=200 if ok else 500,
+                tool_call=result,  # type: ignore[arg-type]
+            )
         )
     return out
 
@@ -75,8 +85,15 @@ def test_excess_needs_confidence_a_minimum_and_more_than_the_baseline() -> None:
     assert ToolCallPairs().excess(0.99) is None and ToolCallPairs().p_value() is None
 
 
-def _windows(rng: np.random.Generator, windows: int, pairs: int, spec_rate: float,
-             base_rate: float, shared: float) -> list[ToolCallPairs]:  # fmt: skip
+def _windows(
+    rng: np.random.Generator,
+    windows: int,
+    pairs: int,
+    *,
+    spec_rate: float,
+    base_rate: float,
+    shared: float,
+) -> list[ToolCallPairs]:
     """Windows of pairs: a shared failure (the prompt, max_tokens) breaks both arms at
     ``shared``; otherwise each arm breaks at its own rate, independently."""
     out = []
@@ -95,7 +112,7 @@ def _windows(rng: np.random.Generator, windows: int, pairs: int, spec_rate: floa
 def test_equal_arms_almost_never_trip(rate: float, pairs: int) -> None:
     # A/A: the same rate of broken calls on both arms (and 5% broken on both at once).
     rng = np.random.default_rng(7)
-    windows = _windows(rng, 3000, pairs, rate, rate, shared=0.05)
+    windows = _windows(rng, 3000, pairs, spec_rate=rate, base_rate=rate, shared=0.05)
     tripped = sum(w.excess(0.99) is not None for w in windows)
     # The exact test's one-sided level is at most 1% (discrete: below it).
     assert tripped / len(windows) <= 0.01, tripped
@@ -112,6 +129,6 @@ def test_a_drafter_that_breaks_calls_is_caught(
     spec_rate: float, base_rate: float, pairs: int, power: float
 ) -> None:
     rng = np.random.default_rng(11)
-    windows = _windows(rng, 400, pairs, spec_rate, base_rate, shared=0.02)
+    windows = _windows(rng, 400, pairs, spec_rate=spec_rate, base_rate=base_rate, shared=0.02)
     caught = sum(w.excess(0.99) is not None for w in windows) / len(windows)
     assert caught >= power, caught
