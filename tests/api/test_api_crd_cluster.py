@@ -103,7 +103,8 @@ def test_status_subresource_and_printer_columns(
     assert _kubectl(installed_crd, "create", "-n", cluster_namespace, "-f", "-",
                     stdin=json.dumps(obj)).returncode == 0  # fmt: skip
     verdict = {"outcome": "regressed", "ratio": 1.17, "concurrency": {"speculative": 12}}
-    status = {"status": {"mode": "baseline", "lastVerdict": verdict}}
+    ladder = {"rung": {"name": "adaptive"}}
+    status = {"status": {"mode": "baseline", "lastVerdict": verdict, "ladder": ladder}}
     patched = _kubectl(
         installed_crd, "patch", "sd", name, "-n", cluster_namespace,
         "--subresource=status", "--type=merge", "-p", json.dumps(status),
@@ -112,8 +113,11 @@ def test_status_subresource_and_printer_columns(
     table = _kubectl(installed_crd, "get", "sd", name, "-n", cluster_namespace)
     assert table.returncode == 0, table.stderr
     header, row = table.stdout.splitlines()[:2]
-    assert header.split()[:7] == ["NAME", "MODE", "DRAFTER", "RATIO", "CONCURRENCY", "READY", "AGE"]
-    assert row.split()[1:5] == ["baseline", obj["spec"]["drafter"]["method"], "1.17", "12"]
+    assert header.split()[:8] == [
+        "NAME", "MODE", "DRAFTER", "RUNG", "RATIO", "CONCURRENCY", "READY", "AGE"
+    ]  # fmt: skip
+    method = obj["spec"]["drafter"]["method"]
+    assert row.split()[1:6] == ["baseline", method, "adaptive", "1.17", "12"]
     # A spec-only update cannot write status: the subresource keeps them apart.
     obj["status"] = {"mode": "speculative"}
     replaced = _kubectl(
