@@ -103,7 +103,7 @@ def read_records(path: Path) -> list[ClientRecord]:
 @dataclass
 class _State:
     phase: int = -1
-    domain: str = "math"
+    current: Phase | None = None
     streams: int = 0
     stop: bool = False
 
@@ -157,7 +157,7 @@ class Client:
             current = next((s for s in self.spans if s.start <= at < s.end), None)
             if current is not None and current.index != self.state.phase:
                 self.state.phase = current.index
-                self.state.domain = current.phase.domain
+                self.state.current = current.phase
                 self.state.streams = current.phase.streams(self.replicas)
             if now - last_flush >= 0.5:
                 self.out.flush()
@@ -167,10 +167,11 @@ class Client:
     async def _worker(self, session: aiohttp.ClientSession, index: int) -> None:
         url = self.routers[index % len(self.routers)]
         while not self.state.stop:
-            if index >= self.state.streams:
+            current = self.state.current
+            if current is None or index >= self.state.streams:
                 await asyncio.sleep(0.05)
                 continue
-            domain, phase = self.state.domain, self.state.phase
+            domain, phase = current.domain_of(index), self.state.phase
             headers = {"Content-Type": "application/json", "X-Specguard-Domain": domain}
             started = time.time()
             record = StreamRecord(time.monotonic(), index)
