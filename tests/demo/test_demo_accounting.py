@@ -193,7 +193,10 @@ def test_summary_says_whether_the_goal_is_met() -> None:
     ("text", "message"),
     [
         ("math:4", "phase 1 'math:4': expected DOMAIN:PER_POD:SECONDS"),
-        ("math:4:40,chat:4:10", "phase 2: domain must be one of math, tool_call, mixed, got 'chat'"),
+        (
+            "math:4:40,chat:4:10",
+            "phase 2: domain must be one of math, tool_call, mixed, got 'chat'",
+        ),
         ("math:0:40", "phase 1: streams per pod must be 1..512, got '0'"),
         ("math:4:soon", "phase 1: seconds must be 1..3600, got 'soon'"),
     ],
