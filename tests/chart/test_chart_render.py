@@ -325,15 +325,14 @@ def test_rbac_covers_everything_the_renderer_produces(tmp_path: Path) -> None:
     from specguard.render import render_all
 
     rules = rules_of(helm_template(tmp_path), "ClusterRole")
-    plural = {"Deployment": "deployments", "Service": "services",
-              "ServiceAccount": "serviceaccounts", "Role": "roles",
-              "RoleBinding": "rolebindings"}  # fmt: skip
     for example in sorted((ROOT / "examples").glob("*.yaml")):
         for sd in load_resources(str(example)):
             for obj in render_all(sd):
-                group = obj["apiVersion"].rpartition("/")[0]
+                version, plural = c.OWNED_KINDS[obj["kind"]]
+                assert obj["apiVersion"] == version
+                group = version.rpartition("/")[0]
                 for verb in ("get", "create", "patch"):
-                    assert grants(rules, group, plural[obj["kind"]], verb), (obj["kind"], verb)
+                    assert grants(rules, group, plural, verb), (obj["kind"], verb)
                 if obj["kind"] == "Role":
                     for rule in obj["rules"]:
                         for group in rule["apiGroups"]:

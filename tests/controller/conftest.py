@@ -26,6 +26,19 @@ def resource(**spec: Any) -> dict[str, Any]:
     return body
 
 
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 applied, as the API server applies a merge patch to the status."""
+    if not isinstance(patch, dict):
+        return patch
+    out = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = merge_patch(out.get(key), value)
+    return out
+
+
 @pytest.fixture
 def sd() -> SpeculativeDeployment:
     return parse_resource(resource())

@@ -20,16 +20,12 @@ from .kit import SD_PATH, api, create_sd, get_sd, install_crd, sd_body, start_op
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
-OWNED = ("deployments", "services", "serviceaccounts", "roles", "rolebindings")
-
-
 def owned(cluster: LocalCluster, ns: str, name: str) -> list[str]:
     """What the operator made for ``name`` and is still there (terminating or not)."""
-    groups = {"deployments": "apis/apps/v1", "roles": "apis/rbac.authorization.k8s.io/v1",
-              "rolebindings": "apis/rbac.authorization.k8s.io/v1"}  # fmt: skip
     found = []
-    for plural in OWNED:
-        path = (f"/{groups.get(plural, 'api/v1')}/namespaces/{ns}/{plural}"
+    for version, plural in c.OWNED_KINDS.values():
+        prefix = "api/v1" if version == "v1" else f"apis/{version}"
+        path = (f"/{prefix}/namespaces/{ns}/{plural}"
                 f"?labelSelector={c.LABEL_APP_INSTANCE}={name}")  # fmt: skip
         found += [f"{plural}/{o['metadata']['name']}" for o in api(cluster, "GET", path)["items"]]
     return found

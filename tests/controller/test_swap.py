@@ -28,7 +28,7 @@ class ToyCluster:
     """Deployments that create pods at once, pods that become ready after a delay and
     take a while to terminate, like the Deployment controller and a kubelet."""
 
-    replicas: dict[str, int]
+    replicas: dict[Arm, int]
     rng: random.Random
     pods: list[ToyPod] = field(default_factory=list)
     now: float = 0.0
@@ -37,7 +37,7 @@ class ToyCluster:
         for arm, n in self.replicas.items():
             self.pods += [ToyPod(arm, 0.0) for _ in range(n)]
 
-    def scale(self, replicas: dict[str, int]) -> None:
+    def scale(self, replicas: dict[Arm, int]) -> None:
         self.replicas = dict(replicas)
 
     def advance(self, dt: float) -> None:
@@ -54,8 +54,8 @@ class ToyCluster:
             for _ in range(max(0, -excess)):
                 self.pods.append(ToyPod(arm, self.now + self.rng.uniform(1.0, 20.0)))
 
-    def observed(self) -> dict[str, ArmObserved]:
-        out: dict[str, ArmObserved] = {}
+    def observed(self) -> dict[Arm, ArmObserved]:
+        out: dict[Arm, ArmObserved] = {}
         for arm in (SPEC, BASE):
             pods = [p for p in self.pods if p.arm == arm]
             ready = [p for p in pods if p.gone_at is None and p.ready_at <= self.now]
@@ -149,7 +149,7 @@ def test_swap_back_and_forth_ends_in_the_final_counts() -> None:
 
 
 def test_first_step_tells_the_routers_before_any_pod_goes() -> None:
-    obs: dict[str, ArmObserved] = {SPEC: ArmObserved(2, 2, 2), BASE: ArmObserved(1, 1, 1)}
+    obs: dict[Arm, ArmObserved] = {SPEC: ArmObserved(2, 2, 2), BASE: ArmObserved(1, 1, 1)}
     first = plan_swap(
         target=BASE,
         mode=SPEC,
@@ -192,7 +192,7 @@ def test_first_step_tells_the_routers_before_any_pod_goes() -> None:
 
 def test_no_pod_is_added_while_a_removed_one_still_exists() -> None:
     # The Deployment says 1 but the terminating pod still holds its GPUs.
-    obs: dict[str, ArmObserved] = {SPEC: ArmObserved(1, 2, 1), BASE: ArmObserved(1, 1, 1)}
+    obs: dict[Arm, ArmObserved] = {SPEC: ArmObserved(1, 2, 1), BASE: ArmObserved(1, 1, 1)}
     plan = plan_swap(
         target=BASE,
         mode=SPEC,
@@ -209,7 +209,7 @@ def test_no_pod_is_added_while_a_removed_one_still_exists() -> None:
 
 
 def test_settled_resource_repairs_a_scaled_deployment_at_once() -> None:
-    obs: dict[str, ArmObserved] = {SPEC: ArmObserved(5, 5, 5), BASE: ArmObserved(1, 1, 1)}
+    obs: dict[Arm, ArmObserved] = {SPEC: ArmObserved(5, 5, 5), BASE: ArmObserved(1, 1, 1)}
     plan = plan_swap(
         target=SPEC,
         mode=SPEC,
@@ -228,7 +228,7 @@ def test_settled_resource_repairs_a_scaled_deployment_at_once() -> None:
 
 def test_crash_looping_drafter_pods_do_not_block_the_rollback() -> None:
     # DrafterStartupFailed: no drafter pod is ready; the baseline arm must still grow.
-    obs: dict[str, ArmObserved] = {SPEC: ArmObserved(2, 2, 0), BASE: ArmObserved(1, 1, 1)}
+    obs: dict[Arm, ArmObserved] = {SPEC: ArmObserved(2, 2, 0), BASE: ArmObserved(1, 1, 1)}
     plan = plan_swap(
         target=BASE,
         mode=SPEC,
@@ -245,7 +245,7 @@ def test_crash_looping_drafter_pods_do_not_block_the_rollback() -> None:
 
 @pytest.mark.parametrize(("r", "s"), [(1, 1), (2, 2)])
 def test_equal_arms_swap_roles_without_moving_pods(r: int, s: int) -> None:
-    obs: dict[str, ArmObserved] = {SPEC: ArmObserved(r, r, r), BASE: ArmObserved(s, s, s)}
+    obs: dict[Arm, ArmObserved] = {SPEC: ArmObserved(r, r, r), BASE: ArmObserved(s, s, s)}
     plan = plan_swap(
         target=BASE,
         mode=SPEC,

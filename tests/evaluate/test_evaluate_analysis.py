@@ -11,6 +11,7 @@ import jsonschema
 import pytest
 import yaml
 
+from specguard._exposition import acceptance_between, parse_reading
 from specguard.api._resource import parse_resource
 from specguard.evaluate import _report as report
 from specguard.evaluate._analysis import DrafterInfo, analyse, crossover
@@ -18,7 +19,6 @@ from specguard.evaluate._cells import Acceptance, ArmRun, Cell, Variant, Variant
 from specguard.evaluate._report import spec_yaml
 from specguard.judge._sample import Arm, Sample
 from specguard.judge._verdict import JudgeSettings
-from specguard.sources._exposition import acceptance_between, parse_reading
 
 SETTINGS = JudgeSettings(min_requests_per_arm=20, confidence=0.95)
 

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from specguard._exposition import sample_value
 from specguard.evaluate._command import main
 from specguard.evaluate._sweep import error_text
 from specguard.judge._sample import parse_lines
 from specguard.sim._launch import SimProcess, start_sim
-from specguard.sources._exposition import sample_value
 from specguard.testing._loadclient import read_metrics
 from specguard.testing._ports import free_port
 

@@ -1,5 +1,5 @@
 """The decision policy as a state machine: K windows, cooldown, stricter re-promotion, flaps,
-dry run, off, manual commands, guardrails."""
+dry run, off, pin and retry, guardrails; the stored state's wire form."""
 
 from __future__ import annotations
 
@@ -8,14 +8,10 @@ from dataclasses import replace
 
 import pytest
 
-from specguard.judge._policy import (
-    Decision,
-    Guardrails,
-    PolicySettings,
-    PolicyState,
-    error_guardrail,
-    step,
-)
+from specguard.judge._evidence import ArmErrors, DraftCounters, Evidence, Startup
+from specguard.judge._guardrails import Trip, error_rate_exceeded, speculation_guardrail
+from specguard.judge._policy import Decision, PolicyState, step
+from specguard.judge._settings import PolicySettings
 from specguard.judge._verdict import Outcome, Verdict
 
 WINDOW = 60.0
@@ -52,7 +48,7 @@ def run(
     decisions = []
     for i, ch in enumerate(outcomes):
         v = None if ch == "-" else verdict(names[ch])
-        state, d = step(state, settings, t0 + (i + 1) * WINDOW, verdict=v)
+        state, d = step(state, settings, t0 + (i + 1) * WINDOW, Evidence(verdict=v))
         decisions.append(d)
     return state, decisions
 
@@ -73,10 +69,19 @@ def test_rolls_back_after_k_agreeing_windows_only() -> None:
     assert "1.300" in ds[-1].reason  # the verdict's numbers travel with the decision
 
 
-def test_inconclusive_or_missing_windows_reset_the_streak_and_never_roll_back() -> None:
+def test_inconclusive_windows_reset_the_streak_and_never_roll_back() -> None:
     s = PolicySettings(consecutive_windows=3)
-    assert actions(run("RR?RR-RR", s)[1]) == "........"
+    assert actions(run("RR?RR?RR", s)[1]) == "........"
     assert actions(run("????????????", s)[1]) == "." * 12
+
+
+def test_between_windows_the_streak_stands() -> None:
+    """No verdict (no window ended at this tick) neither counts nor breaks a streak: the
+    operator steps every second, a window ends every minute."""
+    s = PolicySettings(consecutive_windows=3)
+    state, ds = run("RR--R", s)
+    assert actions(ds) == "....B" and state.mode == "baseline"
+    assert [d.reason for d in ds[2:4]] == ["no window ended"] * 2
     assert actions(run("------------", s)[1]) == "." * 12
 
 
@@ -113,10 +118,10 @@ def test_repromotion_confidence_floor() -> None:
     s = PolicySettings(consecutive_windows=1, cooldown_s=0, repromote_confidence=0.999)
     state, _ = run("R", s)
     for i in range(5):
-        state, d = step(state, s, 100.0 + i, verdict=verdict("improved", confidence=0.99))
+        state, d = step(state, s, 100.0 + i, Evidence(verdict("improved", confidence=0.99)))
         assert d.action == "hold" and "needs 99.9%" in d.reason
     for i in range(2):
-        state, d = step(state, s, 200.0 + i, verdict=verdict("improved", confidence=0.999))
+        state, d = step(state, s, 200.0 + i, Evidence(verdict("improved", confidence=0.999)))
     assert d.action == "repromote"
 
 
@@ -128,13 +133,17 @@ def test_manual_repromote_setting_only_notifies() -> None:
     assert "would re-promote" in ds[-1].reason
 
 
-def test_manual_repromote_command_acts_at_once_and_clears_flaps() -> None:
+def test_a_new_retry_re_promotes_from_baseline_at_once_and_clears_flaps() -> None:
     s = PolicySettings(consecutive_windows=1, cooldown_s=0, max_flaps=1)
     state, _ = run("R", s)
     assert state.halted
-    state, d = step(state, s, 1000.0, command="repromote")
-    assert d.action == "repromote" and state.mode == "speculative"
-    assert not state.halted and state.transitions == ()
+    state, d = step(state, s, 1000.0, Evidence(retry="t1"))
+    assert (d.action, d.cause, d.command, d.target) == ("repromote", "Retry", "repromote",
+                                                        "speculative")  # fmt: skip
+    assert state == PolicyState(mode="speculative", since=1000.0, retry_seen="t1")
+    # the same value again is no command
+    again, d = step(state, s, 1001.0, Evidence(retry="t1"))
+    assert again == state and d.command is None and d.action == "hold"
 
 
 def test_flap_limit_stops_automatic_changes_with_a_warning() -> None:
@@ -146,9 +155,13 @@ def test_flap_limit_stops_automatic_changes_with_a_warning() -> None:
     assert all(d.action in ("notify", "hold") for d in ds[3:])
     notified = [d for d in ds[3:] if d.action == "notify"]
     assert notified and all(d.warning for d in notified)
-    # reset lets it act again
-    state, d = step(state, s, 10_000.0, command="reset", verdict=verdict("improved"))
-    assert d.action == "repromote"
+    # a retry lets it act again
+    state, d = step(state, s, 10_000.0, Evidence(verdict("improved"), retry="x"))
+    assert (d.action, d.command, state.halted) == ("repromote", "repromote", False)
+    # from speculative, a retry clears the stop and the window counts at once
+    halted = PolicyState(halted=True, flap_times=(9_000.0,), streak=0)
+    state, d = step(halted, s, 10_000.0, Evidence(verdict("regressed"), retry="y"))
+    assert (d.action, d.command, state.mode) == ("rollback", "reset", "baseline")
 
 
 def test_flaps_outside_the_window_are_forgotten() -> None:
@@ -156,9 +169,9 @@ def test_flaps_outside_the_window_are_forgotten() -> None:
         consecutive_windows=1, cooldown_s=0, max_flaps=2, flap_window_s=100, repromote_windows=1
     )
     state = PolicyState()
-    state, d = step(state, s, 0.0, verdict=verdict("regressed"))
+    state, d = step(state, s, 0.0, Evidence(verdict("regressed")))
     assert d.action == "rollback" and d.flaps == 1
-    state, d = step(state, s, 500.0, verdict=verdict("improved"))
+    state, d = step(state, s, 500.0, Evidence(verdict("improved")))
     assert d.action == "repromote" and d.flaps == 1 and not state.halted
 
 
@@ -167,36 +180,63 @@ def test_dry_run_reports_would_roll_back_and_keeps_mode() -> None:
     state, ds = run("RRRRRR", s)
     assert actions(ds) == "..n..n"
     assert ds[2].reason.startswith("would roll back (dry run)")
-    assert state.mode == "speculative" and state.transitions == ()
+    assert state.mode == "speculative" and state.flap_times == ()
+    assert (ds[2].cause, ds[2].target) == ("WouldRollBack", "speculative")
 
 
-def test_policy_off_never_acts_even_on_guardrails() -> None:
-    s = PolicySettings(policy="off", consecutive_windows=1)
-    g = Guardrails(drafter_ready=False, drafter_since=0.0)
-    state, d = step(PolicyState(), s, 1e6, verdict=verdict("regressed"), guardrails=g)
-    assert d.action == "hold" and d.reason == "policy off" and state.mode == "speculative"
+LATE = Startup(ready=False, since=0.0)
+
+
+def test_policy_off_never_acts_even_on_guardrails_but_says_which_tripped() -> None:
+    s = PolicySettings(policy="off", consecutive_windows=1, startup_deadline_s=60)
+    state, d = step(PolicyState(), s, 1e6, Evidence(verdict("regressed"), startup=LATE))
+    assert (d.action, d.reason, state.mode) == ("hold", "policy off", "speculative")
+    assert d.trip is not None and d.trip.cause == "DrafterStartupFailed" and not d.guardrail
 
 
 def test_startup_deadline_guardrail_acts_at_once() -> None:
     s = PolicySettings(startup_deadline_s=1200)
-    g = Guardrails(drafter_ready=False, drafter_since=100.0)
-    _, d = step(PolicyState(), s, 1299.0, guardrails=g)
+    late = Evidence(startup=Startup(ready=False, since=100.0))
+    _, d = step(PolicyState(), s, 1299.0, late)
     assert d.action == "hold"
-    state, d = step(PolicyState(), s, 1300.0, guardrails=g)
-    assert d.action == "rollback" and d.guardrail and d.warning
-    assert "not ready 1200s after start" in d.reason
-    assert state.mode == "baseline"
-    ready = Guardrails(drafter_ready=True, drafter_since=100.0)
-    assert step(PolicyState(), s, 1e6, guardrails=ready)[1].action == "hold"
+    state, d = step(PolicyState(), s, 1300.0, late)
+    assert d == Decision(
+        "rollback",
+        "guardrail: drafter pods not ready 1200s after start (startup deadline 1200s)",
+        "baseline",
+        "baseline",
+        "DrafterStartupFailed",
+        warning=True,
+        trip=Trip("startup", "DrafterStartupFailed",
+                  "drafter pods not ready 1200s after start (startup deadline 1200s)"),
+        flaps=1,
+    )  # fmt: skip
+    assert d.guardrail and state.mode == "baseline"
+    ready = Evidence(startup=Startup(ready=True, since=100.0))
+    assert step(PolicyState(), s, 1e6, ready)[1].action == "hold"
 
 
 def test_guardrail_acts_even_when_halted_but_dry_run_only_notifies() -> None:
-    g = Guardrails(drafter_ready=False, drafter_since=0.0)
+    late = Evidence(startup=LATE)
     halted = PolicyState(halted=True)
-    _, d = step(halted, PolicySettings(), 1e5, guardrails=g)
+    _, d = step(halted, PolicySettings(), 1e5, late)
     assert d.action == "rollback"
-    _, d = step(PolicyState(), PolicySettings(policy="notify"), 1e5, guardrails=g)
-    assert d.action == "notify" and d.guardrail
+    _, d = step(PolicyState(), PolicySettings(policy="notify"), 1e5, late)
+    assert d.action == "notify" and d.guardrail and d.cause == "DrafterStartupFailed"
+
+
+def test_guardrails_wait_while_the_drafter_does_not_serve() -> None:
+    state = PolicyState(mode="baseline", since=0.0)
+    _, d = step(state, PolicySettings(), 1e5, Evidence(startup=LATE))
+    assert d.action == "hold" and d.trip is None
+
+
+def test_a_pin_holds_everything_and_targets_the_pin() -> None:
+    s = PolicySettings(consecutive_windows=1)
+    state = PolicyState(streak=0)
+    new, d = step(state, s, 10.0, Evidence(verdict("regressed"), startup=LATE, pin="baseline"))
+    assert new == state
+    assert (d.action, d.mode, d.target, d.cause) == ("hold", "speculative", "baseline", "Pinned")
 
 
 @pytest.mark.parametrize(
@@ -212,38 +252,97 @@ def test_guardrail_acts_even_when_halted_but_dry_run_only_notifies() -> None:
     ],
 )
 def test_error_guardrail_rule(spec: tuple[int, int], base: tuple[int, int], trips: bool) -> None:
-    g = Guardrails(
+    e = ArmErrors(
         spec_errors=spec[0], spec_requests=spec[1], base_errors=base[0], base_requests=base[1]
     )
-    assert (error_guardrail(g, PolicySettings()) is not None) == trips
+    assert (error_rate_exceeded(e, PolicySettings()) is not None) == trips
 
 
-def test_error_guardrail_blocks_repromotion() -> None:
+def test_error_guardrail_rolls_back_and_blocks_repromotion() -> None:
     s = PolicySettings(consecutive_windows=1, cooldown_s=0, repromote_windows=1)
+    bad = ArmErrors(spec_errors=20, spec_requests=100, base_errors=0, base_requests=100)
+    state, d = step(PolicyState(), s, 10.0, Evidence(verdict("improved"), errors=bad))
+    assert (d.action, d.cause, state.mode) == ("rollback", "DrafterErrors", "baseline")
     state = PolicyState(mode="baseline", since=0.0)
-    bad = Guardrails(spec_errors=20, spec_requests=100, base_errors=0, base_requests=100)
-    state, d = step(state, s, 10.0, verdict=verdict("improved"), guardrails=bad)
+    state, d = step(state, s, 10.0, Evidence(verdict("improved"), errors=bad))
     assert d.action == "hold" and "error rate" in d.reason and state.mode == "baseline"
 
 
-def test_guardrails_from_verdict_counts() -> None:
+def test_error_counts_from_a_verdict() -> None:
     v = replace(
         verdict("neutral"),
         requests={"speculative": 100, "baseline": 80},
         errors={"speculative": 9, "baseline": 0},
     )
-    g = Guardrails.from_verdict(v, drafter_ready=True, drafter_since=5.0)
-    assert (g.spec_requests, g.spec_errors, g.base_requests, g.base_errors) == (100, 9, 80, 0)
-    assert error_guardrail(g, PolicySettings()) is not None
+    assert ArmErrors.of(v) == ArmErrors(100, 9, 80, 0)
+    assert error_rate_exceeded(ArmErrors.of(v), PolicySettings()) is not None
 
 
-def test_state_round_trips_through_json() -> None:
+def speculation(counters: DraftCounters, served: int) -> Trip | None:
+    evidence = Evidence(speculation=counters, errors=ArmErrors(spec_requests=served))
+    return speculation_guardrail(evidence, PolicySettings(speculation_min_requests=50), 0.0)
+
+
+def test_speculation_off_and_collapsed() -> None:
+    off = speculation(DraftCounters(pods=2, exporting=0, drafts=0, accepted=0), served=300)
+    assert off is not None and off.cause == "SpeculationOff"
+    assert "none of its 2 pods exports spec-decode counters" in off.message
+    none = speculation(DraftCounters(pods=2, exporting=2, drafts=0, accepted=0), served=300)
+    why = "the drafter arm served 300 requests with 0 drafts over the window"
+    assert none == Trip("speculation", "SpeculationOff", why)
+    collapsed = speculation(DraftCounters(2, 2, drafts=1000, accepted=20), served=10)
+    assert collapsed == Trip(
+        "speculation",
+        "AcceptanceCollapsed",
+        "mean acceptance length 1.020 over 1000 drafts (1.000 = no draft token accepted; "
+        "threshold 1.05)",
+    )
+
+
+def test_healthy_idle_or_thin_speculation_evidence_is_not_tripped() -> None:
+    assert speculation(DraftCounters(2, 2, drafts=1000, accepted=2500), served=300) is None
+    assert speculation(DraftCounters(2, 0, 0, 0), served=10) is None  # too few requests
+    assert speculation(DraftCounters(0, 0, 0, 0), served=300) is None  # no pod read twice
+    assert speculation(DraftCounters(2, 2, drafts=50, accepted=0), served=10) is None
+    s = PolicySettings()
+    assert speculation_guardrail(Evidence(), s, 0.0) is None
+
+
+def test_speculation_guardrail_rolls_back_through_step() -> None:
+    s = PolicySettings(speculation_min_requests=50)
+    evidence = Evidence(verdict("neutral"), errors=ArmErrors(spec_requests=300),
+                        speculation=DraftCounters(2, 0, 0, 0))  # fmt: skip
+    state, d = step(PolicyState(), s, 10.0, evidence)
+    assert (d.action, d.cause, state.mode) == ("rollback", "SpeculationOff", "baseline")
+
+
+def test_state_round_trips_through_the_wire() -> None:
     s = PolicySettings(consecutive_windows=1, cooldown_s=0)
     state, _ = run("RI", s)
-    again = PolicyState.from_dict(json.loads(json.dumps(state.to_dict())))
-    assert again == state
-    with pytest.raises(ValueError, match="mode"):
-        PolicyState.from_dict({"mode": "weird"})
+    state = replace(state, retry_seen="r1", streak_outcome="improved")
+    wire = json.loads(json.dumps(state.to_wire()))
+    assert set(wire) == {"mode", "streak", "streakOutcome", "since", "flapTimes", "halted",
+                         "retrySeen"}  # fmt: skip
+    assert PolicyState.from_wire(wire) == state
+    assert PolicyState.from_wire({}) == PolicyState()
+    assert PolicyState.from_wire({"newerField": 1, "streak": 2}) == PolicyState(streak=2)
+
+
+@pytest.mark.parametrize(
+    ("wire", "problem"),
+    [
+        ({"mode": "weird"}, "mode: expected speculative or baseline, got 'weird'"),
+        ({"streak": -1}, "streak: expected a whole number >= 0, got -1"),
+        ({"streak": True}, "streak: expected a whole number >= 0, got True"),
+        ({"since": "yesterday"}, "since: expected a Unix time, got 'yesterday'"),
+        ({"flapTimes": 3}, "flapTimes: expected a list of Unix times, got 3"),
+        ({"halted": "yes"}, "halted: expected true or false, got 'yes'"),
+    ],
+)
+def test_a_bad_stored_state_names_the_field(wire: dict[str, object], problem: str) -> None:
+    with pytest.raises(ValueError) as info:
+        PolicyState.from_wire(wire)
+    assert str(info.value) == problem
 
 
 def test_settings_are_validated() -> None:

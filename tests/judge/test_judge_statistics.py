@@ -12,7 +12,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from specguard.judge._policy import PolicySettings, PolicyState, step
+from specguard.judge import Evidence, PolicySettings, PolicyState, step
 from specguard.judge._verdict import JudgeSettings, Verdict, judge
 from specguard.testing._synthetic import SHAPES, Shape, window
 
@@ -88,7 +88,7 @@ def _rollback_rate(pool: list[Verdict], runs: int, windows: int, seed: int) -> f
     for _ in range(runs):
         state = PolicyState(since=0.0)
         for w, pick in enumerate(rng.integers(0, len(pool), windows)):
-            state, decision = step(state, settings, 60.0 * (w + 1), verdict=pool[pick])
+            state, decision = step(state, settings, 60.0 * (w + 1), Evidence(pool[pick]))
             if decision.action == "rollback":
                 rolled += 1
                 break

@@ -18,6 +18,7 @@ from specguard.api._spec import (
     METHODS_WITHOUT_MODEL,
     METHODS_WITHOUT_REQUIRED_MODEL,
 )
+from specguard.api.constants import OWNED_KINDS
 from specguard.render import arm_replicas, render_all
 from specguard.render._vllm import INTER_TOKEN_LATENCY_BUCKETS
 
@@ -82,6 +83,13 @@ def test_objects_and_order() -> None:
     ]
     assert all(o["metadata"]["namespace"] == "llm" for o in objects)
     assert all("ownerReferences" not in o["metadata"] for o in objects)
+    # the owned kinds, as the operator applies them and the chart's RBAC grants them
+    assert {(o["kind"], o["apiVersion"]) for o in objects} == {
+        (kind, version) for kind, (version, _) in OWNED_KINDS.items()
+    }
+    chosen = render_all(parse_resource(BASE), replicas={"speculative": 1, "baseline": 2})
+    assert [o["spec"]["replicas"] for o in chosen if o["metadata"]["name"] != "qwen-router"
+            and o["kind"] == "Deployment"] == [1, 2]  # fmt: skip
 
 
 def test_vllm_args_and_container() -> None:

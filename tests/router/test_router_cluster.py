@@ -164,13 +164,13 @@ async def test_router_follows_pods_and_resource_status(  # noqa: PLR0917 (fixtur
         )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     try:
-        # Empty status: mode speculative, share = shadow.replicas / replicas = 0.25.
+        # Empty status: mode speculative, nothing mirrored until the operator says so.
         view = await health_when(
             url,
             lambda v: (
                 v.get("serving_pods") == 1
                 and v.get("shadow_pods") == 1
-                and v.get("mirror_share") == 0.25
+                and v.get("mirror_share") == 0.0
             ),
         )
         assert view["mode"] == "speculative"
@@ -178,7 +178,7 @@ async def test_router_follows_pods_and_resource_status(  # noqa: PLR0917 (fixtur
         assert spec_up.started == 1 and base_up.started == 0
 
         # The operator writes the mirror share alone (status.arms.mirrorShare): it takes
-        # effect at the next poll, exactly (error diffusion: 0.25 carried, then 2 of 4).
+        # effect at the next poll, exactly (error diffusion: 2 of 4).
         half = {
             "serving": {"arm": "speculative", "deployment": f"{NAME}-spec", "replicas": 2,
                         "readyReplicas": 1},

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from specguard.router._discovery import endpoints_from_pods, pod_port, roles_from_resource
+from specguard._objects import pod_port
+from specguard.router._discovery import endpoints_from_pods, roles_from_resource
 from specguard.router._pool import Endpoint, Topology
 
 
@@ -60,21 +61,20 @@ def test_roles_from_status() -> None:
     assert roles_from_resource(resource) == ("baseline", 0.4)
 
 
-def test_roles_fall_back_to_spec_when_status_is_empty() -> None:
+def test_without_the_operators_share_nothing_is_mirrored() -> None:
+    """Only the operator sets the share (controller/_mirror.py); before it has written one
+    (or with no operator), nothing is judged, so nothing is copied."""
     assert roles_from_resource({"spec": {"replicas": 4, "shadow": {"replicas": 1}}}) == (
-        "speculative",
-        0.25,
-    )
-    assert roles_from_resource({"spec": {"replicas": 1, "shadow": {"replicas": 3}}}) == (
-        "speculative",
-        1.0,
-    )
-    assert roles_from_resource({"spec": {}, "status": {"mode": "speculative"}}) == (
         "speculative",
         0.0,
     )
+    assert roles_from_resource({"spec": {}, "status": {"mode": "baseline"}}) == ("baseline", 0.0)
     assert roles_from_resource(None) == ("speculative", 0.0)
     assert roles_from_resource({"status": {"arms": {"mirrorShare": 7}}}) == ("speculative", 1.0)
+    assert roles_from_resource({"status": {"arms": {"mirrorShare": True}}}) == (
+        "speculative",
+        0.0,
+    )
 
 
 def test_topology_keeps_counters_across_updates_and_swaps_roles() -> None:

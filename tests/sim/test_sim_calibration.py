@@ -14,8 +14,8 @@ import statistics
 import aiohttp
 import pytest
 
+from specguard._exposition import Samples, sample_value
 from specguard.sim._launch import start_sim
-from specguard.sources._exposition import Samples, sample_value
 from specguard.testing._loadclient import StreamRecord, read_metrics, stream_once
 
 DRAFTS = "vllm:spec_decode_num_drafts_total"

@@ -20,8 +20,8 @@ import json
 
 import pytest
 
+from specguard._exposition import Acceptance, acceptance_between
 from specguard.sim._launch import start_sim
-from specguard.sources._exposition import Acceptance, acceptance_between
 from specguard.testing._loadclient import closed_loop, read_reading
 
 SCALE = 2.0

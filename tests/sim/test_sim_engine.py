@@ -13,8 +13,8 @@ import time
 import aiohttp
 import pytest
 
+from specguard._exposition import sample_value
 from specguard.sim._launch import start_sim
-from specguard.sources._exposition import sample_value
 from specguard.testing._loadclient import (
     StreamRecord,
     completion_payload,

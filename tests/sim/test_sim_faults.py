@@ -19,8 +19,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from specguard._exposition import acceptance_length, sample_value
 from specguard.sim._launch import start_sim
-from specguard.sources._exposition import acceptance_length, sample_value
 from specguard.testing._loadclient import (
     StreamRecord,
     completion_payload,

@@ -11,9 +11,9 @@ import json
 
 import pytest
 
+from specguard._exposition import sample_value
 from specguard.sim._launch import start_sim
 from specguard.sim._profiles import HELD_DRAFTER_COST, PROFILES
-from specguard.sources._exposition import sample_value
 from specguard.testing._loadclient import closed_loop, read_metrics
 
 

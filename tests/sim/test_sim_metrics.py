@@ -14,8 +14,8 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from specguard._exposition import Samples, sample_value
 from specguard.sim._launch import SimProcess, start_sim
-from specguard.sources._exposition import Samples, sample_value
 from specguard.testing._loadclient import (
     StreamRecord,
     completion_payload,

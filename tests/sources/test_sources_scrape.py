@@ -10,15 +10,15 @@ from typing import Any
 import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 
-from specguard.judge._histogram import Histogram, judge_histograms
-from specguard.judge._verdict import JudgeSettings
-from specguard.sources._exposition import (
+from specguard._exposition import (
     Reading,
     acceptance_length,
     bucket_delta,
     histogram_of,
     parse_reading,
 )
+from specguard.judge._histogram import Histogram, judge_histograms
+from specguard.judge._verdict import JudgeSettings
 from specguard.sources._scrape import ScrapeSource, verdict_from_rounds
 
 RNG = np.random.default_rng(42)

@@ -12,6 +12,7 @@ from dataclasses import replace
 import pytest
 from aiohttp import web
 
+from specguard.judge import DraftCounters
 from specguard.judge._sample import Arm, Role, Sample
 from specguard.judge._verdict import JudgeSettings
 from specguard.router._pool import Topology
@@ -19,12 +20,13 @@ from specguard.router._proxy import Router
 from specguard.sources import (
     ArmSelectors,
     PrometheusSource,
+    Reading,
     RouterFeedSource,
     ScrapeSource,
     Source,
     WindowSamples,
+    draft_counters,
     pod_concurrency,
-    router_pod_urls,
 )
 from specguard.testing._ports import free_port
 
@@ -213,20 +215,10 @@ async def test_every_metrics_source_is_a_source() -> None:
         await source.aclose()
 
 
-def test_router_pod_urls_are_every_running_pod_with_an_ip() -> None:
-    def pod(phase: str, ip: str | None, **meta: str) -> dict[str, object]:
-        return {"metadata": meta, "status": {"phase": phase, "podIP": ip}}
-
-    pods = [
-        pod("Running", "10.0.0.9"),
-        pod("Running", "10.0.0.5", deletionTimestamp="2026-01-01T00:00:00Z"),  # still read
-        pod("Pending", None),
-        pod("Running", None),
-        pod("Succeeded", "10.0.0.7"),
-        pod("Running", "fd00::3"),
-    ]
-    assert router_pod_urls(pods, 8080) == [
-        "http://10.0.0.5:8080",
-        "http://10.0.0.9:8080",
-        "http://[fd00::3]:8080",
-    ]
+def test_draft_counters_are_window_deltas_over_pods_read_at_both_ends() -> None:
+    start = {"a": Reading(drafts=100, accepted=300), "b": Reading(drafts=5, accepted=5)}
+    end = {"a": Reading(drafts=150, accepted=400), "c": Reading(drafts=1, accepted=1)}
+    assert draft_counters(start, end) == DraftCounters(1, 1, 50.0, 100.0)
+    assert draft_counters({"a": Reading()}, {"a": Reading()}) == DraftCounters(1, 0, 0.0, 0.0)
+    restarted = {"a": Reading(drafts=20, accepted=10)}  # the counter went down: all new
+    assert draft_counters(start, restarted) == DraftCounters(1, 1, 20.0, 10.0)

@@ -12,7 +12,7 @@ from typing import Literal
 from pydantic import Field
 
 from specguard.api._spec import BatchSizeRange, RungName
-from specguard.api._wire import WireModel
+from specguard.api._wire import Passthrough, WireModel
 from specguard.api.constants import MAX_DOMAINS, MAX_LEVELS, MAX_TRANSITIONS
 from specguard.api.constants import Arm as ArmName
 
@@ -65,6 +65,12 @@ class Arms(WireModel):
         default=False,
         description="A rolling swap between the arms is in progress: the router answers "
         "clients from the ready pods of both arms and mirrors nothing.",
+    )
+    swap_since: str | None = Field(
+        default=None,
+        json_schema_extra={"format": "date-time"},
+        description="When the swap in progress started (RFC 3339): the routers are given a "
+        "few seconds from then to serve from both arms before the first pod goes.",
     )
     routes: dict[str, ArmName] = Field(
         default_factory=dict,
@@ -246,30 +252,6 @@ class Transition(WireModel):
     )
 
 
-class PolicyMemory(WireModel):
-    """What the operator remembers between windows, kept in status so a restarted (or
-    newly elected) operator continues where the last one stopped."""
-
-    mode: ArmName | None = Field(
-        default=None, description="The mode the policy chose (a pin annotation can override it)."
-    )
-    streak: int = Field(default=0, ge=0, description="Agreeing verdicts in a row.")
-    streak_outcome: str | None = Field(default=None, description="Outcome of the streak.")
-    since: float | None = Field(
-        default=None, description="Unix time of the last mode change (cooldown start)."
-    )
-    flap_times: list[float] = Field(
-        default_factory=list, max_length=32, description="Unix times of automatic changes."
-    )
-    halted: bool = Field(default=False, description="Automatic changes stopped after flaps.")
-    retry_seen: str | None = Field(
-        default=None, description="The specguard.io/retry value already acted on."
-    )
-    swap_since: float | None = Field(
-        default=None, description="Unix time the current swap started (router settle time)."
-    )
-
-
 class Status(WireModel):
     observed_generation: int | None = Field(
         default=None, ge=0, description="metadata.generation the operator last acted on."
@@ -291,8 +273,12 @@ class Status(WireModel):
         default=None,
         description="The mode the operator is moving to; differs from mode during a swap.",
     )
-    policy: PolicyMemory | None = Field(
-        default=None, description="Decision-policy memory (streaks, cooldown, flaps)."
+    policy: Passthrough | None = Field(
+        default=None,
+        description="The decision policy's memory (streaks, cooldown, flaps, the retry value "
+        "acted on), so that a restarted operator continues where the last one stopped. The "
+        "operator's own: its fields are the judge's PolicyState, checked when read, and kept "
+        "whole by the API server so that an operator newer than the CRD loses none.",
     )
     ladder: LadderStatus | None = Field(
         default=None, description="The drafter configuration ladder (spec.ladder)."

@@ -6,7 +6,30 @@ fails silently.
 
 from __future__ import annotations
 
-from typing import Final, Literal
+from typing import Final
+
+# The arms and roles, re-exported: specguard._arms is their one home (the judge shares them).
+from specguard._arms import (
+    ARM_BASELINE as ARM_BASELINE,
+)
+from specguard._arms import (
+    ARM_SPECULATIVE as ARM_SPECULATIVE,
+)
+from specguard._arms import (
+    ARMS as ARMS,
+)
+from specguard._arms import (
+    ROLES as ROLES,
+)
+from specguard._arms import (
+    Arm as Arm,
+)
+from specguard._arms import (
+    Role as Role,
+)
+from specguard._arms import (
+    other_arm as other_arm,
+)
 
 GROUP: Final = "specguard.io"
 VERSION: Final = "v1alpha1"
@@ -19,15 +42,18 @@ SHORT_NAMES: Final = ("sd",)
 CATEGORIES: Final = ("specguard", "all")
 CRD_NAME: Final = f"{PLURAL}.{GROUP}"
 
-# Arms and their roles. An arm is what a Deployment runs (drafter on or off); a role is
-# what the router does with it (serve clients, or receive the mirrored share).
-Arm = Literal["speculative", "baseline"]
-Role = Literal["serving", "shadow"]
 Mode = Arm  # status.mode names the arm that serves
-ARM_SPECULATIVE: Final = "speculative"
-ARM_BASELINE: Final = "baseline"
-ARMS: Final = (ARM_SPECULATIVE, ARM_BASELINE)
 ARM_SUFFIX: Final[dict[str, str]] = {ARM_SPECULATIVE: "spec", ARM_BASELINE: "base"}
+
+# The kinds of object specguard owns for each resource (render makes them, the operator
+# applies them, the chart's RBAC lets it): kind → (apiVersion, plural).
+OWNED_KINDS: Final[dict[str, tuple[str, str]]] = {
+    "ServiceAccount": ("v1", "serviceaccounts"),
+    "Role": ("rbac.authorization.k8s.io/v1", "roles"),
+    "RoleBinding": ("rbac.authorization.k8s.io/v1", "rolebindings"),
+    "Service": ("v1", "services"),
+    "Deployment": ("apps/v1", "deployments"),
+}
 
 # Labels on the vLLM pods of each arm.
 LABEL_DEPLOYMENT: Final = "specguard.io/deployment"  # <name> of the SpeculativeDeployment

@@ -29,14 +29,16 @@ import numpy as np
 from specguard._args import ArgumentParser, UsageError
 from specguard.judge import (
     ARMS,
-    MAX_RESAMPLES,
-    JudgeSettings,
+    Evidence,
     PolicySettings,
     PolicyState,
     Sample,
     SampleError,
     Verdict,
+    add_judge_flags,
+    flag_message,
     judge,
+    judge_settings_from_args,
     parse_lines,
     read_lines,
     step,
@@ -52,7 +54,6 @@ EXIT_VERDICT, EXIT_USAGE, EXIT_INCONCLUSIVE = 0, 2, 3
 
 
 def build_parser() -> argparse.ArgumentParser:
-    d = JudgeSettings()
     p = ArgumentParser(
         prog="specguard judge",
         description=__doc__.split("\n\n")[0],
@@ -61,18 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
         "arms measured differently); 2 bad input or flag. See docs/judge.md.",
     )
     p.add_argument("samples", help="JSONL file of sample records (docs/samples.md); - for stdin")
-    p.add_argument(
-        "--tolerance",
-        type=float,
-        default=d.tolerance,
-        help=f"δ: changes within ±δ are not acted on (default {d.tolerance})",
-    )
-    p.add_argument(
-        "--confidence",
-        type=float,
-        default=d.confidence,
-        help=f"confidence of the interval (default {d.confidence})",
-    )
+    add_judge_flags(p, "--tolerance", "--confidence")
     p.add_argument(
         "--window",
         type=float,
@@ -81,25 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="cut the samples into windows of this length and replay the policy "
         f"({MIN_WINDOW_S:g} to {MAX_WINDOW_S:g})",
     )
-    p.add_argument(
-        "--min-requests",
-        type=int,
-        default=d.min_requests_per_arm,
-        help=f"minimum usable requests per arm (default {d.min_requests_per_arm})",
-    )
-    p.add_argument(
-        "--min-tokens",
-        type=int,
-        default=d.min_output_tokens,
-        help=f"minimum output tokens per request (default {d.min_output_tokens})",
-    )
-    p.add_argument(
-        "--resamples",
-        type=int,
-        default=d.resamples,
-        help=f"bootstrap resamples (default {d.resamples}, at most {MAX_RESAMPLES})",
-    )
-    p.add_argument("--seed", type=int, default=d.seed, help="unpaired bootstrap seed (default 0)")
+    add_judge_flags(p, "--min-requests", "--min-tokens", "--resamples", "--seed")
     p.add_argument(
         "--consecutive",
         type=int,
@@ -109,18 +81,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     return p
-
-
-# JudgeSettings field → the flag that sets it, so errors name what the user typed.
-_FLAGS = {
-    "tolerance": "--tolerance",
-    "confidence": "--confidence",
-    "min_requests_per_arm": "--min-requests",
-    "min_output_tokens": "--min-tokens",
-    "resamples": "--resamples",
-    "seed": "--seed",
-    "consecutive_windows": "--consecutive",
-}
 
 
 def _load(path: str) -> list[Sample]:
@@ -227,14 +187,7 @@ def _main(argv: list[str]) -> int:
         print(f"specguard judge: {exc}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        settings = JudgeSettings(
-            tolerance=args.tolerance,
-            confidence=args.confidence,
-            min_requests_per_arm=args.min_requests,
-            min_output_tokens=args.min_tokens,
-            resamples=args.resamples,
-            seed=args.seed,
-        )
+        settings = judge_settings_from_args(args)
         policy = PolicySettings(policy="notify", consecutive_windows=args.consecutive)
         if args.window is not None and not (
             math.isfinite(args.window) and MIN_WINDOW_S <= args.window <= MAX_WINDOW_S
@@ -243,8 +196,7 @@ def _main(argv: list[str]) -> int:
                 f"--window: must be {MIN_WINDOW_S:g} to {MAX_WINDOW_S:g} seconds, got {args.window}"
             )
     except ValueError as exc:
-        field, _, problem = str(exc).partition(": ")
-        print(f"specguard judge: {_FLAGS.get(field, field)}: {problem}", file=sys.stderr)
+        print(f"specguard judge: {flag_message(exc)}", file=sys.stderr)
         return EXIT_USAGE
     try:
         samples = _load(args.samples)
@@ -281,7 +233,7 @@ def _main(argv: list[str]) -> int:
     for first, last, chunk in _windows(samples, args.window):
         verdict = judge(chunk, settings)
         end = start0 + (last + 1) * args.window
-        state, decision = step(state, policy, end, verdict=verdict)
+        state, decision = step(state, policy, end, Evidence(verdict=verdict))
         report.append((first, last, start0 + first * args.window, verdict, decision))
     reached = any(v.outcome != "inconclusive" for *_, v, _ in report)
     code = EXIT_VERDICT if reached else EXIT_INCONCLUSIVE

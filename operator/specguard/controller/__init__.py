@@ -1,18 +1,19 @@
 """specguard.controller: the operator (`specguard run`).
 
-Pure parts (no I/O; tested by exact equality): ``settings`` (resource → judge and policy
-settings), ``swap`` (the rolling-swap planner), ``conditions`` (status and condition
-builders, Event sentences), ``window`` (one evaluation window: verdict → policy → status),
-``schedule`` (periodic shadow), ``observe`` (cluster objects → what the planner needs),
-``mirror`` (the mirror share: the routers' ceiling, 1 while the shadow is judged; they
-match the arms' in-flight counts themselves).
+Start reading at ``_decide.py``: the decision core, one pure step per tick
+(``decide(Observation) -> Outcome``: target, swap plan, status, Events), over
+``judge.step``. Its other pure parts (no I/O; tested by exact equality): ``settings`` (the
+resource → judge and policy settings), ``observe`` (cluster objects → what the decision
+needs), ``swap`` (the rolling-swap planner), ``conditions`` (conditions, the verdict as
+status shows it, Event sentences), ``mirror`` (the routers' mirror ceiling), ``schedule``
+(the periodic shadow).
 
-I/O parts: ``kube`` (server-side apply, status patches, Events), ``source`` (samples from
-the configured metrics source), ``loop`` (one resource's reconcile and window loop),
-``handlers`` (kopf registration), ``lease`` (single active instance), ``metrics``,
-``command`` (`specguard run`) and ``plugin`` (`kubectl-specguard`).
+The I/O shell: ``loop`` (one resource's tick: window timing and collection, apply with
+back-off, the status writer), ``kube`` (server-side apply, status patches, Events),
+``handlers`` (the kopf registry, settings and memo), ``lease`` (one active instance),
+``metrics``, ``command`` (`specguard run`) and ``plugin`` (`kubectl-specguard`).
 
-See docs/operator.md.
+See docs/architecture.md and docs/operator.md.
 """
 
 from specguard.controller._command import build_parser, main

@@ -92,6 +92,10 @@ def main(argv: Sequence[str]) -> int:
     )
     for noisy in ("kopf.activities", "aiohttp.access", "httpx", "httpcore"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    # kopf logs every handled watch event at INFO ("Handler ... succeeded"): a line per
+    # status write. Its warnings and errors stay.
+    if not args.verbose:
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     try:
         return asyncio.run(_run(args, live))
     except KeyboardInterrupt:
@@ -127,7 +131,6 @@ async def _run(args: argparse.Namespace, live: str | None) -> int:
             metrics.serve(args.metrics_port)
         except OSError as exc:
             raise RunError(f"--metrics-port {args.metrics_port}: {exc}") from None
-    handlers.CONTEXT = handlers.Context(kube=kube, metrics=metrics, tick_s=args.tick)
 
     stop = asyncio.Event()
     lost = False
@@ -170,6 +173,9 @@ async def _run(args: argparse.Namespace, live: str | None) -> int:
     relay_task = asyncio.ensure_future(relay())
     try:
         await kopf.operator(
+            registry=handlers.build_registry(),
+            settings=handlers.operator_settings(),
+            memo=handlers.operator_memo(kube, metrics, args.tick),
             clusterwide=not args.namespace,
             namespaces=args.namespace,
             standalone=True,

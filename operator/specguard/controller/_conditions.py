@@ -7,7 +7,7 @@ Pure and deterministic, so status only changes when something a reader cares abo
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from specguard.api import ArmFigures, Condition, StatusVerdict
 from specguard.api import constants as c
@@ -102,7 +102,3 @@ def verdict_sentence(verdict: Verdict) -> str:
     if domains:
         text += "; " + ", ".join(domains)
     return text
-
-
-def arm_counts(figures: Mapping[str, int]) -> str:
-    return ", ".join(f"{arm} {figures.get(arm, 0)}" for arm in c.ARMS)

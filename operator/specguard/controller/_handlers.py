@@ -1,5 +1,11 @@
-"""kopf registration: watch caches (indexes) of the owned objects and one task per
+"""kopf wiring: watch caches (indexes) of the owned objects and one task per
 SpeculativeDeployment that runs its :class:`~specguard.controller._loop.ResourceLoop`.
+
+Nothing is registered by importing this module: ``specguard run`` builds the handlers into
+an explicit registry (:func:`build_registry`), the settings (:func:`operator_settings`) and
+the memo that carries the operator's context (:func:`operator_memo`), and passes the three
+to ``kopf.operator``. Handlers find the context in ``memo.controller``; nothing lives in
+module globals.
 
 Why a loop and indexes rather than on.create/on.update handlers: kopf's change handlers
 keep their bookkeeping in annotations on the resource (a write per change, on an object a
@@ -23,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import kopf
@@ -39,13 +45,20 @@ MANAGED = {c.LABEL_APP_MANAGED_BY: c.MANAGED_BY}
 
 
 @dataclass
+class _Running:
+    body: Any  # the newest body the resource's watch events brought
+    task: asyncio.Task[None] | None = None
+
+
+@dataclass
 class Context:
+    """The operator's context, in ``memo.controller``: the API client, the metrics, the tick
+    and the running loops by resource uid."""
+
     kube: Kube
     metrics: OperatorMetrics
     tick_s: float = TICK_S
-
-
-CONTEXT: Context | None = None  # set by `specguard run` before kopf starts
+    loops: dict[str, _Running] = field(default_factory=dict)
 
 
 def _key(namespace: str | None, labels: Mapping[str, str]) -> tuple[str | None, str | None]:
@@ -64,6 +77,7 @@ def _pick(obj: Mapping[str, Any], paths: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+# What the indexes keep of each object: what the loop reads, nothing more (memory).
 _POD_FIELDS = {
     "metadata": {
         "name": 1, "labels": 1, "creationTimestamp": 1, "deletionTimestamp": 1,
@@ -79,18 +93,17 @@ _DEPLOYMENT_FIELDS = {
 _SERVICE_FIELDS = {"metadata": {"name": 1}}
 
 
-@kopf.index("apps", "v1", "deployments", labels=MANAGED)
-def sg_deployments(*, namespace: str | None, labels: Mapping[str, str], body: Any, **_: Any) -> Any:
+def index_deployments(
+    *, namespace: str | None, labels: Mapping[str, str], body: Any, **_: Any
+) -> Any:
     return {_key(namespace, labels): _pick(body, _DEPLOYMENT_FIELDS)}
 
 
-@kopf.index("v1", "pods", labels=MANAGED)
-def sg_pods(*, namespace: str | None, labels: Mapping[str, str], body: Any, **_: Any) -> Any:
+def index_pods(*, namespace: str | None, labels: Mapping[str, str], body: Any, **_: Any) -> Any:
     return {_key(namespace, labels): _pick(body, _POD_FIELDS)}
 
 
-@kopf.index("v1", "services", labels=MANAGED)
-def sg_services(*, namespace: str | None, labels: Mapping[str, str], body: Any, **_: Any) -> Any:
+def index_services(*, namespace: str | None, labels: Mapping[str, str], body: Any, **_: Any) -> Any:
     return {_key(namespace, labels): _pick(body, _SERVICE_FIELDS)}
 
 
@@ -99,32 +112,26 @@ def _values(index: Any, key: Any) -> list[Mapping[str, Any]]:
     return list(store) if store is not None else []
 
 
-@dataclass
-class _Running:
-    body: Any  # the newest body the resource's watch events brought
-    task: asyncio.Task[None] | None = None
-
-
-_LOOPS: dict[str, _Running] = {}  # by the resource's uid
-
-
-@kopf.on.event(c.GROUP, c.VERSION, c.PLURAL)
-async def speculative_deployment(
+async def on_resource_event(
     *,
     type: str | None,
     body: Any,
     uid: str,
     namespace: str | None,
     name: str,
+    memo: Any,
     sg_deployments: Any = None,
     sg_pods: Any = None,
     sg_services: Any = None,
     **_: Any,
 ) -> None:
-    running = _LOOPS.get(uid)
+    """Start the resource's loop on its first event, hand it every newer body, stop it when
+    the resource goes (or is being deleted)."""
+    ctx: Context = memo.controller
+    running = ctx.loops.get(uid)
     if type == "DELETED" or body.get("metadata", {}).get("deletionTimestamp"):
         if running is not None:
-            del _LOOPS[uid]
+            del ctx.loops[uid]
             if running.task is not None:
                 running.task.cancel()
             log.info("%s/%s: deleted, its loop stopped", namespace, name)
@@ -132,16 +139,13 @@ async def speculative_deployment(
     if running is not None:
         running.body = body
         return
-    ctx = CONTEXT
-    if ctx is None:
-        raise kopf.PermanentError("specguard run did not set up the controller context")
-    holder = _LOOPS[uid] = _Running(body)
+    holder = ctx.loops[uid] = _Running(body)
     indexes = (sg_deployments, sg_pods, sg_services)
     holder.task = asyncio.create_task(_run(ctx, holder, namespace or "default", name, indexes))
 
     def forget(_: object) -> None:  # a loop that ended by itself starts again on the next event
-        if _LOOPS.get(uid) is holder:
-            del _LOOPS[uid]
+        if ctx.loops.get(uid) is holder:
+            del ctx.loops[uid]
 
     holder.task.add_done_callback(forget)
 
@@ -170,19 +174,37 @@ async def _run(
         await loop.aclose()
 
 
-@kopf.on.cleanup()
-async def stop_loops(**_: Any) -> None:
+async def stop_loops(*, memo: Any, **_: Any) -> None:
     """The operator exits: stop every loop (they continue where they were in the next
     operator, from what the cluster and the status show)."""
-    tasks = [running.task for running in _LOOPS.values() if running.task is not None]
-    _LOOPS.clear()
+    ctx: Context = memo.controller
+    tasks = [running.task for running in ctx.loops.values() if running.task is not None]
+    ctx.loops.clear()
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
 
 
-@kopf.on.startup()
-def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+def build_registry() -> kopf.OperatorRegistry:
+    """The operator's handlers, in a registry of their own (not kopf's default one)."""
+    registry = kopf.OperatorRegistry()
+    # Credentials as the official client finds them (the pod's service account, else
+    # KUBECONFIG): kopf's default registry adds this itself, an explicit one does not.
+    kopf.on.login(id="login_via_client", registry=registry)(kopf.login_via_client)
+    for resource, fn, index_id in (
+        (("apps", "v1", "deployments"), index_deployments, "sg_deployments"),
+        (("v1", "pods"), index_pods, "sg_pods"),
+        (("v1", "services"), index_services, "sg_services"),
+    ):
+        kopf.index(*resource, id=index_id, labels=MANAGED, registry=registry)(fn)
+    kopf.on.event(c.GROUP, c.VERSION, c.PLURAL, id="speculative_deployment",
+                  registry=registry)(on_resource_event)  # fmt: skip
+    kopf.on.cleanup(id="stop_loops", registry=registry)(stop_loops)
+    return registry
+
+
+def operator_settings() -> kopf.OperatorSettings:
+    settings = kopf.OperatorSettings()
     # Only warnings of kopf's own become Events; ours are posted by the loop with numbers.
     settings.posting.level = logging.WARNING
     # No dynamic scanning of CRDs and namespaces: the operator serves the CRD it finds at
@@ -190,10 +212,11 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     # chart grants none). With scanning on and no grant, kopf retried the namespace list for
     # about a minute before a namespaced operator acted at all.
     settings.scanning.disabled = True
-    # kopf logs every handled watch event at INFO ("Handler ... succeeded"): a line per
-    # status write. Its warnings and errors stay.
-    if not logging.getLogger().isEnabledFor(logging.DEBUG):
-        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.networking.request_timeout = 60
+    return settings
+
+
+def operator_memo(kube: Kube, metrics: OperatorMetrics, tick_s: float = TICK_S) -> kopf.Memo:
+    return kopf.Memo(controller=Context(kube=kube, metrics=metrics, tick_s=tick_s))

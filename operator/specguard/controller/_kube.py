@@ -22,14 +22,6 @@ from specguard.api import constants as c
 FIELD_MANAGER = "specguard"
 API_THREADS = 16  # worker threads (and pooled connections) for API requests
 
-_PLURALS = {
-    "ServiceAccount": ("api/v1", "serviceaccounts"),
-    "Service": ("api/v1", "services"),
-    "Role": ("apis/rbac.authorization.k8s.io/v1", "roles"),
-    "RoleBinding": ("apis/rbac.authorization.k8s.io/v1", "rolebindings"),
-    "Deployment": ("apis/apps/v1", "deployments"),
-}
-
 Counter = Callable[[str], None]
 
 
@@ -55,7 +47,9 @@ def load_api_client() -> Any:
 
 
 def object_path(obj: Mapping[str, Any]) -> str:
-    prefix, plural = _PLURALS[obj["kind"]]
+    """The API path of an owned object (``api.constants.OWNED_KINDS``)."""
+    version, plural = c.OWNED_KINDS[obj["kind"]]
+    prefix = "api/v1" if version == "v1" else f"apis/{version}"
     meta = obj["metadata"]
     return f"/{prefix}/namespaces/{meta['namespace']}/{plural}/{meta['name']}"
 

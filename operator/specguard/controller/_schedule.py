@@ -16,15 +16,5 @@ def shadow_active(spec: Spec, created: float, now: float) -> bool:
     return (now - created) % shadow.every < shadow.active_for
 
 
-def next_change(spec: Spec, created: float, now: float) -> float | None:
-    """When the shadow next starts or stops (None: never, it is continuous)."""
-    shadow = spec.shadow
-    if shadow.schedule != "periodic" or shadow.every is None or shadow.active_for is None:
-        return None
-    start = created + ((now - created) // shadow.every) * shadow.every
-    stop = start + shadow.active_for
-    return stop if now < stop else start + shadow.every
-
-
 def shadow_replicas(spec: Spec, created: float, now: float) -> int:
     return spec.shadow.replicas if shadow_active(spec, created, now) else 0

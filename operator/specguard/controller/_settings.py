@@ -1,16 +1,59 @@
-"""The resource's evaluation and rollback settings as the judge's and the policy's settings:
-the one conversion is ``specguard.judge.judge_settings`` / ``policy_settings``; the controller
-calls it here with the parts of the spec it takes."""
+"""The one conversion from a resource's ``spec.evaluation`` and ``spec.rollback`` to the
+judge's and the policy's settings (pure). Every spec the API accepts converts
+(tests/controller/test_settings.py checks it with hypothesis), and the defaults of both
+sides are the resource's.
+
+=====================================  ==============================================
+resource                               judge / policy
+=====================================  ==============================================
+``evaluation.tolerance``               ``JudgeSettings.tolerance``
+``evaluation.confidence``              ``JudgeSettings.confidence``
+``evaluation.minRequestsPerArm``       ``JudgeSettings.min_requests_per_arm``, and
+                                       ``PolicySettings.speculation_min_requests``
+``evaluation.minOutputTokens``         ``JudgeSettings.min_output_tokens``
+``evaluation.concurrencyMatch``        ``JudgeSettings.concurrency_tolerance`` (the load
+                                       check: in-flight requests per pod,
+                                       ``concurrency_match="in_flight"``)
+``evaluation.consecutiveWindows``      ``PolicySettings.consecutive_windows``
+``rollback.policy``                    ``PolicySettings.policy``
+``rollback.repromote``                 ``PolicySettings.repromote``
+``rollback.cooldown``                  ``PolicySettings.cooldown_s``
+``rollback.startupDeadline``           ``PolicySettings.startup_deadline_s``
+``rollback.maxFlaps``                  ``PolicySettings.max_flaps``
+=====================================  ==============================================
+
+``evaluation.window`` is not a judge setting: it is how the loop cuts time into windows.
+Here rather than in the judge: the judge imports no other specguard package.
+"""
 
 from __future__ import annotations
 
-from specguard import judge
 from specguard.api import Spec
+from specguard.judge import JudgeSettings, PolicySettings
 
 
-def judge_settings(spec: Spec) -> judge.JudgeSettings:
-    return judge.judge_settings(spec.evaluation)
+def judge_settings(spec: Spec) -> JudgeSettings:
+    """The judge's settings for one resource."""
+    e = spec.evaluation
+    return JudgeSettings(
+        tolerance=e.tolerance,
+        confidence=e.confidence,
+        min_requests_per_arm=e.min_requests_per_arm,
+        min_output_tokens=e.min_output_tokens,
+        concurrency_match="in_flight",
+        concurrency_tolerance=e.concurrency_match,
+    )
 
 
-def policy_settings(spec: Spec) -> judge.PolicySettings:
-    return judge.policy_settings(spec.evaluation, spec.rollback)
+def policy_settings(spec: Spec) -> PolicySettings:
+    """The decision policy's (and its guardrails') settings for one resource."""
+    e, r = spec.evaluation, spec.rollback
+    return PolicySettings(
+        policy=r.policy,
+        repromote=r.repromote,
+        consecutive_windows=e.consecutive_windows,
+        cooldown_s=float(r.cooldown),
+        startup_deadline_s=float(r.startup_deadline),
+        max_flaps=r.max_flaps,
+        speculation_min_requests=e.min_requests_per_arm,
+    )

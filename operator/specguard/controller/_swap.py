@@ -26,13 +26,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from specguard.api import constants as c
-from specguard.api.constants import Arm
+from specguard.api.constants import Arm, other_arm
 
 ROUTER_SETTLE_S = 6.0  # routers poll the resource every 2 s
-
-
-def other(arm: Arm) -> Arm:
-    return c.ARM_BASELINE if arm == c.ARM_SPECULATIVE else c.ARM_SPECULATIVE
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +42,7 @@ class ArmObserved:
 
 @dataclass(frozen=True, slots=True)
 class SwapPlan:
-    replicas: Mapping[str, int]  # Deployment replicas to apply now, per arm
+    replicas: Mapping[Arm, int]  # Deployment replicas to apply now, per arm
     mode: Arm  # status.mode: the arm that serves clients
     swapping: bool  # routers answer from both arms' ready pods
     done: bool  # settled in the target mode
@@ -54,8 +50,8 @@ class SwapPlan:
     changed: tuple[str, ...] = field(default=())  # arms whose replicas this step changes
 
 
-def final_replicas(target: Arm, serving: int, shadow: int) -> dict[str, int]:
-    return {target: serving, other(target): shadow}
+def final_replicas(target: Arm, serving: int, shadow: int) -> dict[Arm, int]:
+    return {target: serving, other_arm(target): shadow}
 
 
 def plan_swap(
@@ -66,7 +62,7 @@ def plan_swap(
     serving_replicas: int,
     shadow_replicas: int,
     max_pods: int,
-    observed: Mapping[str, ArmObserved],
+    observed: Mapping[Arm, ArmObserved],
     now: float,
     swap_since: float | None,
     settle_s: float = ROUTER_SETTLE_S,
@@ -86,7 +82,7 @@ def plan_swap(
         return SwapPlan(cur, mode, True, False, "swap starts: routers serve from both arms")
     if swap_since is None or now - swap_since < settle_s:
         return SwapPlan(cur, mode, True, False, "waiting for the routers to serve both arms")
-    up, down = target, other(target)
+    up, down = target, other_arm(target)
     for arm in c.ARMS:
         pods = observed[arm].pods
         if pods != cur[arm]:

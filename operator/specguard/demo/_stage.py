@@ -20,9 +20,8 @@ import httpx
 import yaml
 
 from specguard import __version__
+from specguard._objects import arm_of, pod_ready, pod_url, ready_router_urls
 from specguard.api import constants as c
-from specguard.router import pod_ready
-from specguard.sources import router_pod_urls
 from specguard.testing import (
     ImageRunner,
     KubeletConfig,
@@ -357,7 +356,8 @@ class Stage:
         return items
 
     def router_urls(self) -> list[str]:
-        return router_urls(self.name, self.pods())
+        """The routers that take client traffic."""
+        return ready_router_urls(self.name, self.pods())
 
     # -- stop --------------------------------------------------------------------------
 
@@ -365,29 +365,16 @@ class Stage:
         self.cluster.stop()
 
 
-def router_urls(name: str, pods: Iterable[Mapping[str, Any]]) -> list[str]:
-    """Base URLs of the resource's ready router pods."""
-    ready = [p for p in pods if _label(p, c.LABEL_ROUTER) == name and pod_ready(p)]
-    return router_pod_urls(ready, c.ROUTER_PORT)
-
-
 def vllm_pods(
     name: str, pods: Iterable[Mapping[str, Any]], port: int
 ) -> list[tuple[str, str, str]]:
     """(pod, arm, base URL) of the resource's ready vLLM pods."""
-    out = []
+    out: list[tuple[str, str, str]] = []
     for pod in pods:
-        arm = _label(pod, c.LABEL_ARM)
-        if _label(pod, c.LABEL_DEPLOYMENT) != name or arm is None or not pod_ready(pod):
-            continue
-        for url in router_pod_urls([pod], port):
+        arm, url = arm_of(pod, name), pod_url(pod, port)
+        if arm is not None and url is not None and pod_ready(pod):
             out.append((str(pod["metadata"]["name"]), arm, url))
     return out
-
-
-def _label(pod: Mapping[str, Any], key: str) -> str | None:
-    value = (pod.get("metadata", {}).get("labels") or {}).get(key)
-    return value if isinstance(value, str) else None
 
 
 __all__ = [
@@ -402,6 +389,5 @@ __all__ = [
     "ensure_binaries",
     "manifest",
     "progress_line",
-    "router_urls",
     "vllm_pods",
 ]

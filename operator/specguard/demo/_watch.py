@@ -16,8 +16,9 @@ from typing import Any
 
 import httpx
 
+from specguard._objects import router_urls
 from specguard.api import constants as c
-from specguard.demo._stage import router_urls, vllm_pods
+from specguard.demo._stage import vllm_pods
 from specguard.judge import Sample
 from specguard.sources import RouterFeed, parse_reading
 from specguard.testing import LocalCluster

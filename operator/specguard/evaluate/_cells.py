@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from specguard._exposition import Acceptance, acceptance_between
 from specguard.judge import Arm, Sample
-from specguard.sources import Acceptance, acceptance_between
 
 # The drafter arms: as configured, the recommended schedule, adaptive verification.
 Variant = Literal["schedule", "adaptive"]
@@ -93,4 +93,4 @@ __all__ = [
     "Variant",
     "VariantRun",
     "acceptance_between",
-]  # Acceptance and acceptance_between re-exported from specguard.sources._exposition
+]  # Acceptance and acceptance_between re-exported from specguard._exposition

@@ -40,7 +40,7 @@ from specguard.evaluate import _report as report
 from specguard.evaluate import _simulate as simulate
 from specguard.evaluate._cells import VARIANTS, Cell, Variant
 from specguard.evaluate._sweep import SweepError, SweepSettings, run_level
-from specguard.judge import JudgeSettings
+from specguard.judge import JudgeSettings, judge_settings_from_args
 from specguard.sim import PROFILES
 
 # The judge's defaults are the resource's (specguard.judge.settings_from_spec).
@@ -244,28 +244,13 @@ def _check_out(out: Path) -> None:
         raise UsageError(f"--out: {existing} is not writable")
 
 
-# JudgeSettings field → the flag that sets it, so a bad value names what the user typed.
-_JUDGE_FLAGS = {
-    "tolerance": "--tolerance",
-    "confidence": "--confidence",
-    "min_requests_per_arm": "--min-requests",
-    "seed": "--seed",
-}
-
-
 def _judge_settings(args: argparse.Namespace) -> JudgeSettings:
     try:
-        return JudgeSettings(
-            tolerance=args.tolerance,
-            confidence=args.confidence,
-            min_requests_per_arm=args.min_requests,
-            # the resource's minimum, unless --max-tokens caps every request below it
-            min_output_tokens=min(_RESOURCE.min_output_tokens, max(args.max_tokens or 2**31, 2)),
-            seed=args.seed,
-        )
+        # the resource's minimum tokens, unless --max-tokens caps every request below it
+        tokens = min(_RESOURCE.min_output_tokens, max(args.max_tokens or 2**31, 2))
+        return judge_settings_from_args(args, min_output_tokens=tokens)
     except ValueError as exc:
-        field, _, problem = str(exc).partition(": ")
-        raise UsageError(f"{_JUDGE_FLAGS.get(field, field)}: {problem}") from exc
+        raise UsageError(str(exc)) from exc
 
 
 def _drafter_info(config: dict[str, Any] | None, positions: int | None) -> analysis.DrafterInfo:

@@ -3,14 +3,26 @@
 - ``sample``: the per-request Sample record (the schema shared with router and evaluate);
 - ``verdict``: one window of samples → ``Verdict`` (``judge``, ``JudgeSettings``);
 - ``histogram``: per-arm TPOT histograms → ``Verdict`` (coarser; ``judge_histograms``);
-- ``policy``: successive verdicts + guardrails → ``Decision`` (``step``, ``PolicySettings``);
-- ``settings``: the resource's ``spec.evaluation``/``spec.rollback`` → ``JudgeSettings`` and
-  ``PolicySettings`` (``settings_from_spec``), the one conversion.
+- ``evidence``: what one decision sees (``Evidence``: verdict, startup, errors,
+  speculation, pin, retry);
+- ``guardrails``: checks that act at once while the drafter serves (``GUARDRAILS``);
+- ``policy``: the stored ``PolicyState`` and one window's ``Evidence`` → new state and
+  ``Decision`` (``step``);
+- ``settings``: ``PolicySettings``, and the judge's settings as command-line flags;
+- ``schedule``: where a drafter stops paying and the per-batch-size schedule that follows
+  (shared by ``specguard evaluate`` and the ladder);
+- ``ladder``: the drafter configuration ladder's steps and the schedule's evidence;
+- ``routing``: routing by request domain (per-domain verdicts, moves, the split's pods);
+- ``toolcalls``: mirrored pairs' tool-call validity and the drafter's excess.
 
-The CLI front end is ``specguard.commands.judge`` (``specguard judge SAMPLES.jsonl``).
-See docs/judge.md.
+The CLI front end is ``specguard.commands.judge`` (``specguard judge SAMPLES.jsonl``); the
+resource's settings become ``JudgeSettings`` and ``PolicySettings`` in the controller.
+See docs/judge.md and docs/architecture.md.
 """
 
+from specguard._arms import ARMS, ROLES, Arm, Role
+from specguard.judge._evidence import ArmErrors, DraftCounters, Evidence, Startup
+from specguard.judge._guardrails import GUARDRAILS, Guardrail, Trip
 from specguard.judge._histogram import (
     BASIS_PROMETHEUS,
     BASIS_SCRAPE,
@@ -36,14 +48,11 @@ from specguard.judge._ladder import (
 )
 from specguard.judge._policy import (
     MAX_TRANSITIONS_KEPT,
+    Action,
     Command,
     Decision,
-    Guardrails,
-    PolicySettings,
     PolicyState,
     change_mode,
-    error_guardrail,
-    startup_guardrail,
     step,
 )
 from specguard.judge._routing import (
@@ -57,12 +66,9 @@ from specguard.judge._routing import (
     winner,
 )
 from specguard.judge._sample import (
-    ARMS,
     INVALID_TOOL_CALLS,
     TOOL_CALLS,
-    Arm,
     Measurement,
-    Role,
     Sample,
     SampleError,
     ToolCall,
@@ -78,7 +84,12 @@ from specguard.judge._schedule import (
     schedule_limit,
     schedule_ranges,
 )
-from specguard.judge._settings import judge_settings, policy_settings, settings_from_spec
+from specguard.judge._settings import (
+    PolicySettings,
+    add_judge_flags,
+    flag_message,
+    judge_settings_from_args,
+)
 from specguard.judge._toolcalls import ToolCallPairs, binomial_tail
 from specguard.judge._verdict import MAX_RESAMPLES, JudgeSettings, Verdict, judge
 
@@ -87,17 +98,23 @@ __all__ = [
     "BASIS_PROMETHEUS",
     "BASIS_SCRAPE",
     "EMPTY",
+    "GUARDRAILS",
     "INVALID_TOOL_CALLS",
     "MAX_RESAMPLES",
     "MAX_TRANSITIONS_KEPT",
+    "ROLES",
     "RUNG_CONFIGURED",
     "TOOL_CALLS",
+    "Action",
     "Arm",
+    "ArmErrors",
     "Command",
     "Crossing",
     "Decision",
     "DomainState",
-    "Guardrails",
+    "DraftCounters",
+    "Evidence",
+    "Guardrail",
     "Histogram",
     "JudgeSettings",
     "LadderState",
@@ -113,9 +130,12 @@ __all__ = [
     "Rung",
     "Sample",
     "SampleError",
+    "Startup",
     "ToolCall",
     "ToolCallPairs",
+    "Trip",
     "Verdict",
+    "add_judge_flags",
     "after_loss",
     "after_mode_change",
     "binomial_tail",
@@ -125,25 +145,22 @@ __all__ = [
     "derive_schedule",
     "describe",
     "domain_verdicts",
-    "error_guardrail",
     "faster_levels",
+    "flag_message",
     "judge",
     "judge_histograms",
-    "judge_settings",
+    "judge_settings_from_args",
     "merge_levels",
     "parse_lines",
-    "policy_settings",
     "read_lines",
     "route_window",
     "rung_order",
     "schedule_limit",
     "schedule_ranges",
     "served_counts",
-    "settings_from_spec",
     "settle",
     "shadow_window",
     "split_replicas",
-    "startup_guardrail",
     "step",
     "tpot",
     "winner",

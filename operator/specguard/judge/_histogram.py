@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from specguard._arms import ARMS
 from specguard.judge._verdict import (
     JudgeSettings,
     Verdict,
@@ -147,13 +148,13 @@ def judge_histograms(
     per_pod = dict(pod_concurrency or {})
     requests_per_pod: dict[str, float | None] = {
         arm: n[arm] / len(per_pod[arm]) if per_pod.get(arm) else None
-        for arm in ("speculative", "baseline")
+        for arm in ARMS
     }
     common["requests_per_pod"] = requests_per_pod
     reasons, notes = _insufficient(n, conc, requests_per_pod, settings)
     if spec.total and base.total and spec.bounds != base.bounds:
         reasons.append("the arms' histogram buckets differ")
-    for arm in ("speculative", "baseline"):
+    for arm in ARMS:
         if n[arm] and med[arm] is None:
             reasons.append(f"{arm} median is in the +Inf bucket")
     if settings.concurrency_match == "in_flight" and any(c is None for c in conc.values()):

@@ -1,288 +1,299 @@
-"""The decision policy: a pure state machine over successive verdicts and guardrail
-observations. Plain data in, plain data out; the operator stores ``PolicyState.to_dict()`` in
-status and applies the ``Decision`` (or, in dry-run, only reports it).
+"""The decision policy: one pure step from the stored state and one window's evidence to the
+new state and a decision. Plain data in, plain data out; the operator stores
+``PolicyState.to_wire()`` in ``status.policy`` and carries out the ``Decision`` (or, in dry
+run, only reports it).
+
+    state, decision = step(state, settings, now, Evidence(verdict=..., startup=..., ...))
 
 Rules (defaults in ``PolicySettings``):
 
+- A new ``retry`` value (the user's ``specguard.io/retry`` annotation) is a command: from
+  baseline it re-promotes at once; from speculative it clears a flap stop and the streak.
+- A ``pin`` (``specguard.io/pin-mode``) holds everything else: nothing is judged or acted
+  on, the memory is kept, and the decision's ``target`` is the pin.
+- Guardrails (``judge._guardrails``) act at once while the drafter serves, even when halted.
+  With ``policy="notify"`` they are reported as a dry run, with ``policy="off"`` only
+  reported.
+- Between windows (no verdict) nothing else happens: the streak is neither counted nor
+  broken.
 - Roll back (drafter → no drafter) after ``consecutive_windows`` (K) regressed verdicts in a
-  row while the drafter serves. Any other verdict — improved, neutral, inconclusive or no
-  verdict at all — resets the count: missing data is never evidence of a regression, and a
-  streak interrupted by an idle window starts again.
+  row while the drafter serves. Any other verdict — improved, neutral or inconclusive (an
+  idle window, a source that is down) — resets the count: missing data is never evidence of
+  a regression, and a streak interrupted by an idle window starts again.
 - Re-promote (no drafter → drafter) only with stricter evidence: ``repromote_windows``
-  (default K + 1) improved verdicts in a row, every one of them from a window that ended after
-  the cooldown (``cooldown_s`` since the last mode change) and judged at a confidence of at
-  least ``repromote_confidence`` (default: the rollback confidence, i.e. any verdict). Not
-  while the drafter arm's error guardrail is tripped. With ``repromote="manual"`` the policy
-  only notifies that it would; the ``repromote`` command (a user's annotation) always does it.
+  (default K + 1) improved verdicts in a row, every one of them from a window that ended
+  after the cooldown (``cooldown_s`` since the last mode change) and judged at a confidence
+  of at least ``repromote_confidence`` (default: any). Not while the drafter arm's error rate
+  is far above the baseline's. With ``repromote="manual"`` the policy only notifies that it
+  would.
 - Flaps: every automatic mode change is a flap. After ``max_flaps`` of them within
   ``flap_window_s``, automatic changes stop (``halted``; decisions become ``notify`` with
-  ``warning``) until a user issues ``repromote`` or ``reset``.
-- Guardrails, apart from the statistics, act at once while the drafter serves (even when
-  halted, since they protect users from a broken drafter, not from a slow one):
-  the drafter arm never became ready within ``startup_deadline_s`` of its creation, or its
-  error rate is far above the baseline's: at least ``error_min_requests`` drafter requests
-  and ``error_min_errors`` drafter errors, a rate at least ``error_ratio`` × the baseline's
-  AND at least ``error_margin`` (absolute, 0.05 = 5 percentage points) above it. With no
-  baseline requests observed the baseline rate is taken as 0, so only the margin applies.
+  ``warning``) until a ``retry``.
 - ``policy="notify"`` is a dry run: same bookkeeping, but a would-be change is reported as
   ``notify`` ("would roll back: ...") and the mode stays. ``policy="off"`` does nothing.
+
+Extending it: new evidence is a field of ``Evidence``; new memory a field of
+``PolicyState`` (with its wire name in ``_WIRE``, and a default so that a status written
+before it still loads); a new guardrail a function in ``judge._guardrails.GUARDRAILS``.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Literal
 
+from specguard._arms import ARM_BASELINE, ARM_SPECULATIVE, ARMS, Arm
+from specguard.judge._evidence import Evidence
+from specguard.judge._guardrails import Trip, error_rate_exceeded, first_trip
+from specguard.judge._settings import PolicySettings
 from specguard.judge._verdict import Verdict
 
-Mode = Literal["speculative", "baseline"]
 Action = Literal["hold", "rollback", "repromote", "notify"]
-PolicyKind = Literal["auto", "notify", "off"]
-RepromoteKind = Literal["auto", "manual"]
 Command = Literal["repromote", "reset"]
 
-MODES: tuple[Mode, ...] = ("speculative", "baseline")
+# status.policy.flapTimes keeps only the most recent automatic changes.
 MAX_TRANSITIONS_KEPT = 32
 
 
 @dataclass(frozen=True, slots=True)
-class PolicySettings:
-    policy: PolicyKind = "auto"
-    repromote: RepromoteKind = "auto"
-    consecutive_windows: int = 3
-    repromote_windows: int | None = None
-    repromote_confidence: float | None = None
-    cooldown_s: float = 1800.0
-    max_flaps: int = 3
-    flap_window_s: float = 86400.0
-    startup_deadline_s: float = 1200.0
-    error_ratio: float = 5.0
-    error_margin: float = 0.05
-    error_min_requests: int = 50
-    error_min_errors: int = 5
-
-    def __post_init__(self) -> None:
-        if self.policy not in ("auto", "notify", "off"):
-            raise ValueError(f"policy: expected auto, notify or off, got {self.policy!r}")
-        if self.repromote not in ("auto", "manual"):
-            raise ValueError(f"repromote: expected auto or manual, got {self.repromote!r}")
-        if self.consecutive_windows < 1:
-            raise ValueError("consecutive_windows: must be at least 1")
-        if self.repromote_windows is not None and self.repromote_windows < 1:
-            raise ValueError("repromote_windows: must be at least 1")
-        if self.max_flaps < 1:
-            raise ValueError("max_flaps: must be at least 1")
-        for name in ("cooldown_s", "flap_window_s", "startup_deadline_s", "error_margin"):
-            value = getattr(self, name)
-            if not math.isfinite(value) or value < 0:
-                raise ValueError(f"{name}: must be a finite number >= 0, got {value!r}")
-
-    @property
-    def windows_to_repromote(self) -> int:
-        return self.repromote_windows or self.consecutive_windows + 1
-
-
-@dataclass(frozen=True, slots=True)
 class PolicyState:
-    """What the policy remembers between windows (JSON-serialisable via to_dict)."""
+    """What the policy remembers between windows: the one stored type (``status.policy``,
+    through :meth:`to_wire` / :meth:`from_wire`), so a restarted or newly elected operator
+    continues where the last one stopped.
 
-    mode: Mode = "speculative"
+    ``mode``: the mode the policy chose (a pin can override it); ``streak`` and
+    ``streak_outcome``: agreeing verdicts in a row; ``since``: Unix time of the last mode
+    change (the cooldown's start); ``flap_times``: Unix times of the automatic changes;
+    ``halted``: automatic changes stopped after flaps; ``retry_seen``: the retry value
+    already acted on."""
+
+    mode: Arm = ARM_SPECULATIVE
     streak: int = 0
     streak_outcome: str | None = None
     since: float | None = None
-    transitions: tuple[float, ...] = ()
+    flap_times: tuple[float, ...] = ()
     halted: bool = False
+    retry_seen: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["transitions"] = list(self.transitions)
-        return data
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> PolicyState:
-        mode = data.get("mode", "speculative")
-        if mode not in MODES:
-            raise ValueError(f"mode: expected speculative or baseline, got {mode!r}")
-        since = data.get("since")
-        return cls(
-            mode=mode,
-            streak=int(data.get("streak", 0)),
-            streak_outcome=data.get("streak_outcome"),
-            since=None if since is None else float(since),
-            transitions=tuple(float(t) for t in data.get("transitions", ())),
-            halted=bool(data.get("halted", False)),
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class Guardrails:
-    """Observations for the immediate guardrails, over the same window as the verdict.
-
-    ``drafter_ready``: has any drafter-arm pod been ready since ``drafter_since`` (when the
-    drafter arm was created or last changed)? None when unknown (never trips)."""
-
-    spec_requests: int = 0
-    spec_errors: int = 0
-    base_requests: int = 0
-    base_errors: int = 0
-    drafter_ready: bool | None = None
-    drafter_since: float | None = None
+    def to_wire(self) -> dict[str, Any]:
+        """camelCase, as ``status.policy`` stores it; None fields left out."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is not None:
+                out[_WIRE[f.name]] = list(value) if isinstance(value, tuple) else value
+        return out
 
     @classmethod
-    def from_verdict(
-        cls,
-        verdict: Verdict,
-        *,
-        drafter_ready: bool | None = None,
-        drafter_since: float | None = None,
-    ) -> Guardrails:
-        return cls(
-            spec_requests=verdict.requests.get("speculative", 0),
-            spec_errors=verdict.errors.get("speculative", 0),
-            base_requests=verdict.requests.get("baseline", 0),
-            base_errors=verdict.errors.get("baseline", 0),
-            drafter_ready=drafter_ready,
-            drafter_since=drafter_since,
-        )
+    def from_wire(cls, data: Mapping[str, Any]) -> PolicyState:
+        """The state ``to_wire`` stored. ValueError names a field that is wrong; unknown
+        keys are ignored (a newer operator's memory)."""
+        if not isinstance(data, Mapping):
+            raise ValueError("policy: expected an object")
+        values: dict[str, Any] = {}
+        for name, key in _WIRE.items():
+            if key in data and data[key] is not None:
+                values[name] = _PARSE[name](key, data[key])
+        return cls(**values)
+
+
+_WIRE: Mapping[str, str] = {
+    "mode": "mode",
+    "streak": "streak",
+    "streak_outcome": "streakOutcome",
+    "since": "since",
+    "flap_times": "flapTimes",
+    "halted": "halted",
+    "retry_seen": "retrySeen",
+}
+
+
+def _mode(key: str, value: Any) -> Arm:
+    for arm in ARMS:
+        if value == arm:
+            return arm
+    raise ValueError(f"{key}: expected speculative or baseline, got {value!r}")
+
+
+def _count(key: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{key}: expected a whole number >= 0, got {value!r}")
+    return int(value)
+
+
+def _time(key: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(f"{key}: expected a Unix time, got {value!r}")
+    return float(value)
+
+
+def _times(key: str, value: Any) -> tuple[float, ...]:
+    if not isinstance(value, list):
+        raise ValueError(f"{key}: expected a list of Unix times, got {value!r}")
+    return tuple(_time(key, v) for v in value)[-MAX_TRANSITIONS_KEPT:]
+
+
+def _text(key: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{key}: expected a string, got {value!r}")
+    return value
+
+
+def _flag(key: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{key}: expected true or false, got {value!r}")
+    return value
+
+
+_PARSE: Mapping[str, Any] = {
+    "mode": _mode,
+    "streak": _count,
+    "streak_outcome": _text,
+    "since": _time,
+    "flap_times": _times,
+    "halted": _flag,
+    "retry_seen": _text,
+}
 
 
 @dataclass(frozen=True, slots=True)
 class Decision:
+    """What one step decided.
+
+    ``action``: hold, rollback, repromote, or notify (a change reported, not made: dry run,
+    halted, manual re-promotion). ``mode``: the policy's mode after the step; ``target``:
+    the mode that should serve (the pin, else ``mode``). ``cause``: one CamelCase word for
+    Events, transitions and conditions (``Regressed``, ``Improved``, ``Retry``, a
+    guardrail's cause, ``WouldRollBack``, ``WouldRepromote``, ``FlapLimit``, ``Pinned``,
+    ``Hold``). ``reason``: one sentence. ``trip``: the guardrail that tripped, acted on or
+    not. ``command``: what a new retry value asked for."""
+
     action: Action
     reason: str
-    mode: Mode
+    mode: Arm
+    target: Arm
+    cause: str = "Hold"
     warning: bool = False
-    guardrail: bool = False
+    trip: Trip | None = None
+    command: Command | None = None
     flaps: int = 0
+
+    @property
+    def guardrail(self) -> bool:
+        """Did a guardrail (not the statistics) cause this decision?"""
+        return self.trip is not None and self.action != "hold"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def error_guardrail(g: Guardrails, settings: PolicySettings) -> str | None:
-    """The reason when the drafter arm's error rate is far above the baseline's, else None."""
-    if g.spec_requests < settings.error_min_requests or g.spec_errors < settings.error_min_errors:
-        return None
-    spec_rate = g.spec_errors / g.spec_requests
-    base_rate = g.base_errors / g.base_requests if g.base_requests else 0.0
-    if spec_rate >= settings.error_ratio * base_rate and (
-        spec_rate - base_rate >= settings.error_margin
-    ):
-        return (
-            f"drafter-arm error rate {spec_rate:.1%} ({g.spec_errors}/{g.spec_requests}) vs "
-            f"baseline {base_rate:.1%} ({g.base_errors}/{g.base_requests})"
-        )
-    return None
-
-
-def startup_guardrail(g: Guardrails, settings: PolicySettings, now: float) -> str | None:
-    """The reason when the drafter arm has not become ready by the startup deadline."""
-    if g.drafter_ready is not False or g.drafter_since is None:
-        return None
-    waited = now - g.drafter_since
-    if waited >= settings.startup_deadline_s:
-        return (
-            f"drafter pods not ready {waited:.0f}s after start "
-            f"(startup deadline {settings.startup_deadline_s:.0f}s)"
-        )
-    return None
-
-
 def flaps(state: PolicyState, settings: PolicySettings, now: float) -> int:
-    return sum(1 for t in state.transitions if now - t < settings.flap_window_s)
+    return sum(1 for t in state.flap_times if now - t < settings.flap_window_s)
 
 
-def change_mode(state: PolicyState, to: Mode, now: float) -> PolicyState:
+def change_mode(state: PolicyState, to: Arm, now: float) -> PolicyState:
     """``state`` after a change of mode at ``now``: a new streak, and ``now`` in the flap
     history (the last :data:`MAX_TRANSITIONS_KEPT`)."""
-    kept = (*state.transitions, now)[-MAX_TRANSITIONS_KEPT:]
-    return replace(state, mode=to, streak=0, streak_outcome=None, since=now, transitions=kept)
+    kept = (*state.flap_times, now)[-MAX_TRANSITIONS_KEPT:]
+    return replace(state, mode=to, streak=0, streak_outcome=None, since=now, flap_times=kept)
+
+
+def step(
+    state: PolicyState, settings: PolicySettings, now: float, evidence: Evidence
+) -> tuple[PolicyState, Decision]:
+    """One decision: the stored state and this tick's evidence → the new state, the decision."""
+    command: Command | None = None
+    if evidence.retry is not None and evidence.retry != state.retry_seen:
+        command = "repromote" if state.mode == ARM_BASELINE else "reset"
+        state = replace(state, retry_seen=evidence.retry, halted=False, flap_times=())
+        state = replace(state, streak=0, streak_outcome=None)
+    pin = evidence.pin
+    if command == "repromote":
+        state = replace(state, mode=ARM_SPECULATIVE, since=now)
+        decision = Decision("repromote", "manual re-promotion", ARM_SPECULATIVE,
+                            pin or ARM_SPECULATIVE, "Retry", command=command)  # fmt: skip
+        return state, decision
+    if pin is not None:
+        return state, Decision("hold", f"pinned to {pin}", state.mode, pin, "Pinned",
+                               command=command)  # fmt: skip
+    state, decision = _judged(state, settings, now, evidence)
+    return state, replace(decision, command=command)
+
+
+def _judged(
+    state: PolicyState, settings: PolicySettings, now: float, evidence: Evidence
+) -> tuple[PolicyState, Decision]:
+    trip = first_trip(evidence, settings, now) if state.mode == ARM_SPECULATIVE else None
+    if settings.policy == "off":
+        return state, _hold(state, "policy off", settings, now, trip=trip)
+    if trip is not None:
+        return _act(state, settings, now, ARM_BASELINE, f"guardrail: {trip.message}", trip=trip)
+    verdict = evidence.verdict
+    if verdict is None:
+        return state, _hold(state, "no window ended", settings, now)
+    if verdict.outcome == "inconclusive":
+        why = "; ".join(verdict.reasons) or "inconclusive"
+        reset = replace(state, streak=0, streak_outcome=None)
+        return reset, _hold(reset, f"inconclusive, holding {state.mode}: {why}", settings, now)
+    if state.mode == ARM_SPECULATIVE:
+        return _while_speculative(state, settings, now, verdict)
+    return _while_baseline(state, settings, now, evidence, verdict)
 
 
 def _act(
     state: PolicyState,
     settings: PolicySettings,
     now: float,
-    to: Mode,
+    to: Arm,
     reason: str,
     *,
-    guardrail: bool = False,
+    trip: Trip | None = None,
 ) -> tuple[PolicyState, Decision]:
-    """Carry out (or, in dry-run / halted, only report) a change of mode."""
-    verb = "roll back" if to == "baseline" else "re-promote"
-    action: Action = "rollback" if to == "baseline" else "repromote"
+    """Carry out (or, in dry run / halted, only report) a change of mode."""
+    verb = "roll back" if to == ARM_BASELINE else "re-promote"
+    would = "WouldRollBack" if to == ARM_BASELINE else "WouldRepromote"
+    count = flaps(state, settings, now)
     if settings.policy == "notify":
         reset = replace(state, streak=0, streak_outcome=None)
-        return reset, Decision(
-            "notify",
-            f"would {verb} (dry run): {reason}",
-            state.mode,
-            guardrail=guardrail,
-            flaps=flaps(state, settings, now),
-        )
-    if state.halted and not guardrail:
+        cause = trip.cause if trip is not None else would
+        return reset, Decision("notify", f"would {verb} (dry run): {reason}", state.mode,
+                               state.mode, cause, trip=trip, flaps=count)  # fmt: skip
+    if state.halted and trip is None:
         reset = replace(state, streak=0, streak_outcome=None)
         return reset, Decision(
             "notify",
             f"would {verb}, but automatic changes are stopped after "
             f"{settings.max_flaps} flaps: {reason}",
             state.mode,
+            state.mode,
+            "FlapLimit",
             warning=True,
-            flaps=flaps(state, settings, now),
+            flaps=count,
         )
     new = change_mode(state, to, now)
     count = flaps(new, settings, now)
-    warning = guardrail
+    warning = trip is not None
     if count >= settings.max_flaps:
         new = replace(new, halted=True)
         warning = True
         reason += f"; {count} flaps within {settings.flap_window_s:.0f}s: automatic changes stop"
-    return new, Decision(action, reason, to, warning=warning, guardrail=guardrail, flaps=count)
+    action: Action = "rollback" if to == ARM_BASELINE else "repromote"
+    cause = trip.cause if trip is not None else ("Regressed" if to == ARM_BASELINE else "Improved")
+    return new, Decision(action, reason, to, to, cause, warning=warning, trip=trip, flaps=count)
 
 
-def _hold(state: PolicyState, reason: str, settings: PolicySettings, now: float) -> Decision:
-    return Decision(
-        "hold", reason, state.mode, warning=state.halted, flaps=flaps(state, settings, now)
-    )
-
-
-def step(
+def _hold(
     state: PolicyState,
+    reason: str,
     settings: PolicySettings,
     now: float,
     *,
-    verdict: Verdict | None = None,
-    guardrails: Guardrails | None = None,
-    command: Command | None = None,
-) -> tuple[PolicyState, Decision]:
-    """One evaluation: the previous state and this window's evidence → new state, decision."""
-    if command == "repromote":
-        cleared = replace(state, halted=False, transitions=())
-        if state.mode == "speculative":
-            return cleared, _hold(cleared, "already speculative", settings, now)
-        new = replace(cleared, mode="speculative", streak=0, streak_outcome=None, since=now)
-        return new, Decision("repromote", "manual re-promotion", "speculative")
-    if command == "reset":
-        state = replace(state, halted=False, transitions=())
-    if settings.policy == "off":
-        return state, _hold(state, "policy off", settings, now)
-
-    g = guardrails or Guardrails()
-    if state.mode == "speculative":
-        tripped = startup_guardrail(g, settings, now) or error_guardrail(g, settings)
-        if tripped:
-            return _act(state, settings, now, "baseline", f"guardrail: {tripped}", guardrail=True)
-
-    if verdict is None or verdict.outcome == "inconclusive":
-        why = "no verdict" if verdict is None else "; ".join(verdict.reasons) or "inconclusive"
-        reset = replace(state, streak=0, streak_outcome=None)
-        return reset, _hold(reset, f"inconclusive, holding {state.mode}: {why}", settings, now)
-
-    if state.mode == "speculative":
-        return _while_speculative(state, settings, now, verdict)
-    return _while_baseline(state, settings, now, verdict, g)
+    trip: Trip | None = None,
+) -> Decision:
+    return Decision("hold", reason, state.mode, state.mode, "Hold", warning=state.halted,
+                    trip=trip, flaps=flaps(state, settings, now))  # fmt: skip
 
 
 def _while_speculative(
@@ -297,17 +308,16 @@ def _while_speculative(
     if streak < need:
         reason = f"regressed {streak}/{need} windows: {verdict.sentence()}"
         return counted, _hold(counted, reason, settings, now)
-    return _act(
-        counted,
-        settings,
-        now,
-        "baseline",
-        f"regressed {streak} windows in a row: {verdict.sentence()}",
-    )
+    reason = f"regressed {streak} windows in a row: {verdict.sentence()}"
+    return _act(counted, settings, now, ARM_BASELINE, reason)
 
 
 def _while_baseline(
-    state: PolicyState, settings: PolicySettings, now: float, verdict: Verdict, g: Guardrails
+    state: PolicyState,
+    settings: PolicySettings,
+    now: float,
+    evidence: Evidence,
+    verdict: Verdict,
 ) -> tuple[PolicyState, Decision]:
     if verdict.outcome != "improved":
         reset = replace(state, streak=0, streak_outcome=verdict.outcome)
@@ -322,7 +332,7 @@ def _while_baseline(
         reset = replace(state, streak=0, streak_outcome="improved")
         reason = f"improved at {verdict.confidence:.1%}, re-promotion needs {floor:.1%}"
         return reset, _hold(reset, reason, settings, now)
-    errors = error_guardrail(g, settings)
+    errors = error_rate_exceeded(evidence.errors, settings)
     if errors:
         reset = replace(state, streak=0, streak_outcome="improved")
         return reset, _hold(reset, f"improved, but {errors}", settings, now)
@@ -339,24 +349,20 @@ def _while_baseline(
             "notify",
             f"would re-promote (repromote is manual): {reason}",
             state.mode,
+            state.mode,
+            "WouldRepromote",
             flaps=flaps(state, settings, now),
         )
-    return _act(counted, settings, now, "speculative", reason)
+    return _act(counted, settings, now, ARM_SPECULATIVE, reason)
 
 
 __all__ = [
-    "MODES",
+    "MAX_TRANSITIONS_KEPT",
     "Action",
     "Command",
     "Decision",
-    "Guardrails",
-    "Mode",
-    "PolicyKind",
-    "PolicySettings",
     "PolicyState",
-    "RepromoteKind",
-    "error_guardrail",
+    "change_mode",
     "flaps",
-    "startup_guardrail",
     "step",
 ]

@@ -15,6 +15,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Literal, TextIO
 
+from specguard._arms import ARMS, ROLES, Arm, Role
+
 SCHEMA_VERSION = 1
 # Bounds on one JSONL line: a record is a few hundred characters and nested one level.
 MAX_LINE = 65_536
@@ -22,8 +24,6 @@ MAX_BRACKETS = 64
 # Whole-number fields (tokens, concurrency, status) above this are not measurements.
 MAX_WHOLE = 2**53
 
-Arm = Literal["speculative", "baseline"]
-Role = Literal["serving", "shadow"]
 # How the per-token figure was obtained:
 #   stream_usage  - streamed with usage stats: token counts are exact
 #   stream_chunks - streamed without usage: one chunk counted as one token (a lower bound
@@ -43,8 +43,6 @@ INVALID_TOOL_CALLS: frozenset[str] = frozenset(
     {"empty", "invalid_json", "unknown_tool", "invalid_schema"}
 )
 
-ARMS: tuple[Arm, ...] = ("speculative", "baseline")
-ROLES: tuple[Role, ...] = ("serving", "shadow")
 MEASUREMENTS: tuple[Measurement, ...] = ("stream_usage", "stream_chunks", "non_stream")
 
 

@@ -1,74 +1,131 @@
-"""The one conversion from the resource's evaluation settings to the judge's and the policy's.
+"""The policy's settings, and the judge's settings as command-line flags.
 
-``spec.evaluation`` and ``spec.rollback`` (:mod:`specguard.api._spec`) are what a user writes;
-:class:`~specguard.judge._verdict.JudgeSettings` and
-:class:`~specguard.judge._policy.PolicySettings` are what the judge and the policy run on.
-Every spec the API accepts converts (tests/judge/test_judge_settings.py checks it with
-hypothesis), and the defaults of both sides are the resource's.
+- :class:`PolicySettings`: what the decision policy (``step``) and its guardrails run on.
+  Defaults are the resource's (``spec.evaluation``, ``spec.rollback``); the one conversion
+  from a resource is the controller's (``specguard.controller`` ``settings_for``), since the
+  judge imports no other specguard package.
+- :func:`add_judge_flags` and :func:`judge_settings_from_args`: the one spelling of the
+  judge's flags (``--tolerance``, ``--confidence``, ``--min-requests``, ``--min-tokens``,
+  ``--resamples``, ``--seed``) for ``specguard judge`` and ``specguard evaluate``, with
+  errors that name the flag the user typed.
 
-Field by field:
-
-=====================================  ==============================================
-resource                               judge / policy
-=====================================  ==============================================
-``evaluation.tolerance``               ``JudgeSettings.tolerance``
-``evaluation.confidence``              ``JudgeSettings.confidence``
-``evaluation.minRequestsPerArm``       ``JudgeSettings.min_requests_per_arm``
-``evaluation.minOutputTokens``         ``JudgeSettings.min_output_tokens``
-``evaluation.concurrencyMatch``        ``JudgeSettings.concurrency_tolerance`` (the load
-                                       check: in-flight requests per pod,
-                                       ``concurrency_match="in_flight"``)
-``evaluation.consecutiveWindows``      ``PolicySettings.consecutive_windows``
-``rollback.policy``                    ``PolicySettings.policy``
-``rollback.repromote``                 ``PolicySettings.repromote``
-``rollback.cooldown``                  ``PolicySettings.cooldown_s``
-``rollback.startupDeadline``           ``PolicySettings.startup_deadline_s``
-``rollback.maxFlaps``                  ``PolicySettings.max_flaps``
-=====================================  ==============================================
-
-``evaluation.window`` is not a judge setting: it is how the caller cuts samples into windows
-(``spec.evaluation.window``, seconds).
-
-Pure: imports :mod:`specguard.api` (the API never imports the judge).
+Pure (argparse only declares flags here; the commands parse and print).
 """
 
 from __future__ import annotations
 
-from specguard.api import Evaluation, Rollback, Spec
-from specguard.judge._policy import PolicySettings
-from specguard.judge._verdict import JudgeSettings
+import argparse
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from specguard.judge._verdict import MAX_RESAMPLES, JudgeSettings
+
+PolicyKind = Literal["auto", "notify", "off"]
+RepromoteKind = Literal["auto", "manual"]
 
 
-def judge_settings(evaluation: Evaluation) -> JudgeSettings:
-    """The judge's settings for one resource's ``spec.evaluation``."""
-    return JudgeSettings(
-        tolerance=evaluation.tolerance,
-        confidence=evaluation.confidence,
-        min_requests_per_arm=evaluation.min_requests_per_arm,
-        min_output_tokens=evaluation.min_output_tokens,
-        concurrency_match="in_flight",
-        concurrency_tolerance=evaluation.concurrency_match,
-    )
+@dataclass(frozen=True, slots=True)
+class PolicySettings:
+    """Rules of the decision policy (see ``judge._policy``) and of its guardrails (see
+    ``judge._guardrails``). A new guardrail adds its thresholds here."""
+
+    policy: PolicyKind = "auto"
+    repromote: RepromoteKind = "auto"
+    consecutive_windows: int = 3
+    repromote_windows: int | None = None
+    repromote_confidence: float | None = None
+    cooldown_s: float = 1800.0
+    max_flaps: int = 3
+    flap_window_s: float = 86400.0
+    # guardrail: the drafter arm's startup
+    startup_deadline_s: float = 1200.0
+    # guardrail: the drafter arm's error rate against the baseline's
+    error_ratio: float = 5.0
+    error_margin: float = 0.05
+    error_min_requests: int = 50
+    error_min_errors: int = 5
+    # guardrail: does the drafter really speculate (its spec-decode counters)?
+    speculation_min_requests: int = 200  # drafter-arm requests before "no drafts" counts
+    speculation_min_drafts: int = 100  # drafts before "nothing accepted" counts
+    acceptance_margin: float = 0.05  # mean acceptance length below 1 + this: collapsed
+
+    def __post_init__(self) -> None:
+        if self.policy not in ("auto", "notify", "off"):
+            raise ValueError(f"policy: expected auto, notify or off, got {self.policy!r}")
+        if self.repromote not in ("auto", "manual"):
+            raise ValueError(f"repromote: expected auto or manual, got {self.repromote!r}")
+        if self.consecutive_windows < 1:
+            raise ValueError("consecutive_windows: must be at least 1")
+        if self.repromote_windows is not None and self.repromote_windows < 1:
+            raise ValueError("repromote_windows: must be at least 1")
+        if self.max_flaps < 1:
+            raise ValueError("max_flaps: must be at least 1")
+        for name in (
+            "cooldown_s", "flap_window_s", "startup_deadline_s", "error_margin",
+            "acceptance_margin",
+        ):  # fmt: skip
+            value = getattr(self, name)
+            if not math.isfinite(value) or value < 0:
+                raise ValueError(f"{name}: must be a finite number >= 0, got {value!r}")
+
+    @property
+    def windows_to_repromote(self) -> int:
+        return self.repromote_windows or self.consecutive_windows + 1
 
 
-def policy_settings(evaluation: Evaluation, rollback: Rollback) -> PolicySettings:
-    """The decision policy's settings for one resource's ``spec.evaluation`` and
-    ``spec.rollback``."""
-    return PolicySettings(
-        policy=rollback.policy,
-        repromote=rollback.repromote,
-        consecutive_windows=evaluation.consecutive_windows,
-        cooldown_s=float(rollback.cooldown),
-        startup_deadline_s=float(rollback.startup_deadline),
-        max_flaps=rollback.max_flaps,
-    )
+# The judge's flags: flag → (argparse dest, JudgeSettings field, help). Defaults are
+# JudgeSettings' (the resource's).
+_JUDGE_FLAGS: Mapping[str, tuple[str, str, str]] = {
+    "--tolerance": ("tolerance", "tolerance", "δ: changes within ±δ are not acted on"),
+    "--confidence": ("confidence", "confidence", "confidence of the interval"),
+    "--min-requests": ("min_requests", "min_requests_per_arm", "minimum usable requests per arm"),
+    "--min-tokens": ("min_tokens", "min_output_tokens", "minimum output tokens per request"),
+    "--resamples": ("resamples", "resamples", f"bootstrap resamples, at most {MAX_RESAMPLES}"),
+    "--seed": ("seed", "seed", "unpaired bootstrap seed"),
+}
+# Settings fields that other flags of the commands set, for the same error messages.
+_OTHER_FLAGS: Mapping[str, str] = {"consecutive_windows": "--consecutive"}
 
 
-def settings_from_spec(spec: Spec) -> tuple[JudgeSettings, PolicySettings]:
-    """The judge's and the policy's settings for a validated resource spec.
+def add_judge_flags(parser: argparse.ArgumentParser, *flags: str) -> None:
+    """Declare the judge's ``flags`` (all of them when none are named) on ``parser``."""
+    defaults = JudgeSettings()
+    for flag in flags or tuple(_JUDGE_FLAGS):
+        dest, field, help_ = _JUDGE_FLAGS[flag]
+        default = getattr(defaults, field)
+        help_ = f"{help_} (default {default})"
+        parser.add_argument(flag, dest=dest, type=type(default), default=default, help=help_)
 
-    Never raises for a spec that :func:`specguard.api.parse_resource` accepted."""
-    return judge_settings(spec.evaluation), policy_settings(spec.evaluation, spec.rollback)
+
+def judge_settings_from_args(args: argparse.Namespace, **fixed: Any) -> JudgeSettings:
+    """The judge's settings from the flags :func:`add_judge_flags` declared on the parser that
+    made ``args`` (and ``fixed`` fields). A bad value raises ValueError naming the flag."""
+    values = {
+        field: getattr(args, dest)
+        for dest, field, _ in _JUDGE_FLAGS.values()
+        if hasattr(args, dest)
+    }
+    try:
+        return JudgeSettings(**{**values, **fixed})
+    except ValueError as exc:
+        raise ValueError(flag_message(exc)) from None
 
 
-__all__ = ["judge_settings", "policy_settings", "settings_from_spec"]
+def flag_message(error: ValueError) -> str:
+    """A settings error (``"tolerance: must be in [0, 1), got 2.0"``) with the field named by
+    the flag that sets it (``"--tolerance: must be ..."``)."""
+    field, _, problem = str(error).partition(": ")
+    by_field = {f: flag for flag, (_, f, _) in _JUDGE_FLAGS.items()} | dict(_OTHER_FLAGS)
+    return f"{by_field.get(field, field)}: {problem}"
+
+
+__all__ = [
+    "PolicyKind",
+    "PolicySettings",
+    "RepromoteKind",
+    "add_judge_flags",
+    "flag_message",
+    "judge_settings_from_args",
+]

@@ -7,6 +7,7 @@ committed YAML.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from specguard.api import DrafterRung, SpeculativeDeployment
@@ -23,25 +24,34 @@ from specguard.render._workloads import arm_replicas, desired_arm_deployment
 
 
 def desired_arm_deployments(
-    sd: SpeculativeDeployment, mode: str, rung: DrafterRung | None = None
+    sd: SpeculativeDeployment,
+    mode: str,
+    replicas: Mapping[c.Arm, int] | None = None,
+    rung: DrafterRung | None = None,
 ) -> list[dict[str, Any]]:
-    replicas = arm_replicas(sd.spec, mode)
-    return [desired_arm_deployment(sd, arm, replicas[arm], rung) for arm in c.ARMS]
+    counts = arm_replicas(sd.spec, mode) if replicas is None else replicas
+    return [desired_arm_deployment(sd, arm, counts[arm], rung) for arm in c.ARMS]
 
 
 def render_all(
-    sd: SpeculativeDeployment, mode: str = c.ARM_SPECULATIVE, rung: DrafterRung | None = None
+    sd: SpeculativeDeployment,
+    mode: str = c.ARM_SPECULATIVE,
+    *,
+    replicas: Mapping[c.Arm, int] | None = None,
+    rung: DrafterRung | None = None,
 ) -> list[dict[str, Any]]:
-    """Every object specguard owns for ``sd`` in ``mode``, in a stable order: RBAC first
-    (what pods need before they start), then Services, then Deployments. ``rung``: the
-    drafter configuration of the speculative arm (spec.ladder; default as configured)."""
+    """Every object specguard owns for ``sd`` (the kinds of ``api.constants.OWNED_KINDS``),
+    in a stable order: RBAC first (what pods need before they start), then Services, then
+    Deployments. The arms' Deployments have the replicas of ``mode`` settled, or
+    ``replicas`` (per arm) where given: the operator's swap planner chooses them. ``rung``:
+    the drafter configuration of the speculative arm (spec.ladder; default as configured)."""
     return [
         desired_router_service_account(sd),
         desired_router_role(sd),
         desired_router_role_binding(sd),
         desired_front_service(sd),
         *(desired_arm_service(sd, arm) for arm in c.ARMS),
-        *desired_arm_deployments(sd, mode, rung),
+        *desired_arm_deployments(sd, mode, replicas, rung),
         desired_router_deployment(sd),
     ]
 

@@ -7,7 +7,7 @@ the SpeculativeDeployment's status). See docs/router.md.
 """
 
 from specguard.router._command import build_parser, main, static_topology
-from specguard.router._discovery import KubeDiscovery, pod_ready
+from specguard.router._discovery import KubeDiscovery
 from specguard.router._feed import CursorError, SampleFeed
 from specguard.router._pool import Endpoint, Pod, Topology
 from specguard.router._proxy import Router, RouterConfig
@@ -23,6 +23,5 @@ __all__ = [
     "Topology",
     "build_parser",
     "main",
-    "pod_ready",
     "static_topology",
 ]

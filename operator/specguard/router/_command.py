@@ -19,8 +19,9 @@ from urllib.parse import urlsplit
 from aiohttp import web
 
 from specguard._args import ArgumentParser, UsageError
+from specguard._arms import other_arm
 from specguard.judge import Arm
-from specguard.router._pool import Endpoint, Topology, other_arm
+from specguard.router._pool import Endpoint, Topology
 from specguard.router._proxy import Router, RouterConfig
 
 log = logging.getLogger("specguard.router")

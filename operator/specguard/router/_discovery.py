@@ -23,83 +23,41 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from specguard._objects import lookup
+from specguard._objects import arm_of, lookup, pod_port, pod_ready, pod_url
+from specguard.api import constants as c
 from specguard.judge import Arm
 from specguard.router._pool import Endpoint, Topology
 
 log = logging.getLogger("specguard.router._discovery")
 
-GROUP = "specguard.io"
-VERSION = "v1alpha1"
-PLURAL = "speculativedeployments"
-DEPLOYMENT_LABEL = "specguard.io/deployment"
-ARM_LABEL = "specguard.io/arm"
-DEFAULT_PORT = 8000
-PORT_NAMES = ("http", "vllm", "serve")
-
-
-def pod_port(pod: Mapping[str, Any]) -> int:
-    """The serving port: a port named http (or vllm/serve), else 8000 if declared, else the
-    first declared port, else vLLM's default 8000."""
-    ports: list[Mapping[str, Any]] = []
-    for container in lookup(pod, "spec", "containers") or []:
-        ports.extend(p for p in (lookup(container, "ports") or []) if isinstance(p, Mapping))
-    numbers: list[int] = [
-        p["containerPort"] for p in ports if isinstance(p.get("containerPort"), int)
-    ]
-    for name in PORT_NAMES:
-        for port in ports:
-            number = port.get("containerPort")
-            if port.get("name") == name and isinstance(number, int):
-                return number
-    if DEFAULT_PORT in numbers or not numbers:
-        return DEFAULT_PORT
-    return numbers[0]
-
-
-def pod_ready(pod: Mapping[str, Any]) -> bool:
-    if lookup(pod, "metadata", "deletionTimestamp"):
-        return False
-    if lookup(pod, "status", "phase") != "Running":
-        return False
-    for condition in lookup(pod, "status", "conditions") or []:
-        if lookup(condition, "type") == "Ready":
-            return bool(lookup(condition, "status") == "True")
-    return False
-
 
 def endpoints_from_pods(pods: Iterable[Mapping[str, Any]], deployment: str) -> list[Endpoint]:
-    """Ready pods of this deployment with an arm label and an IP, as endpoints."""
+    """Ready vLLM pods of this deployment with an arm label and an IP, as endpoints."""
     out: list[Endpoint] = []
     for pod in pods:
-        labels = lookup(pod, "metadata", "labels") or {}
-        if labels.get(DEPLOYMENT_LABEL) != deployment:
+        arm = arm_of(pod, deployment)
+        url = pod_url(pod, pod_port(pod))
+        if arm is None or url is None or not pod_ready(pod):
             continue
-        arm = labels.get(ARM_LABEL)
-        ip = lookup(pod, "status", "podIP")
-        if arm not in ("speculative", "baseline") or not ip or not pod_ready(pod):
-            continue
-        host = f"[{ip}]" if ":" in ip else ip
-        name = lookup(pod, "metadata", "name") or f"{host}:{pod_port(pod)}"
-        out.append(Endpoint(name, f"http://{host}:{pod_port(pod)}", arm))
+        out.append(Endpoint(lookup(pod, "metadata", "name") or url.removeprefix("http://"),
+                            url, arm))  # fmt: skip
     return out
 
 
 def roles_from_resource(resource: Mapping[str, Any] | None) -> tuple[Arm, float]:
-    """(serving arm, mirror share) from a SpeculativeDeployment.
+    """(serving arm, mirror share) from a SpeculativeDeployment: ``status.mode`` and
+    ``status.arms.mirrorShare`` as the operator wrote them.
 
-    ``status.mode`` and ``status.arms.mirrorShare`` when the operator has written them;
-    otherwise mode speculative and share = spec.shadow.replicas / spec.replicas (COMMON.md).
-    """
-    mode_value = lookup(resource, "status", "mode")
-    mode: Arm = "baseline" if mode_value == "baseline" else "speculative"
+    The share is the operator's alone (controller/_mirror.py: the routers' ceiling, 1 while
+    the shadow is judged, 0 otherwise). Before the operator has written it (no status yet,
+    or no operator running) nothing is judged, so nothing is mirrored: share 0."""
+    mode: Arm = (
+        c.ARM_BASELINE if lookup(resource, "status", "mode") == c.ARM_BASELINE
+        else c.ARM_SPECULATIVE
+    )  # fmt: skip
     share = lookup(resource, "status", "arms", "mirrorShare")
     if isinstance(share, int | float) and not isinstance(share, bool):
         return mode, min(max(float(share), 0.0), 1.0)
-    replicas = lookup(resource, "spec", "replicas")
-    shadow = lookup(resource, "spec", "shadow", "replicas")
-    if isinstance(replicas, int) and replicas > 0 and isinstance(shadow, int) and shadow >= 0:
-        return mode, min(shadow / replicas, 1.0)
     return mode, 0.0
 
 
@@ -172,11 +130,11 @@ class KubeDiscovery:
             try:
                 resource = await asyncio.to_thread(
                     custom.get_namespaced_custom_object,
-                    GROUP, VERSION, self.namespace, PLURAL, self.deployment,
+                    c.GROUP, c.VERSION, self.namespace, c.PLURAL, self.deployment,
                 )  # fmt: skip
             except Exception as exc:
                 status = getattr(exc, "status", None)
-                log.warning("reading %s/%s failed (%s)", PLURAL, self.deployment, status or exc)
+                log.warning("reading %s/%s failed (%s)", c.PLURAL, self.deployment, status or exc)
                 resource = None if status == 404 else _KEEP
             if resource is not _KEEP:
                 mode, share = roles_from_resource(resource)
@@ -200,7 +158,7 @@ class KubeDiscovery:
         from kubernetes import client, watch
 
         core = client.CoreV1Api(self._api)
-        selector = f"{DEPLOYMENT_LABEL}={self.deployment}"
+        selector = f"{c.LABEL_DEPLOYMENT}={self.deployment}"
         pods: dict[str, dict[str, Any]] = {}
         version: str | None = None
         while not self._stop.is_set():

@@ -1,6 +1,6 @@
 """The raw sample feed behind ``GET /samples?after=CURSOR&limit=N``, in bounded memory.
 
-Contract (COMMON.md): the answer is ``{"epoch", "next", "samples", "missed"}``. A cursor is
+Contract (docs/samples.md): the answer is ``{"epoch", "next", "samples", "missed"}``. A cursor is
 ``"<epoch>:<seq>"``: the reader passes back ``next`` to get what came after. The epoch is
 random per router process, so a cursor from before a restart is recognised and the reader
 starts again from the oldest kept sample. ``missed`` counts samples that were evicted from

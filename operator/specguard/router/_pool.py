@@ -11,13 +11,7 @@ import itertools
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 
-from specguard.judge import Arm
-
-ARM_NAMES: tuple[Arm, ...] = ("speculative", "baseline")
-
-
-def other_arm(arm: Arm) -> Arm:
-    return "baseline" if arm == "speculative" else "speculative"
+from specguard._arms import ARMS, Arm, other_arm
 
 
 @dataclass(eq=False)
@@ -51,7 +45,7 @@ class Topology:
     # Request domains served by the other arm than ``mode`` (status.arms.routes): both
     # arms then serve, and each copies its requests to the other.
     routes: dict[str, Arm] = field(default_factory=dict)
-    pods: dict[Arm, list[Pod]] = field(default_factory=lambda: {arm: [] for arm in ARM_NAMES})
+    pods: dict[Arm, list[Pod]] = field(default_factory=lambda: {arm: [] for arm in ARMS})
     _turn: itertools.count[int] = field(default_factory=itertools.count)
 
     @property
@@ -83,8 +77,8 @@ class Topology:
 
     def set_endpoints(self, endpoints: Iterable[Endpoint]) -> None:
         """Replace the ready pods, keeping the counters of pods that are still there."""
-        known = {(pod.arm, pod.url): pod for arm in ARM_NAMES for pod in self.pods[arm]}
-        fresh: dict[Arm, list[Pod]] = {arm: [] for arm in ARM_NAMES}
+        known = {(pod.arm, pod.url): pod for arm in ARMS for pod in self.pods[arm]}
+        fresh: dict[Arm, list[Pod]] = {arm: [] for arm in ARMS}
         for endpoint in endpoints:
             pod = known.get((endpoint.arm, endpoint.url))
             if pod is None:
@@ -92,7 +86,7 @@ class Topology:
             else:
                 pod.name = endpoint.name
             fresh[endpoint.arm].append(pod)
-        for arm in ARM_NAMES:
+        for arm in ARMS:
             fresh[arm].sort(key=lambda p: p.name)
         self.pods = fresh
 

@@ -2,39 +2,42 @@
 
 The operator's interface, the same for every ``metricsSource`` (see sources.window)::
 
-    source: Source = RouterFeedSource()              # or PrometheusSource / ScrapeSource
-    source.set_urls(router_pod_urls(router_pods, ROUTER_PORT))   # each window
+    source: Source = open_source(spec.metrics_source.type, deployment=..., namespace=...)
+    source.set_targets(Targets(routers=..., pods=...))   # each window, as pods come and go
     window: WindowSamples = await source.collect(start, end)
-    if window.degraded:        # window.state "down" or "empty", window.problem one line
-        ...                    # JudgeDegraded; no mode change
+    window.state        # "ok", "empty" (nothing to judge) or "down" (the source failed)
     verdict = window.verdict(settings)
 
 - ``router_feed``: the routers' ``GET /samples`` feed, one cursor per router (``RouterFeed``)
   and its window source (``RouterFeedSource``);
 - ``prometheus``: per-arm PromQL over vLLM's TPOT histogram (``PrometheusSource``);
 - ``scrape``: direct ``/metrics`` scrapes of the vLLM pods (``ScrapeSource``);
-- ``exposition``: parsing vLLM's metrics and subtracting readings.
+- ``exposition``: parsing vLLM's metrics and subtracting readings (``draft_counters``: the
+  drafter arm's spec-decode counters over a window).
 
 See docs/judge.md and docs/samples.md.
 """
 
-from specguard.sources._exposition import (
+from specguard._exposition import (
     Acceptance,
     Reading,
     Samples,
     acceptance_between,
     counter_delta,
+    draft_counters,
     parse_reading,
     parse_samples,
 )
+from specguard.sources._open import open_source
 from specguard.sources._prometheus import ArmSelectors, PrometheusSource
-from specguard.sources._router_feed import RouterFeed, RouterFeedSource, router_pod_urls
+from specguard.sources._router_feed import RouterFeed, RouterFeedSource
 from specguard.sources._scrape import ScrapeRound, ScrapeSource, verdict_from_rounds
 from specguard.sources._window import (
     ArmHistograms,
     Source,
     SourceKind,
     SourceState,
+    Targets,
     WindowSamples,
     pod_concurrency,
 )
@@ -53,12 +56,14 @@ __all__ = [
     "Source",
     "SourceKind",
     "SourceState",
+    "Targets",
     "WindowSamples",
     "acceptance_between",
     "counter_delta",
+    "draft_counters",
+    "open_source",
     "parse_reading",
     "parse_samples",
     "pod_concurrency",
-    "router_pod_urls",
     "verdict_from_rounds",
 ]

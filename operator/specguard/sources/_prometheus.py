@@ -32,14 +32,14 @@ from prometheus_api_client import PrometheusConnect
 from prometheus_api_client.exceptions import PrometheusApiClientException
 from requests.exceptions import RequestException
 
-from specguard.judge import ARMS, BASIS_PROMETHEUS, EMPTY, Arm, Histogram, JudgeSettings, Verdict
-from specguard.sources._exposition import (
+from specguard._exposition import (
     ACCEPTED_METRIC,
     DRAFTS_METRIC,
     RUNNING_METRIC,
     TPOT_METRIC,
 )
-from specguard.sources._window import ArmHistograms, WindowSamples
+from specguard.judge import ARMS, BASIS_PROMETHEUS, EMPTY, Arm, Histogram, JudgeSettings, Verdict
+from specguard.sources._window import ArmHistograms, Targets, WindowSamples
 
 
 @dataclass(frozen=True)
@@ -135,6 +135,9 @@ class PrometheusSource:
         rows = self._query(queries(self.selectors, "speculative", window_s)["acceptance"], at)
         values = [v for v in (_value(r) for r in rows) if v is not None]
         return values[0] if values else None
+
+    def set_targets(self, targets: Targets) -> None:
+        """The `Source` call: nothing to follow (Prometheus finds the pods by label)."""
 
     async def collect(self, start: float, end: float) -> WindowSamples:
         """The window ``[start, end)`` (epoch seconds), as the operator's `Source`: state

@@ -18,14 +18,14 @@ concurrency counted over the requests of every router.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import httpx
 
 from specguard.judge import Sample, SampleError
-from specguard.sources._window import WindowSamples, pod_concurrency
+from specguard.sources._window import Targets, WindowSamples, pod_concurrency
 
 
 @dataclass
@@ -140,23 +140,6 @@ class RouterFeed:
         return read
 
 
-def router_pod_urls(pods: Iterable[Mapping[str, Any]], port: int) -> list[str]:
-    """Base URLs of the router pods to read (``http://<pod IP>:<port>``), from pod objects as
-    the API server sends them (e.g. listed by the router Deployment's selector). Every
-    running pod with an IP counts, ready or not, terminating or not: a router answers
-    ``/samples`` as long as its process runs, and a terminating one still holds samples."""
-    urls = []
-    for pod in pods:
-        status = pod.get("status") if isinstance(pod, Mapping) else None
-        if not isinstance(status, Mapping) or status.get("phase") != "Running":
-            continue
-        ip = status.get("podIP")
-        if isinstance(ip, str) and ip:
-            host = f"[{ip}]" if ":" in ip else ip
-            urls.append(f"http://{host}:{port}")
-    return sorted(urls)
-
-
 def _sequence(cursor: str) -> int | None:
     number = cursor.rpartition(":")[2]
     return int(number) if number.isdigit() else None
@@ -214,6 +197,10 @@ class RouterFeedSource:
     def set_urls(self, urls: Iterable[str]) -> None:
         """The router pods to read (their base URLs)."""
         self.feed.set_urls(urls)
+
+    def set_targets(self, targets: Targets) -> None:
+        """The `Source` call: read the routers (``targets.routers``)."""
+        self.feed.set_urls(targets.routers)
 
     async def aclose(self) -> None:
         await self.feed.aclose()
@@ -285,4 +272,4 @@ def _notes(read: FeedRead, routers: int, duplicates: int, late: int) -> tuple[st
     return tuple(notes)
 
 
-__all__ = ["FeedRead", "RouterFeed", "RouterFeedSource", "router_pod_urls"]
+__all__ = ["FeedRead", "RouterFeed", "RouterFeedSource"]

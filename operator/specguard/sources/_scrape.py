@@ -24,8 +24,7 @@ from dataclasses import dataclass, field
 import httpx
 import numpy as np
 
-from specguard.judge import ARMS, BASIS_SCRAPE, Arm, Histogram, JudgeSettings, Verdict
-from specguard.sources._exposition import (
+from specguard._exposition import (
     Reading,
     acceptance_length,
     bucket_delta,
@@ -33,7 +32,8 @@ from specguard.sources._exposition import (
     histogram_of,
     parse_reading,
 )
-from specguard.sources._window import ArmHistograms, WindowSamples
+from specguard.judge import ARMS, BASIS_SCRAPE, Arm, Histogram, JudgeSettings, Verdict
+from specguard.sources._window import ArmHistograms, Targets, WindowSamples
 
 log = logging.getLogger("specguard.sources._scrape")
 
@@ -68,9 +68,13 @@ class ScrapeSource:
         self._rounds: deque[ScrapeRound] = deque()
         self._poller: asyncio.Task[None] | None = None
 
-    def set_pods(self, pods: Mapping[str, Sequence[str]]) -> None:
+    def set_pods(self, pods: Mapping[Arm, Sequence[str]] | Mapping[str, Sequence[str]]) -> None:
         """The vLLM pods to read, by arm (base URLs, e.g. ``http://<pod IP>:8000``)."""
         self.pods = {arm: [u.rstrip("/") for u in pods.get(arm, ())] for arm in ARMS}
+
+    def set_targets(self, targets: Targets) -> None:
+        """The `Source` call: read the vLLM pods (``targets.pods``)."""
+        self.set_pods(targets.pods)
 
     async def __aenter__(self) -> ScrapeSource:
         return self

@@ -1,12 +1,13 @@
 """One evaluation window's evidence, whichever source it came from: the operator's interface.
 
-Every source has the same call::
+Every source has the same calls (the `Source` protocol; ``open_source`` makes the one a
+resource's ``spec.metricsSource`` names)::
 
-    window = await source.collect(start, end)      # epoch seconds, [start, end)
-    if window.degraded:                            # state "down" or "empty"
-        ...  # JudgeDegraded, reason window.state, message window.problem; no mode change
-    else:
-        verdict = window.verdict(settings)         # the judge, on what was collected
+    source.set_targets(Targets(routers=..., pods=...))   # each window: what may be read
+    window = await source.collect(start, end)            # epoch seconds, [start, end)
+    window.state     # "ok"; "empty" (nothing to judge); "down" (the source failed)
+    window.problem   # one line when not ok
+    verdict = window.verdict(settings)                   # the judge, on what was collected
 
 - `RouterFeedSource` (sources.router_feed): per-request samples from every router pod's
   ``GET /samples``, deduplicated, each assigned to the window its request ended in, with
@@ -103,8 +104,22 @@ class WindowSamples:
         return replace(verdict, reasons=reasons)
 
 
+
+@dataclass(frozen=True)
+class Targets:
+    """What a source may read for one window: the routers' base URLs (their ``/samples``)
+    and the vLLM pods' base URLs per arm (their ``/metrics``). Each source reads what it
+    needs and ignores the rest (Prometheus: neither)."""
+
+    routers: tuple[str, ...] = ()
+    pods: Mapping[Arm, tuple[str, ...]] = field(default_factory=dict)
+
+
 class Source(Protocol):
-    """What the operator calls each window (see the module docstring)."""
+    """What the operator calls each window (see the module docstring). A source never
+    raises for a source problem: state ``down`` or ``empty`` says it."""
+
+    def set_targets(self, targets: Targets) -> None: ...
 
     async def collect(self, start: float, end: float) -> WindowSamples: ...
 
@@ -149,6 +164,7 @@ __all__ = [
     "Source",
     "SourceKind",
     "SourceState",
+    "Targets",
     "WindowSamples",
     "pod_concurrency",
 ]

@@ -21,11 +21,8 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m specguard.testing", description=__doc__)
     parser.add_argument("--nodes", type=int, default=2, help="fake GPU nodes (default 2)")
     parser.add_argument("--gpus", type=int, default=8, help="GPUs per node (default 8)")
-    parser.add_argument(
-        "--sim-args",
-        default="",
-        help="extra simulator args for vLLM pods, e.g. '--time-scale 0.05'",
-    )
+    parser.add_argument("--sim-args", default="",
+                        help="extra simulator args for vLLM pods, e.g. '--time-scale 0.05'")
     parser.add_argument("--no-prometheus", action="store_true")
     opts = parser.parse_args(argv)
     if opts.nodes < 0 or opts.gpus < 0:

@@ -57,7 +57,9 @@ class ClusterAccess:
                 }
             ],
             "users": [{"name": user, "user": self._kubeconfig_user()}],
-            "contexts": [{"name": context, "context": {"cluster": context, "user": user}}],
+            "contexts": [
+                {"name": context, "context": {"cluster": context, "user": user}}
+            ],
             "current-context": context,
         }
 

@@ -75,6 +75,7 @@ class ControlPlaneBinaries:
             raise MissingBinariesError(f"{binary}: cannot read its version from {out!r}")
         return int(match.group(1))
 
+
     def checked_minors(self) -> tuple[int, int, int]:
         """Minor versions of (apiserver, controller-manager, scheduler), refused outside the
         skew Kubernetes supports: the other two at most one minor older than the apiserver,

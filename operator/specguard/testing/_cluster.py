@@ -308,12 +308,10 @@ class LocalCluster:
         for component, port in (kcm, scheduler):
             self._wait(
                 component,
-                lambda port=port: (
-                    httpx.get(  # type: ignore[misc]
-                        f"https://127.0.0.1:{port}/healthz", verify=False, timeout=2
-                    ).status_code
-                    == 200
-                ),
+                lambda port=port: httpx.get(  # type: ignore[misc]
+                    f"https://127.0.0.1:{port}/healthz", verify=False, timeout=2
+                ).status_code
+                == 200,
                 deadline,
                 "/healthz",
             )
@@ -441,11 +439,7 @@ class LocalCluster:
             raise RuntimeError("a kubelet is already running for this cluster")
         config = config or KubeletConfig()
         kubelet = ProcessKubelet(
-            self.access,
-            self.gpu_node_names,
-            self.processes,
-            self.workdir / "kubelet",
-            config,
+            self.access, self.gpu_node_names, self.processes, self.workdir / "kubelet", config,
             node_access=self.node_access,
         )
         kubelet.start()

@@ -79,7 +79,9 @@ class KubeletConfig:
 def _inherited_env() -> dict[str, str]:
     """This process's environment minus anything that would point a pod elsewhere."""
     return {
-        k: v for k, v in os.environ.items() if k != "KUBECONFIG" and not k.startswith("KUBERNETES_")
+        k: v
+        for k, v in os.environ.items()
+        if k != "KUBECONFIG" and not k.startswith("KUBERNETES_")
     }
 
 

@@ -53,7 +53,9 @@ def _port(value: int | str, ports: dict[str, int]) -> int:
     return ports[value]
 
 
-async def probe_once(probe: Probe, pod_ip: str, ports: dict[str, int], env: dict[str, str]) -> bool:
+async def probe_once(
+    probe: Probe, pod_ip: str, ports: dict[str, int], env: dict[str, str]
+) -> bool:
     """One probe attempt: True on success."""
     raw = probe.raw
     try:

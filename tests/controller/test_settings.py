@@ -1,6 +1,6 @@
 """One set of evaluation settings: the resource's spec.evaluation/spec.rollback convert to the
 judge's and the policy's settings, for every spec the API accepts, with the resource's
-defaults (specguard.judge.settings_from_spec)."""
+defaults (specguard.controller._settings: the one conversion)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,14 @@ from typing import Any
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from specguard.api import SpecError, validate_spec
-from specguard.judge import JudgeSettings, PolicySettings, settings_from_spec
+from specguard.api import Spec, SpecError, validate_spec
+from specguard.controller._settings import judge_settings, policy_settings
+from specguard.judge import JudgeSettings, PolicySettings
+
+
+def settings_from_spec(spec: Spec) -> tuple[JudgeSettings, PolicySettings]:
+    return judge_settings(spec), policy_settings(spec)
+
 
 SPEC: dict[str, Any] = {
     "model": {"name": "Qwen/Qwen3.6-35B-A3B"},
@@ -24,6 +30,7 @@ def test_the_resource_defaults_are_the_judge_and_policy_defaults() -> None:
     judge, policy = settings_from_spec(validate_spec(SPEC))
     assert judge == JudgeSettings()
     assert policy == PolicySettings()
+    assert policy.speculation_min_requests == judge.min_requests_per_arm
 
 
 def test_each_field_maps_to_its_setting() -> None:

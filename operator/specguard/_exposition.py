@@ -1,5 +1,7 @@
 """What specguard reads from a vLLM /metrics page, and how two readings subtract: the one
-parser of vLLM's Prometheus text exposition (sources, evaluate and the tests all use it).
+parser of vLLM's Prometheus text exposition (sources, evaluate and the tests all use it;
+``specguard.sources`` re-exports it). Pure: a top-level module rather than a part of the
+I/O package ``sources``, so that pure code (``evaluate/_cells.py``) can use it.
 
 Only ``vllm:request_time_per_output_token_seconds`` (one observation per request, per token)
 is used for latency; ``vllm:inter_token_latency_seconds`` is per engine step and is never
@@ -14,7 +16,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from specguard.judge import Histogram
+from specguard.judge import DraftCounters, Histogram
 
 TPOT_METRIC = "vllm:request_time_per_output_token_seconds"
 RUNNING_METRIC = "vllm:num_requests_running"
@@ -115,6 +117,22 @@ def counter_delta(before: float | None, after: float | None) -> float | None:
     return after - before
 
 
+def draft_counters(start: Mapping[str, Reading], end: Mapping[str, Reading]) -> DraftCounters:
+    """The drafter arm's spec-decode counters over a window: per-pod deltas between two
+    readings (pod URL → Reading), summed over the pods read at both ends."""
+    pods = sorted(set(start) & set(end))
+    exporting = 0
+    drafts = accepted = 0.0
+    for pod in pods:
+        a, b = start[pod], end[pod]
+        if b.drafts is None:
+            continue
+        exporting += 1
+        drafts += counter_delta(a.drafts, b.drafts) or 0.0
+        accepted += counter_delta(a.accepted, b.accepted) or 0.0
+    return DraftCounters(len(pods), exporting, drafts, accepted)
+
+
 def bucket_delta(before: Reading, after: Reading) -> dict[float, float]:
     """Cumulative TPOT bucket increases between two readings of one pod."""
     reset = after.tpot_count < before.tpot_count or any(
@@ -204,6 +222,7 @@ __all__ = [
     "acceptance_length",
     "bucket_delta",
     "counter_delta",
+    "draft_counters",
     "histogram_of",
     "parse_reading",
     "parse_samples",

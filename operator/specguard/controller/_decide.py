@@ -1,0 +1,413 @@
+"""The decision core: one pure step per tick, from what the loop observed to everything the
+loop must do.
+
+    outcome = decide(Observation(...))      # the target, the swap plan, the status, Events
+
+The loop (``_loop.py``) is the I/O around it: it reads the watch caches, times and collects
+the windows, calls :func:`decide`, applies ``outcome.plan``'s objects, writes
+``outcome.status`` where it differs and posts ``outcome.events``. Everything here is
+tested by exact equality (tests/controller/test_decide.py).
+
+Inside, in order:
+
+1. :func:`gather`: the observation → the judge's ``Evidence`` (the window's verdict,
+   errors and drafter counters; the drafter pods' startup; the pin and retry annotations);
+2. ``judge.step``: the stored ``PolicyState`` (``status.policy``) and the evidence → the
+   new state and a ``Decision`` (target, cause, the guardrail that tripped);
+3. the transition (when the target changes) and the Events;
+4. ``plan_swap``: the next step of the rolling swap toward the target, from the cluster;
+5. the status: mode, target, conditions, the last verdict, the arms and the memory.
+
+Where new behaviour goes: new evidence → ``judge.Evidence`` and :func:`gather`; new memory
+→ ``judge.PolicyState``; a new guardrail → ``judge._guardrails``; a new condition or
+message → :func:`_conditions_after` / :func:`_events`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from specguard.api import (
+    Arms,
+    ArmStatus,
+    Condition,
+    Spec,
+    Status,
+    StatusVerdict,
+    Transition,
+    append_transition,
+)
+from specguard.api import constants as c
+from specguard.api.constants import Arm, other_arm
+from specguard.controller._conditions import set_condition, status_verdict, verdict_sentence
+from specguard.controller._mirror import mirror_share
+from specguard.controller._observe import parse_time, rfc3339
+from specguard.controller._schedule import shadow_active, shadow_replicas
+from specguard.controller._settings import policy_settings
+from specguard.controller._swap import ArmObserved, SwapPlan, plan_swap
+from specguard.judge import (
+    ArmErrors,
+    Decision,
+    DraftCounters,
+    Evidence,
+    PolicyState,
+    Startup,
+    Verdict,
+    step,
+)
+
+EventType = Literal["Normal", "Warning"]
+
+
+@dataclass(frozen=True, slots=True)
+class EventSpec:
+    type: EventType
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """A window that ended at this tick, as the loop collected it."""
+
+    verdict: Verdict
+    source_down: str | None = None  # the source failed: why (JudgeDegraded SourceUnavailable)
+    drafts: DraftCounters | None = None  # the drafter arm's counters over it (None: unread)
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """Everything one tick observed, for one resource with a valid spec."""
+
+    name: str
+    spec: Spec
+    generation: int | None
+    status: Status  # as stored (or as last written, when the watch lags behind)
+    now: float
+    created: float  # the resource's creationTimestamp (the periodic shadow counts from it)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    arms: Mapping[Arm, ArmObserved] = field(
+        default_factory=lambda: {arm: ArmObserved() for arm in c.ARMS}
+    )
+    startup: Startup = field(default_factory=Startup)
+    window: Window | None = None
+    apply_error: str | None = None  # the last apply the API server refused, until one works
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    target: Arm
+    plan: SwapPlan
+    status: Status
+    events: tuple[EventSpec, ...]
+    decision: Decision
+    transition: Transition | None = None
+
+
+def current_target(status: Status) -> Arm:
+    return status.target_mode or status.mode or c.ARM_SPECULATIVE
+
+
+def pinned_mode(annotations: Mapping[str, str]) -> Arm | None:
+    value = annotations.get(c.ANNOTATION_PIN_MODE, "").strip()
+    return next((arm for arm in c.ARMS if arm == value), None)
+
+
+def judging(spec: Spec, status: Status, created: float, now: float) -> bool:
+    """Are windows judged now? The shadow is active, no swap is going on, and the mode in
+    effect is the target (the loop opens and closes windows only then)."""
+    swapping = bool(status.arms and status.arms.swapping)
+    in_effect = (status.mode or current_target(status)) == current_target(status)
+    return shadow_active(spec, created, now) and not swapping and in_effect
+
+
+def policy_state(status: Status) -> tuple[PolicyState, str | None]:
+    """The stored policy memory, and why it was unreadable (then a fresh one)."""
+    fallback = current_target(status)
+    if status.policy is None:
+        return PolicyState(mode=fallback), None
+    try:
+        return PolicyState.from_wire({"mode": fallback, **status.policy}), None
+    except ValueError as exc:
+        return PolicyState(mode=fallback), f"status.policy.{exc}"
+
+
+def gather(obs: Observation) -> Evidence:
+    """The judge's evidence for this tick."""
+    window = obs.window
+    return Evidence(
+        verdict=None if window is None else window.verdict,
+        startup=obs.startup,
+        errors=None if window is None else ArmErrors.of(window.verdict),
+        speculation=None if window is None else window.drafts,
+        pin=pinned_mode(obs.annotations),
+        retry=obs.annotations.get(c.ANNOTATION_RETRY),
+    )
+
+
+def decide(obs: Observation) -> Outcome:
+    """One tick: the decision, the swap step, the status and the Events (see the module
+    docstring)."""
+    prev, spec, now = obs.status, obs.spec, obs.now
+    old_target = current_target(prev)
+    state, unreadable = policy_state(prev)
+    evidence = gather(obs)
+    state, decision = step(state, policy_settings(spec), now, evidence)
+    transition = _transition(old_target, decision, evidence, rfc3339(now))
+
+    mode = prev.mode or old_target
+    swapping = bool(prev.arms and prev.arms.swapping)
+    since = parse_time(prev.arms.swap_since) if prev.arms else None
+    plan = plan_swap(
+        target=decision.target,
+        mode=mode,
+        swapping=swapping,
+        serving_replicas=spec.replicas,
+        shadow_replicas=shadow_replicas(spec, obs.created, now),
+        max_pods=spec.replicas + spec.shadow.replicas,
+        observed=obs.arms,
+        now=now,
+        swap_since=since,
+    )
+    swap_since = (since or now) if plan.swapping else None
+
+    events = list(_events(obs, decision, transition, evidence))
+    if plan.done and plan.mode != mode:
+        events.append(EventSpec("Normal", "SwapComplete",
+                                f"{mode} → {plan.mode}: {plan.replicas[plan.mode]} serving "
+                                "pods ready"))  # fmt: skip
+    if unreadable is not None:
+        why = f"{unreadable[:500]}: the policy starts from a fresh memory"
+        events.insert(0, EventSpec("Warning", "PolicyMemoryReset", why))
+    status = _status_after(obs, decision, state, transition, plan=plan, swap_since=swap_since)
+    return Outcome(decision.target, plan, status, tuple(events), decision, transition)
+
+
+def _transition(
+    old_target: Arm, decision: Decision, evidence: Evidence, now_iso: str
+) -> Transition | None:
+    target = decision.target
+    if target == old_target:
+        return None
+    verdict = evidence.verdict
+    if evidence.pin is not None and target == evidence.pin:
+        reason, message = "Pinned", f"{c.ANNOTATION_PIN_MODE}={evidence.pin}"
+    elif decision.action in ("rollback", "repromote"):
+        reason = decision.cause
+        if decision.trip is not None:
+            message = decision.trip.message
+        elif decision.cause == "Retry":
+            message = f"{c.ANNOTATION_RETRY}: manual re-promotion"
+        else:
+            message = verdict_sentence(verdict) if verdict is not None else decision.reason
+    else:
+        reason, message = "Unpinned", f"{c.ANNOTATION_PIN_MODE} removed"
+    return Transition(
+        time=now_iso,
+        from_mode=old_target,
+        to_mode=target,
+        reason=reason,
+        message=message,
+        ratio=None if verdict is None else verdict.ratio,
+    )
+
+
+def _events(
+    obs: Observation, decision: Decision, transition: Transition | None, evidence: Evidence
+) -> tuple[EventSpec, ...]:
+    events: list[EventSpec] = []
+    if decision.command is not None:
+        asked = f"{c.ANNOTATION_RETRY}={evidence.retry}: {decision.command}"
+        events.append(EventSpec("Normal", "Retry", asked))
+    if transition is not None:
+        to_baseline = transition.to_mode == c.ARM_BASELINE
+        kind: EventType = "Warning" if to_baseline and evidence.pin is None else "Normal"
+        verb = "RolledBack" if to_baseline else "Repromoted"
+        events.append(EventSpec(kind, verb, f"{transition.reason}: {transition.message}"))
+    elif decision.trip is not None:
+        # A guardrail that did not act (dry run, policy off): said once per window.
+        if obs.window is not None:
+            events.append(EventSpec("Warning", decision.trip.cause, decision.trip.message))
+    elif decision.action == "notify":
+        verdict = evidence.verdict
+        detail = verdict_sentence(verdict) if verdict is not None else decision.reason
+        kind = "Warning" if decision.warning else "Normal"
+        events.append(EventSpec(kind, decision.cause,
+                                f"{decision.reason.split(':')[0]}: {detail}"))  # fmt: skip
+    return tuple(events)
+
+
+# -- status ------------------------------------------------------------------------------
+
+
+def _status_after(
+    obs: Observation,
+    decision: Decision,
+    state: PolicyState,
+    transition: Transition | None,
+    *,
+    plan: SwapPlan,
+    swap_since: float | None,
+) -> Status:
+    prev, spec = obs.status, obs.spec
+    active = shadow_active(spec, obs.created, obs.now)
+    share = mirror_share(
+        shadow_ready=obs.arms[other_arm(plan.mode)].ready,
+        serving_ready=obs.arms[plan.mode].ready,
+        judging=active and not plan.swapping,
+    )
+    transitions = list(prev.transitions)
+    if transition is not None:
+        transitions = append_transition(transitions, transition)
+    last_verdict = prev.last_verdict
+    if obs.window is not None:
+        last_verdict = _keep_idle(prev, status_verdict(obs.window.verdict, rfc3339(obs.now)))
+    return Status(
+        observed_generation=obs.generation,
+        mode=plan.mode,
+        target_mode=decision.target,
+        conditions=_conditions_after(obs, decision, plan, transitions, active),
+        last_verdict=last_verdict,
+        transitions=transitions,
+        arms=Arms(
+            serving=_arm_status(obs, plan, plan.mode),
+            shadow=_arm_status(obs, plan, other_arm(plan.mode)),
+            mirror_share=0.0 if plan.swapping else share,
+            swapping=plan.swapping,
+            swap_since=None if swap_since is None else rfc3339(swap_since),
+        ),
+        policy=state.to_wire(),
+    )
+
+
+def _arm_status(obs: Observation, plan: SwapPlan, arm: Arm) -> ArmStatus:
+    return ArmStatus(
+        arm=arm,
+        deployment=c.arm_deployment_name(obs.name, arm),
+        replicas=plan.replicas[arm],
+        ready_replicas=obs.arms[arm].ready,
+    )
+
+
+def _conditions_after(
+    obs: Observation,
+    decision: Decision,
+    plan: SwapPlan,
+    transitions: Sequence[Transition],
+    active: bool,
+) -> list[Condition]:
+    prev, spec, mode = obs.status, obs.spec, plan.mode
+    conditions: list[Condition] = list(prev.conditions)
+    now_iso = rfc3339(obs.now)
+
+    def put(type_: str, value: bool | None, reason: str, message: str) -> None:
+        nonlocal conditions
+        conditions = set_condition(
+            conditions, type_, value, reason, message, generation=obs.generation, now=now_iso
+        )
+
+    put(c.CONDITION_SPEC_VALID, True, "Valid", "the spec passes every rule")
+    ready = obs.arms[mode].ready
+    if obs.apply_error is not None:
+        put(c.CONDITION_READY, False, "ApplyFailed", obs.apply_error)
+    elif plan.swapping:
+        put(c.CONDITION_READY, False, "Swapping", f"{mode} → {decision.target}: {plan.reason}")
+    elif ready >= spec.replicas:
+        put(c.CONDITION_READY, True, "Serving", f"{ready}/{spec.replicas} {mode} pods ready")
+    else:
+        put(c.CONDITION_READY, False, "PodsNotReady", f"{ready}/{spec.replicas} {mode} pods ready")
+
+    if mode == c.ARM_SPECULATIVE:
+        trip = decision.trip
+        speculating = next((x for x in prev.conditions if x.type == c.CONDITION_SPECULATING), None)
+        if obs.window is not None and trip is not None and trip.guardrail == "speculation":
+            put(c.CONDITION_SPECULATING, False, trip.cause, trip.message)
+        elif obs.window is None and prev.mode == mode and speculating is not None and (
+            speculating.status == "False"
+        ):
+            pass  # between windows, the last window's finding stands
+        else:
+            put(c.CONDITION_SPECULATING, True, "DrafterServing",
+                f"the {spec.drafter.method} drafter arm serves clients")  # fmt: skip
+        put(c.CONDITION_ROLLED_BACK, False, "DrafterServing", "")
+    else:
+        last = next((t for t in reversed(transitions) if t.to_mode == mode), None)
+        reason = last.reason if last is not None else "Baseline"
+        message = last.message if last is not None else "the drafter-off arm serves clients"
+        put(c.CONDITION_SPECULATING, False, reason, "the drafter-off arm serves clients")
+        put(c.CONDITION_ROLLED_BACK, True, reason, message)
+
+    swapping = plan.swapping or bool(prev.arms and prev.arms.swapping)
+    put(c.CONDITION_EVALUATING, *_evaluating(spec, swapping, active, pinned_mode(obs.annotations)))
+
+    window = obs.window
+    if window is not None:
+        put(c.CONDITION_JUDGE_DEGRADED, *_degraded(window, spec.evaluation.window))
+    elif not any(x.type == c.CONDITION_JUDGE_DEGRADED for x in conditions):
+        put(c.CONDITION_JUDGE_DEGRADED, None, "NoWindowYet", "no window judged yet")
+    return conditions
+
+
+def _evaluating(
+    spec: Spec, swapping: bool, active: bool, pin: Arm | None
+) -> tuple[bool, str, str]:
+    window = spec.evaluation.window
+    if swapping:
+        return False, "Swapping", "no judging while the arms swap"
+    if not active:
+        return False, "ShadowInactive", "periodic shadow: between active periods"
+    if pin is not None:
+        return True, "Pinned", f"judging every {window}s; mode pinned to {pin}"
+    policy = spec.rollback.policy
+    if policy == "off":
+        return True, "MeasureOnly", f"judging every {window}s; rollback.policy off"
+    if policy == "notify":
+        return True, "DryRun", f"judging every {window}s; rollback.policy notify"
+    return True, "Judging", f"judging every {window}s"
+
+
+def _degraded(window: Window, window_s: int) -> tuple[bool, str, str]:
+    if window.source_down is not None:
+        return True, "SourceUnavailable", window.source_down
+    verdict = window.verdict
+    if not any(verdict.n.values()) and not any(verdict.requests.values()):
+        return True, "NoSamples", f"no samples in the last window ({window_s}s)"
+    return False, "SamplesFlowing", "samples from both arms arrive"
+
+
+def _keep_idle(prev: Status, new: StatusVerdict) -> StatusVerdict:
+    """An idle window (no samples on either arm) after an idle window changes nothing."""
+    old = prev.last_verdict
+    if old is None:
+        return new
+    idle = not (new.samples.speculative or new.samples.baseline)
+    was_idle = not (old.samples.speculative or old.samples.baseline)
+    if idle and was_idle and new.reason == old.reason:
+        return old
+    return new
+
+
+def invalid_status(prev: Status, generation: int | None, message: str, now_iso: str) -> Status:
+    """``prev`` with SpecValid False (naming the fields) and nothing else touched."""
+    conditions = set_condition(
+        prev.conditions, c.CONDITION_SPEC_VALID, False, "Invalid", message,
+        generation=generation, now=now_iso,
+    )  # fmt: skip
+    return prev.model_copy(update={"conditions": conditions})
+
+
+__all__ = [
+    "EventSpec",
+    "Observation",
+    "Outcome",
+    "Window",
+    "current_target",
+    "decide",
+    "gather",
+    "invalid_status",
+    "judging",
+    "pinned_mode",
+    "policy_state",
+]

@@ -1,0 +1,92 @@
+"""What one decision sees: the :class:`Evidence` record that ``judge.step`` takes.
+
+The operator gathers it once per tick (``specguard.controller``): at a window's end with
+that window's verdict and counters, between windows with only what the cluster shows (the
+drafter pods' startup) and the user's annotations. Each guardrail reads its own field.
+
+Adding evidence (a sequential statistic's inputs, a window that spans a swap, a tool-call
+validity count): add a field here with a default that means "not observed", read it in
+``step`` or in a guardrail (``judge._guardrails``), and fill it in the controller's
+``gather`` — no signature changes anywhere else.
+
+Pure data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from specguard._arms import ARM_BASELINE, ARM_SPECULATIVE, Arm
+from specguard.judge._verdict import Verdict
+
+
+@dataclass(frozen=True, slots=True)
+class Startup:
+    """The drafter arm's startup, as the cluster shows it.
+
+    ``ready``: False while some drafter pod has never become ready, True when all have,
+    None when there is no drafter pod (unknown: never trips). ``since``: the creation time
+    of the oldest drafter pod still not ready."""
+
+    ready: bool | None = None
+    since: float | None = None
+    restarts: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ArmErrors:
+    """Requests and failed requests per arm over the window."""
+
+    spec_requests: int = 0
+    spec_errors: int = 0
+    base_requests: int = 0
+    base_errors: int = 0
+
+    @classmethod
+    def of(cls, verdict: Verdict) -> ArmErrors:
+        """The counts a verdict carries (router samples; histograms count no errors)."""
+        return cls(
+            spec_requests=verdict.requests.get(ARM_SPECULATIVE, 0),
+            spec_errors=verdict.errors.get(ARM_SPECULATIVE, 0),
+            base_requests=verdict.requests.get(ARM_BASELINE, 0),
+            base_errors=verdict.errors.get(ARM_BASELINE, 0),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class DraftCounters:
+    """The drafter arm's spec-decode counters over the window, summed over its pods read at
+    both ends (``specguard.sources.draft_counters`` subtracts two readings)."""
+
+    pods: int = 0  # drafter pods read at both ends of the window
+    exporting: int = 0  # of which export spec-decode counters
+    drafts: float = 0.0
+    accepted: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """Everything one policy step sees. Defaults mean "not observed" and never act.
+
+    - ``verdict``: the verdict of the window that ended now; None between windows (then
+      nothing counts toward a streak, and only the guardrails that need no window act);
+    - ``startup``: the drafter pods' startup (the startup guardrail);
+    - ``errors``: request and error counts per arm over the window (the error guardrail;
+      ``ArmErrors.of(verdict)`` for router samples);
+    - ``speculation``: the drafter arm's spec-decode counters over the window (the
+      speculation guardrail);
+    - ``pin``: the mode a user pinned (``specguard.io/pin-mode``): the policy keeps its
+      memory but neither judges nor acts, and the target is the pin;
+    - ``retry``: the value of ``specguard.io/retry``; a value the state has not seen is a
+      command: re-promote from baseline, or clear a flap stop.
+    """
+
+    verdict: Verdict | None = None
+    startup: Startup = field(default_factory=Startup)
+    errors: ArmErrors | None = None
+    speculation: DraftCounters | None = None
+    pin: Arm | None = None
+    retry: str | None = None
+
+
+__all__ = ["ArmErrors", "DraftCounters", "Evidence", "Startup"]

@@ -1,0 +1,139 @@
+"""Guardrails: checks that act at once while the drafter serves, apart from the statistics.
+
+Each is a pure function ``(evidence, settings, now) -> Trip | None``; ``step`` runs
+:data:`GUARDRAILS` in order while the drafter arm serves and acts on the first that trips
+(even when automatic changes are halted after flaps: they protect clients from a broken
+drafter, not from a slow one). A new guardrail is one more function in that tuple, reading
+its own field of :class:`~specguard.judge.Evidence` and its thresholds in
+:class:`~specguard.judge.PolicySettings`.
+
+- **startup** (``DrafterStartupFailed``): a drafter pod has not become ready within
+  ``startup_deadline_s`` of its creation;
+- **errors** (``DrafterErrors``): at least ``error_min_requests`` drafter requests and
+  ``error_min_errors`` drafter errors, at a rate at least ``error_ratio`` × the baseline's
+  AND at least ``error_margin`` (absolute) above it (no baseline requests: rate 0);
+- **speculation**: the drafter arm's own counters say it does not really speculate —
+  ``SpeculationOff``: it served ``speculation_min_requests`` requests but no pod exports
+  vLLM's spec-decode counters, or they counted no draft (``--speculative-config`` never took
+  effect); ``AcceptanceCollapsed``: at least ``speculation_min_drafts`` drafts but a mean
+  acceptance length (1 + accepted ÷ drafts) within ``acceptance_margin`` of 1 (a broken
+  drafter). Acceptance alone never decides on/off: it stays high while the right decision
+  flips with load; these catch a drafter that is not there or useless.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from specguard.judge._evidence import ArmErrors, Evidence
+from specguard.judge._settings import PolicySettings
+
+
+@dataclass(frozen=True, slots=True)
+class Trip:
+    """A tripped guardrail: ``cause`` is the CamelCase reason a transition, an Event and a
+    condition show; ``message`` one sentence with the numbers."""
+
+    guardrail: str
+    cause: str
+    message: str
+
+
+def startup_guardrail(evidence: Evidence, settings: PolicySettings, now: float) -> Trip | None:
+    s = evidence.startup
+    if s.ready is not False or s.since is None:
+        return None
+    waited = now - s.since
+    if waited < settings.startup_deadline_s:
+        return None
+    return Trip(
+        "startup",
+        "DrafterStartupFailed",
+        f"drafter pods not ready {waited:.0f}s after start "
+        f"(startup deadline {settings.startup_deadline_s:.0f}s)",
+    )
+
+
+def error_rate_exceeded(errors: ArmErrors | None, settings: PolicySettings) -> str | None:
+    """The sentence when the drafter arm's error rate is far above the baseline's."""
+    e = errors or ArmErrors()
+    if e.spec_requests < settings.error_min_requests or e.spec_errors < settings.error_min_errors:
+        return None
+    spec_rate = e.spec_errors / e.spec_requests
+    base_rate = e.base_errors / e.base_requests if e.base_requests else 0.0
+    far_above = spec_rate >= settings.error_ratio * base_rate
+    if not far_above or spec_rate - base_rate < settings.error_margin:
+        return None
+    return (
+        f"drafter-arm error rate {spec_rate:.1%} ({e.spec_errors}/{e.spec_requests}) vs "
+        f"baseline {base_rate:.1%} ({e.base_errors}/{e.base_requests})"
+    )
+
+
+def error_guardrail(evidence: Evidence, settings: PolicySettings, now: float) -> Trip | None:
+    sentence = error_rate_exceeded(evidence.errors, settings)
+    return None if sentence is None else Trip("errors", "DrafterErrors", sentence)
+
+
+def speculation_guardrail(
+    evidence: Evidence, settings: PolicySettings, now: float
+) -> Trip | None:
+    counters = evidence.speculation
+    if counters is None or counters.pods == 0:
+        return None
+    if counters.exporting > 0 and counters.drafts >= settings.speculation_min_drafts:
+        length = 1.0 + counters.accepted / counters.drafts
+        floor = 1.0 + settings.acceptance_margin
+        if length >= floor:
+            return None
+        return Trip(
+            "speculation",
+            "AcceptanceCollapsed",
+            f"mean acceptance length {length:.3f} over {counters.drafts:.0f} drafts "
+            f"(1.000 = no draft token accepted; threshold {floor:.2f})",
+        )
+    served = (evidence.errors or ArmErrors()).spec_requests
+    if served < settings.speculation_min_requests:
+        return None
+    if counters.exporting == 0:
+        return Trip(
+            "speculation",
+            "SpeculationOff",
+            f"the drafter arm served {served} requests but none of its {counters.pods} "
+            "pods exports spec-decode counters (vllm:spec_decode_num_drafts): the speculative "
+            "config is not in effect",
+        )
+    if counters.drafts <= 0:
+        return Trip(
+            "speculation",
+            "SpeculationOff",
+            f"the drafter arm served {served} requests with 0 drafts over the window",
+        )
+    return None
+
+
+Guardrail = Callable[[Evidence, PolicySettings, float], "Trip | None"]
+
+GUARDRAILS: tuple[Guardrail, ...] = (startup_guardrail, error_guardrail, speculation_guardrail)
+
+
+def first_trip(evidence: Evidence, settings: PolicySettings, now: float) -> Trip | None:
+    """The first guardrail of :data:`GUARDRAILS` that trips, else None."""
+    for guardrail in GUARDRAILS:
+        trip = guardrail(evidence, settings, now)
+        if trip is not None:
+            return trip
+    return None
+
+
+__all__ = [
+    "GUARDRAILS",
+    "Guardrail",
+    "Trip",
+    "error_guardrail",
+    "error_rate_exceeded",
+    "first_trip",
+    "speculation_guardrail",
+    "startup_guardrail",
+]

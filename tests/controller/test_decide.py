@@ -1,0 +1,406 @@
+"""The decision core (controller/_decide.py): one observation → the target, the swap plan,
+the status and the Events, compared by exact equality."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from specguard.api import constants as c
+from specguard.api._resource import SpeculativeDeployment, parse_resource
+from specguard.api._status import Arms, ArmStatus, Condition, Status
+from specguard.api.constants import Arm
+from specguard.controller._conditions import get_condition
+from specguard.controller._conditions import status_verdict as conditions_status_verdict
+from specguard.controller._decide import (
+    EventSpec,
+    Observation,
+    Outcome,
+    Window,
+    decide,
+    gather,
+    judging,
+)
+from specguard.controller._loop import status_patch
+from specguard.controller._swap import ArmObserved, SwapPlan
+from specguard.judge import ArmErrors, Decision, DraftCounters, Evidence, PolicyState, Startup
+from specguard.judge._sample import Role, Sample
+from specguard.judge._verdict import JudgeSettings, Verdict, judge
+
+from .conftest import merge_patch, resource
+
+SPEC: Arm = "speculative"
+BASE: Arm = "baseline"
+SERVING: Role = "serving"
+SHADOW: Role = "shadow"
+READY = Startup(True, None)
+NOW = 1_000_000.0
+ISO = "1970-01-12T13:46:40Z"  # NOW
+SETTLED = {SPEC: ArmObserved(2, 2, 2), BASE: ArmObserved(1, 1, 1)}
+
+
+def paired(ratio: float, n: int = 200, seed: int = 0, conc: int = 8) -> list[Sample]:
+    rng = np.random.default_rng(seed)
+    base = np.exp(rng.normal(np.log(0.02), 0.35, n))
+    out = []
+    for i, b in enumerate(base):
+        s = b * ratio * float(np.exp(rng.normal(0, 0.05)))
+        for arm, role, t in ((SPEC, SERVING, s), (BASE, SHADOW, b)):
+            out.append(
+                Sample(
+                    arm=arm,
+                    role=role,
+                    pod=f"{arm}-0",
+                    domain="chat",
+                    started_at=float(i),
+                    concurrency=conc,
+                    output_tokens=64,
+                    e2e_s=t * 64,
+                    ttft_s=0.05,
+                    tpot_s=float(t),
+                    pair_id=f"p{i}",
+                )
+            )
+    return out
+
+
+def verdict_of(ratio: float, seed: int = 0) -> Verdict:
+    return judge(
+        paired(ratio, seed=seed), JudgeSettings(min_requests_per_arm=20, min_output_tokens=16)
+    )
+
+
+def window_of(ratio: float, seed: int = 0, **kw: Any) -> Window:
+    return Window(verdict_of(ratio, seed), **kw)
+
+
+def observe(sd: SpeculativeDeployment, **kw: Any) -> Observation:
+    base: dict[str, Any] = dict(
+        name="qwen", spec=sd.spec, generation=1, status=Status(), now=NOW, created=NOW - 3600,
+        arms=SETTLED, startup=READY,
+    )  # fmt: skip
+    base.update(kw)
+    return Observation(**base)
+
+
+def settled(outcome: Outcome, **kw: Any) -> Status:
+    """The status the next tick finds (as if the watch brought ours back)."""
+    return outcome.status.model_copy(update=kw)
+
+
+def test_a_settled_resource_outcome_exactly(sd: SpeculativeDeployment) -> None:
+    out = decide(observe(sd))
+    judging_every = "judging every 10s"
+    assert out == Outcome(
+        target=SPEC,
+        plan=SwapPlan({SPEC: 2, BASE: 1}, SPEC, False, True, "settled", ()),
+        status=Status(
+            observed_generation=1,
+            mode=SPEC,
+            target_mode=SPEC,
+            conditions=[
+                Condition(type="Ready", status="True", reason="Serving",
+                          message="2/2 speculative pods ready", observed_generation=1,
+                          last_transition_time=ISO),
+                Condition(type="SpecValid", status="True", reason="Valid",
+                          message="the spec passes every rule", observed_generation=1,
+                          last_transition_time=ISO),
+                Condition(type="Speculating", status="True", reason="DrafterServing",
+                          message="the ngram drafter arm serves clients", observed_generation=1,
+                          last_transition_time=ISO),
+                Condition(type="Evaluating", status="True", reason="Judging",
+                          message=judging_every, observed_generation=1,
+                          last_transition_time=ISO),
+                Condition(type="RolledBack", status="False", reason="DrafterServing",
+                          message="", observed_generation=1, last_transition_time=ISO),
+                Condition(type="JudgeDegraded", status="Unknown", reason="NoWindowYet",
+                          message="no window judged yet", observed_generation=1,
+                          last_transition_time=ISO),
+            ],
+            arms=Arms(
+                serving=ArmStatus(arm=SPEC, deployment="qwen-spec", replicas=2, ready_replicas=2),
+                shadow=ArmStatus(arm=BASE, deployment="qwen-base", replicas=1, ready_replicas=1),
+                mirror_share=1.0,
+            ),
+            policy={"mode": SPEC, "streak": 0, "flapTimes": [], "halted": False},
+        ),
+        events=(),
+        decision=Decision("hold", "no window ended", SPEC, SPEC, "Hold"),
+        transition=None,
+    )
+
+
+def test_nothing_changed_gives_the_same_status_byte_for_byte(sd: SpeculativeDeployment) -> None:
+    first = decide(observe(sd))
+    second = decide(observe(sd, status=first.status, now=NOW + 3600))
+    assert second.status.to_wire() == first.status.to_wire() and second.events == ()
+    assert status_patch(first.status.to_wire(), second.status.to_wire()) == {}
+
+
+def test_rollback_after_consecutive_regressed_windows(sd: SpeculativeDeployment) -> None:
+    first = decide(observe(sd, window=window_of(1.3)))
+    assert first.target == SPEC and first.transition is None and first.events == ()
+    assert first.status.policy == {
+        "mode": SPEC, "streak": 1, "streakOutcome": "regressed", "flapTimes": [], "halted": False,
+    }  # fmt: skip
+    second = decide(observe(sd, status=first.status, now=NOW + 10, window=window_of(1.3, 1)))
+    sentence = (
+        "per-token latency +29% with the drafter (99% CI +28..+30%) at 8 concurrent "
+        "per pod, n=200 pairs; chat +28%"
+    )
+    assert second.target == BASE
+    assert second.transition is not None
+    assert (second.transition.reason, second.transition.message) == ("Regressed", sentence)
+    assert second.events == (EventSpec("Warning", "RolledBack", f"Regressed: {sentence}"),)
+    assert second.status.policy == {
+        "mode": BASE, "streak": 0, "since": NOW + 10, "flapTimes": [NOW + 10], "halted": False,
+    }  # fmt: skip
+    # The swap starts: routers serve from both arms before any pod goes; not judged.
+    assert second.plan == SwapPlan({SPEC: 2, BASE: 1}, SPEC, True, False,
+                                   "swap starts: routers serve from both arms")  # fmt: skip
+    assert second.status.arms is not None and second.status.arms.swapping
+    assert second.status.arms.mirror_share == 0.0
+    assert second.status.arms.swap_since == "1970-01-12T13:46:50Z"
+    assert not judging(sd.spec, second.status, NOW - 3600, NOW + 11)
+
+
+def test_neutral_window_breaks_the_streak(sd: SpeculativeDeployment) -> None:
+    status = Status(policy={"mode": SPEC, "streak": 1, "streakOutcome": "regressed"})
+    out = decide(observe(sd, status=status, window=window_of(1.0)))
+    assert out.target == SPEC and out.status.policy is not None
+    assert (out.status.policy["streak"], out.status.policy["streakOutcome"]) == (0, "neutral")
+
+
+def test_between_windows_the_memory_stands(sd: SpeculativeDeployment) -> None:
+    memory: dict[str, Any] = {
+        "mode": SPEC, "streak": 1, "streakOutcome": "regressed", "flapTimes": [], "halted": False,
+    }  # fmt: skip
+    out = decide(observe(sd, status=Status(policy=memory)))
+    assert out.status.policy == memory and out.events == ()
+
+
+def test_startup_deadline_rolls_back_between_windows(sd: SpeculativeDeployment) -> None:
+    late = Startup(False, NOW - 61, restarts=4)
+    out = decide(observe(sd, startup=late))
+    assert out.target == BASE and out.transition is not None
+    assert (out.transition.reason, out.transition.message) == (
+        "DrafterStartupFailed", "drafter pods not ready 61s after start (startup deadline 60s)",
+    )  # fmt: skip
+    why = "drafter pods not ready 61s after start (startup deadline 60s)"
+    assert out.events == (EventSpec("Warning", "RolledBack", f"DrafterStartupFailed: {why}"),)
+    assert decide(observe(sd, startup=Startup(False, NOW - 30))).target == SPEC
+
+
+def test_notify_policy_reports_and_keeps_the_mode() -> None:
+    sd = parse_resource(
+        resource(
+            rollback={"policy": "notify"},
+            evaluation={"window": "10s", "consecutiveWindows": 1, "minRequestsPerArm": 20},
+        )
+    )
+    out = decide(observe(sd, window=window_of(1.3)))
+    assert out.target == SPEC and out.transition is None
+    assert out.events == (
+        EventSpec("Normal", "WouldRollBack", "would roll back (dry run): per-token latency "
+                  "+29% with the drafter (99% CI +27..+31%) at 8 concurrent per pod, n=200 "
+                  "pairs; chat +30%"),
+    )  # fmt: skip
+    evaluating = get_condition(out.status.conditions, "Evaluating")
+    assert evaluating is not None and evaluating.reason == "DryRun"
+
+
+def test_off_policy_never_moves_and_a_guardrail_is_said_once_a_window() -> None:
+    sd = parse_resource(resource(rollback={"policy": "off", "startupDeadline": "1m"}))
+    late = Startup(False, NOW - 600)
+    between = decide(observe(sd, startup=late))
+    assert between.target == SPEC and between.events == ()
+    at_end = decide(observe(sd, startup=late, window=window_of(2.0)))
+    assert at_end.target == SPEC
+    why = "drafter pods not ready 600s after start (startup deadline 60s)"
+    assert at_end.events == (EventSpec("Warning", "DrafterStartupFailed", why),)
+
+
+def test_pin_and_unpin(sd: SpeculativeDeployment) -> None:
+    pinned = decide(observe(sd, annotations={c.ANNOTATION_PIN_MODE: BASE},
+                            window=window_of(0.5)))  # fmt: skip
+    assert pinned.target == BASE and pinned.transition is not None
+    assert pinned.transition.reason == "Pinned"
+    assert pinned.events == (
+        EventSpec("Normal", "RolledBack", "Pinned: specguard.io/pin-mode=baseline"),
+    )
+    evaluating = get_condition(pinned.status.conditions, "Evaluating")
+    assert evaluating is not None and evaluating.reason == "Swapping"  # to the pin
+    status = Status(target_mode=BASE, mode=BASE, policy=pinned.status.policy)
+    held = decide(observe(sd, status=status, annotations={c.ANNOTATION_PIN_MODE: BASE}))
+    evaluating = get_condition(held.status.conditions, "Evaluating")
+    assert evaluating is not None and evaluating.reason == "Pinned"
+    # Unpinned on a window's end: still "Unpinned", whatever the window said.
+    unpinned = decide(observe(sd, status=status, now=NOW + 5, window=window_of(0.5)))
+    assert unpinned.target == SPEC and unpinned.transition is not None
+    assert (unpinned.transition.reason, unpinned.transition.message) == (
+        "Unpinned", "specguard.io/pin-mode removed",
+    )  # fmt: skip
+    assert unpinned.events == (
+        EventSpec("Normal", "Repromoted", "Unpinned: specguard.io/pin-mode removed"),
+    )
+
+
+def test_retry_re_promotes_once(sd: SpeculativeDeployment) -> None:
+    status = Status(mode=BASE, target_mode=BASE,
+                    policy={"mode": BASE, "since": NOW - 5, "halted": True})  # fmt: skip
+    ann = {c.ANNOTATION_RETRY: "t1"}
+    out = decide(observe(sd, status=status, annotations=ann))
+    assert out.target == SPEC and out.status.policy is not None
+    assert out.status.policy["retrySeen"] == "t1" and not out.status.policy["halted"]
+    assert out.transition is not None and out.transition.reason == "Retry"
+    assert out.events == (
+        EventSpec("Normal", "Retry", "specguard.io/retry=t1: repromote"),
+        EventSpec("Normal", "Repromoted", "Retry: specguard.io/retry: manual re-promotion"),
+    )
+    again = decide(observe(sd, status=settled(out, mode=SPEC), annotations=ann, now=NOW + 1))
+    assert again.events == ()
+
+
+def test_speculation_off_counts_as_a_failed_drafter(sd: SpeculativeDeployment) -> None:
+    off = DraftCounters(pods=2, exporting=2, drafts=0, accepted=0)
+    reason = "the drafter arm served 200 requests with 0 drafts over the window"
+    sd = parse_resource(resource(evaluation={"window": "10s", "minRequestsPerArm": 20}))
+    out = decide(observe(sd, window=window_of(1.0, drafts=off)))
+    assert out.target == BASE and out.transition is not None
+    assert (out.transition.reason, out.transition.message) == ("SpeculationOff", reason)
+    assert out.events == (EventSpec("Warning", "RolledBack", f"SpeculationOff: {reason}"),)
+    speculating = get_condition(out.status.conditions, "Speculating")
+    assert speculating is not None
+    assert (speculating.status, speculating.reason) == ("False", "SpeculationOff")
+    evaluation = {"window": "10s", "minRequestsPerArm": 20}
+    notify = parse_resource(resource(rollback={"policy": "notify"}, evaluation=evaluation))
+    dry = decide(observe(notify, window=window_of(1.0, drafts=off)))
+    assert dry.target == SPEC and dry.events == (EventSpec("Warning", "SpeculationOff", reason),)
+    # Between windows the finding stands in the Speculating condition; the next healthy
+    # window clears it.
+    later = decide(observe(notify, status=dry.status, now=NOW + 1))
+    assert get_condition(later.status.conditions, "Speculating") == get_condition(
+        dry.status.conditions, "Speculating"
+    )
+    healthy = decide(observe(notify, status=later.status, now=NOW + 10, window=window_of(1.0)))
+    speculating = get_condition(healthy.status.conditions, "Speculating")
+    assert speculating is not None and speculating.status == "True"
+
+
+def test_an_unreadable_memory_starts_fresh_and_says_so(sd: SpeculativeDeployment) -> None:
+    out = decide(observe(sd, status=Status(policy={"streak": "many"})))
+    assert out.events == (EventSpec("Warning", "PolicyMemoryReset", "status.policy.streak: "
+                                    "expected a whole number >= 0, got 'many': the policy "
+                                    "starts from a fresh memory"),)  # fmt: skip
+    assert out.status.policy == PolicyState().to_wire()
+
+
+def test_apply_error_and_pods_not_ready_in_ready(sd: SpeculativeDeployment) -> None:
+    out = decide(observe(sd, apply_error="apply Deployment qwen-spec: 422 invalid"))
+    ready = get_condition(out.status.conditions, "Ready")
+    assert ready is not None
+    assert (ready.status, ready.reason, ready.message) == (
+        "False", "ApplyFailed", "apply Deployment qwen-spec: 422 invalid",
+    )  # fmt: skip
+    short = decide(observe(sd, arms={SPEC: ArmObserved(2, 2, 1), BASE: ArmObserved(1, 1, 1)}))
+    ready = get_condition(short.status.conditions, "Ready")
+    assert ready is not None and (ready.reason, ready.message) == (
+        "PodsNotReady", "1/2 speculative pods ready",
+    )  # fmt: skip
+
+
+def test_the_swap_steps_and_completes(sd: SpeculativeDeployment) -> None:
+    """A rollback swap seen tick by tick, the cluster following each plan at once."""
+    start = decide(observe(sd, startup=Startup(False, NOW - 61)))
+    status, arms, now = start.status, dict(SETTLED), NOW
+    seen = []
+    for _ in range(40):
+        now += 7
+        out = decide(observe(sd, status=status, arms=arms, now=now))
+        seen.append((dict(out.plan.replicas), out.plan.mode, out.plan.swapping))
+        arms = {arm: ArmObserved(n, n, n) for arm, n in out.plan.replicas.items()}
+        status = out.status
+        if out.plan.done:
+            break
+    assert out.events == (EventSpec("Normal", "SwapComplete",
+                                    "speculative → baseline: 2 serving pods ready"),)  # fmt: skip
+    assert status.mode == BASE and status.arms is not None and status.arms.swap_since is None
+    assert seen[-1] == ({SPEC: 1, BASE: 2}, BASE, False)
+    assert all(sum(r.values()) <= 3 for r, _, _ in seen)  # never more pods than GPUs allow
+    rolled_back = get_condition(status.conditions, "RolledBack")
+    assert rolled_back is not None and rolled_back.reason == "DrafterStartupFailed"
+
+
+def test_source_down_and_no_samples_in_judge_degraded(sd: SpeculativeDeployment) -> None:
+    empty = judge([], JudgeSettings())
+    down = decide(observe(sd, window=Window(empty, source_down="none of 2 router(s) answered")))
+    degraded = get_condition(down.status.conditions, "JudgeDegraded")
+    assert degraded is not None and (degraded.status, degraded.reason, degraded.message) == (
+        "True", "SourceUnavailable", "none of 2 router(s) answered",
+    )  # fmt: skip
+    idle = decide(observe(sd, window=Window(empty)))
+    degraded = get_condition(idle.status.conditions, "JudgeDegraded")
+    assert degraded is not None and (degraded.reason, degraded.message) == (
+        "NoSamples", "no samples in the last window (10s)",
+    )  # fmt: skip
+    flowing = decide(observe(sd, window=window_of(1.0)))
+    degraded = get_condition(flowing.status.conditions, "JudgeDegraded")
+    assert degraded is not None
+    assert (degraded.status, degraded.reason) == ("False", "SamplesFlowing")
+
+
+def test_gather_fills_the_evidence_record(sd: SpeculativeDeployment) -> None:
+    window = window_of(1.3, drafts=DraftCounters(1, 1, 10.0, 20.0))
+    obs = observe(sd, window=window, annotations={c.ANNOTATION_PIN_MODE: " baseline ",
+                                                  c.ANNOTATION_RETRY: "r"})  # fmt: skip
+    assert gather(obs) == Evidence(
+        verdict=window.verdict,
+        startup=READY,
+        errors=ArmErrors(spec_requests=200, base_requests=200),
+        speculation=DraftCounters(1, 1, 10.0, 20.0),
+        pin=BASE,
+        retry="r",
+    )
+    assert gather(observe(sd, annotations={c.ANNOTATION_PIN_MODE: "fast"})) == Evidence(
+        startup=READY
+    )
+    assert [f.name for f in dataclasses.fields(Evidence)] == [
+        "verdict", "startup", "errors", "speculation", "pin", "retry",
+    ]  # fmt: skip
+
+
+def test_an_inconclusive_verdict_leaves_no_stale_ratio() -> None:
+    """The merge patch of the status subresource: an inconclusive window after a regressed
+    one must take the ratio and CI away (kubectl get sd showed the old RATIO)."""
+    regressed = conditions_status_verdict(verdict_of(1.4), ISO).to_wire()
+    short = judge(paired(1.4, n=5), JudgeSettings(min_requests_per_arm=20))
+    inconclusive = conditions_status_verdict(short, ISO).to_wire()
+    assert "ratio" in regressed and "ratio" not in inconclusive
+    old = {"mode": "speculative", "lastVerdict": regressed, "transitions": [{"to": "x"}]}
+    new = {"mode": "speculative", "lastVerdict": inconclusive, "transitions": []}
+    patch = status_patch(old, new)
+    assert patch["lastVerdict"]["ratio"] is None and patch["lastVerdict"]["ciLower"] is None
+    assert "mode" not in patch
+    assert merge_patch(old, patch) == new
+
+
+_VALUES = st.recursive(
+    st.integers(0, 3) | st.text("xy", max_size=2) | st.lists(st.integers(0, 2), max_size=2),
+    lambda inner: st.dictionaries(st.sampled_from("abcd"), inner, max_size=3),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(old=st.dictionaries(st.sampled_from("abcd"), _VALUES),
+       new=st.dictionaries(st.sampled_from("abcd"), _VALUES))  # fmt: skip
+def test_status_patch_turns_any_status_into_any_other(
+    old: dict[str, object], new: dict[str, object]
+) -> None:
+    patch = status_patch(old, new)
+    assert merge_patch(old, patch) == new
+    assert (patch == {}) == (old == new)
