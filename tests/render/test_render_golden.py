@@ -54,7 +54,7 @@ def golden_path(example: str, mode: str) -> Path:
 def rendered_objects(example: str, mode: str) -> list[dict[str, object]]:
     (sd,) = load_resources(str(ROOT / "examples" / example))
     if mode in RUNGS:
-        return render_all(sd, "speculative", RUNGS[mode])
+        return render_all(sd, "speculative", rung=RUNGS[mode])
     return render_all(sd, mode)
 
 

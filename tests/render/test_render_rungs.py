@@ -83,7 +83,7 @@ def test_a_schedule_rung_without_its_schedule_is_a_caller_error() -> None:
 def test_the_rung_changes_only_the_drafter_arm() -> None:
     sd = parse_resource(resource(DSPARK, ["adaptive"]))
     plain = render_all(sd, "speculative")
-    adaptive = render_all(sd, "speculative", DrafterRung(name="adaptive"))
+    adaptive = render_all(sd, "speculative", rung=DrafterRung(name="adaptive"))
     changed = [i for i, (a, b) in enumerate(zip(plain, adaptive, strict=True)) if a != b]
     assert [plain[i]["metadata"]["name"] for i in changed] == ["dsv4-spec"]
     assert vllm_args(sd.spec, "baseline", DrafterRung(name="adaptive")) == vllm_args(

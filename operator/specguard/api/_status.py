@@ -146,6 +146,11 @@ class LadderStatus(WireModel):
         max_length=MAX_LEVELS,
         description="The configured drafter's verdicts per band of in-flight requests.",
     )
+    streak: int = Field(
+        default=0,
+        ge=0,
+        description="Regressed windows in a row of the shadow's rung while the baseline serves.",
+    )
 
 
 class DomainRoute(WireModel):
@@ -163,6 +168,9 @@ class DomainRoute(WireModel):
     )
     streak: int = Field(
         default=0, ge=0, description="Windows in a row whose verdict points to the other arm."
+    )
+    since: float | None = Field(
+        default=None, description="Unix time it last moved (its cooldown's start)."
     )
 
 
@@ -248,7 +256,9 @@ class Transition(WireModel):
     message: str = Field(default="", description="Human-readable detail.")
     ratio: float | None = Field(default=None, description="Latency ratio that triggered it.")
     rung: RungName | None = Field(
-        default=None, description="The drafter configuration of the speculative arm after it."
+        default=None,
+        description="The drafter configuration of the speculative arm: the one rolled back, "
+        "or the one re-promoted (spec.ladder).",
     )
 
 

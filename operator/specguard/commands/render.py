@@ -167,7 +167,7 @@ def main(argv: list[str]) -> int:
               file=sys.stderr)  # fmt: skip
         return 2
     try:
-        rendered = [render_all(sd, args.mode, drafter_rung(sd, args.rung)) for sd in resources]
+        rendered = [render_all(sd, args.mode, rung=drafter_rung(sd, args.rung)) for sd in resources]
         objects = [obj for group in rendered for obj in group]
     except UsageError as error:
         print(f"specguard render: {error}", file=sys.stderr)

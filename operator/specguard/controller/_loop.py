@@ -41,9 +41,10 @@ from specguard.controller._decide import (
 from specguard.controller._kube import KubeError
 from specguard.controller._metrics import OperatorMetrics
 from specguard.controller._observe import drafter_startup, observe_arms, parse_time, rfc3339
+from specguard.controller._rungs import rolled_out
 from specguard.controller._settings import judge_settings
-from specguard.judge import JudgeSettings
-from specguard.render import render_all
+from specguard.judge import JudgeSettings, Level, LevelPairs, Sample
+from specguard.render import render_all, vllm_args
 from specguard.sources import Reading, ScrapeSource, Source, Targets, draft_counters, open_source
 
 log = logging.getLogger("specguard.controller")
@@ -124,6 +125,10 @@ class _Resource:
     source: Source
     window_start: float | None = None
     drafts_at_start: Mapping[str, Reading] | None = None
+    # The configured drafter's mirrored pairs per in-flight band, across windows (the
+    # ladder's schedule evidence; only with the schedule rung). Operator memory: a new
+    # operator starts from status.ladder.levels and new pairs.
+    levels: LevelPairs | None = None
 
 
 class ResourceLoop:
@@ -168,6 +173,8 @@ class ResourceLoop:
         except ValueError:
             prev = Status()
         created = parse_time(lookup(body, "metadata", "creationTimestamp")) or now
+        arms = observe_arms(self.name, observed.deployments, observed.pods)
+        drafter_ready = self._rolled_out(resource, prev, observed, arms[c.ARM_SPECULATIVE].pods)
         obs = Observation(
             name=self.name,
             spec=resource.sd.spec,
@@ -176,15 +183,22 @@ class ResourceLoop:
             now=now,
             created=created,
             annotations=lookup(body, "metadata", "annotations") or {},
-            arms=observe_arms(self.name, observed.deployments, observed.pods),
+            arms=arms,
             startup=drafter_startup(self.name, observed.pods),
-            window=await self._window(resource, prev, observed, created, now),
+            window=await self._window(
+                resource, prev, observed, created, now, rolled_out=drafter_ready
+            ),
             apply_error=self.applier.error,
+            drafter_rolled_out=drafter_ready,
         )
         outcome = decide(obs)
         if obs.window is not None:
             self._record_window(obs.window, outcome, now)
-        objects = render_all(resource.sd, replicas=outcome.plan.replicas)
+        if outcome.rung_changed:
+            self.applier.reset()  # the drafter arm's pod template changes
+            if resource.levels is not None:
+                resource.levels.clear()
+        objects = render_all(resource.sd, replicas=outcome.plan.replicas, rung=outcome.rung)
         await self.applier.apply(objects, observed, now)
         await self.status.write(raw_status, outcome.status)
         events = list(outcome.events)
@@ -198,7 +212,22 @@ class ResourceLoop:
             counter = self.metrics.rollbacks if rollback else self.metrics.promotions
             counter.labels(self.namespace, self.name).inc()
         self.metrics.set_mode(self.namespace, self.name, outcome.plan.mode)
+        self.metrics.set_beyond(self.namespace, self.name, outcome.status)
         return outcome
+
+    def _rolled_out(
+        self, resource: _Resource, prev: Status, observed: Observed, pods: int
+    ) -> bool:
+        """Does the drafter arm's Deployment run status.ladder's rung on every pod? Always
+        true without a ladder (the configuration only changes with the spec)."""
+        spec = resource.sd.spec
+        if not spec.ladder.rungs:
+            return True
+        rung = prev.ladder.rung if prev.ladder is not None else None
+        name = c.arm_deployment_name(self.name, c.ARM_SPECULATIVE)
+        live = next((d for d in observed.deployments if lookup(d, "metadata", "name") == name),
+                    None)  # fmt: skip
+        return rolled_out(live, vllm_args(spec, c.ARM_SPECULATIVE, rung), pods)
 
     # -- the resource --------------------------------------------------------------------
 
@@ -251,11 +280,14 @@ class ResourceLoop:
         observed: Observed,
         created: float,
         now: float,
+        *,
+        rolled_out: bool = True,
     ) -> Window | None:
         """The window that ends now, if one does. Windows run only while judged; a swap,
-        a paused shadow or a new spec starts the next one afresh."""
+        a paused shadow, a drafter arm changing its configuration or a new spec starts the
+        next one afresh."""
         spec = resource.sd.spec
-        if not judging(spec, prev, created, now):
+        if not judging(spec, prev, created, now, rolled_out):
             resource.window_start, resource.drafts_at_start = None, None
             return None
         drafters = vllm_urls(self.name, observed.pods, spec.runtime.port)[c.ARM_SPECULATIVE]
@@ -282,7 +314,23 @@ class ResourceLoop:
             source_down=f"{window.source} unavailable: {window.problem}"
             if window.state == "down" else None,
             drafts=None if before is None else draft_counters(before, drafts_at_end),
+            samples=window.samples,
+            levels=self._levels(resource, prev, window.samples, now),
         )  # fmt: skip
+
+    def _levels(
+        self, resource: _Resource, prev: Status, samples: Sequence[Sample], now: float
+    ) -> tuple[Level, ...]:
+        """The configured drafter's verdicts per in-flight band, with this window's pairs
+        (only with the schedule rung, and while the drafter arm runs the configured rung)."""
+        spec = resource.sd.spec
+        running = prev.ladder.rung.name if prev.ladder is not None else "configured"
+        if "schedule" not in spec.ladder.rungs or running != "configured" or not samples:
+            return ()
+        if resource.levels is None:
+            resource.levels = LevelPairs(per_band=2 * spec.evaluation.min_requests_per_arm)
+        resource.levels.add(samples)
+        return tuple(resource.levels.verdicts(resource.settings, now))
 
     def _record_window(self, window: Window, outcome: Outcome, now: float) -> None:
         verdict = window.verdict

@@ -24,8 +24,9 @@ Rules (defaults in ``PolicySettings``):
   (default K + 1) improved verdicts in a row, every one of them from a window that ended
   after the cooldown (``cooldown_s`` since the last mode change) and judged at a confidence
   of at least ``repromote_confidence`` (default: any). Not while the drafter arm's error rate
-  is far above the baseline's. With ``repromote="manual"`` the policy only notifies that it
-  would.
+  is far above the baseline's, nor while its tool calls are confidently more often invalid
+  (the tool-call guardrail's test, on the shadow's pairs). With ``repromote="manual"``
+  the policy only notifies that it would.
 - Flaps: every automatic mode change is a flap. After ``max_flaps`` of them within
   ``flap_window_s``, automatic changes stop (``halted``; decisions become ``notify`` with
   ``warning``) until a ``retry``.
@@ -46,7 +47,7 @@ from typing import Any, Literal
 
 from specguard._arms import ARM_BASELINE, ARM_SPECULATIVE, ARMS, Arm
 from specguard.judge._evidence import Evidence
-from specguard.judge._guardrails import Trip, error_rate_exceeded, first_trip
+from specguard.judge._guardrails import Trip, error_rate_exceeded, first_trip, tool_call_excess
 from specguard.judge._settings import PolicySettings
 from specguard.judge._verdict import Verdict
 
@@ -332,7 +333,7 @@ def _while_baseline(
         reset = replace(state, streak=0, streak_outcome="improved")
         reason = f"improved at {verdict.confidence:.1%}, re-promotion needs {floor:.1%}"
         return reset, _hold(reset, reason, settings, now)
-    errors = error_rate_exceeded(evidence.errors, settings)
+    errors = error_rate_exceeded(evidence.errors, settings) or tool_call_excess(evidence, settings)
     if errors:
         reset = replace(state, streak=0, streak_outcome="improved")
         return reset, _hold(reset, f"improved, but {errors}", settings, now)

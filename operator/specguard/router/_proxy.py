@@ -36,11 +36,12 @@ from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from specguard._arms import other_arm
 from specguard.judge import Arm, Role
 from specguard.meter import Measured, StreamMeter, measure_json, request_domain, to_sample
 from specguard.router._feed import CursorError, SampleFeed
 from specguard.router._metrics import RouterMetrics, domain_label
-from specguard.router._pool import Pod, Topology, other_arm
+from specguard.router._pool import Pod, Topology
 from specguard.router._strip import UsageStripper
 from specguard.toolcalls import ToolCallCheck
 
