@@ -351,19 +351,15 @@ def test_a_split_that_needs_other_pod_counts_resizes_first() -> None:
     )
 
 
-def test_rolled_out_reads_the_live_deployment() -> None:
+def test_rolled_out_reads_the_drafter_pods() -> None:
     sd = ladder_sd()
     args = vllm_args(sd.spec, SPEC, DrafterRung(name="adaptive"))
-    live = {
-        "metadata": {"generation": 3},
-        "spec": {"replicas": 2, "template": {"spec": {"containers": [{"args": args}]}}},
-        "status": {"observedGeneration": 3, "updatedReplicas": 2},
-    }
-    assert rolled_out(live, args, pods=2)
-    assert not rolled_out(live, vllm_args(sd.spec, SPEC), pods=2)  # another rung
-    assert not rolled_out(live, args, pods=3)  # an old pod still terminating
-    behind = {**live, "status": {"observedGeneration": 2, "updatedReplicas": 2}}
-    assert not rolled_out(behind, args, pods=2)
-    updating = {**live, "status": {"observedGeneration": 3, "updatedReplicas": 1}}
-    assert not rolled_out(updating, args, pods=2)
-    assert not rolled_out(None, args, pods=0)
+    old = vllm_args(sd.spec, SPEC)
+
+    def pod(run: list[str]) -> dict[str, Any]:
+        return {"spec": {"containers": [{"name": "vllm", "args": run}]}}
+
+    assert rolled_out([pod(args), pod(args)], args)
+    assert not rolled_out([pod(args), pod(old)], args)  # one pod still runs the old rung
+    assert not rolled_out([pod(old)], args)
+    assert not rolled_out([], args)

@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from specguard._objects import lookup, router_urls, vllm_urls
+from specguard._objects import arm_of, lookup, router_urls, vllm_urls
 from specguard.api import SpecError, SpeculativeDeployment, Status, parse_resource
 from specguard.api import constants as c
 from specguard.controller._decide import (
@@ -174,7 +174,7 @@ class ResourceLoop:
             prev = Status()
         created = parse_time(lookup(body, "metadata", "creationTimestamp")) or now
         arms = observe_arms(self.name, observed.deployments, observed.pods)
-        drafter_ready = self._rolled_out(resource, prev, observed, arms[c.ARM_SPECULATIVE].pods)
+        drafter_ready = self._rolled_out(resource, prev, observed)
         obs = Observation(
             name=self.name,
             spec=resource.sd.spec,
@@ -215,19 +215,15 @@ class ResourceLoop:
         self.metrics.set_beyond(self.namespace, self.name, outcome.status)
         return outcome
 
-    def _rolled_out(
-        self, resource: _Resource, prev: Status, observed: Observed, pods: int
-    ) -> bool:
-        """Does the drafter arm's Deployment run status.ladder's rung on every pod? Always
-        true without a ladder (the configuration only changes with the spec)."""
+    def _rolled_out(self, resource: _Resource, prev: Status, observed: Observed) -> bool:
+        """Do the drafter arm's pods all run status.ladder's rung? Always true without a
+        ladder (the configuration then only changes with the spec)."""
         spec = resource.sd.spec
         if not spec.ladder.rungs:
             return True
         rung = prev.ladder.rung if prev.ladder is not None else None
-        name = c.arm_deployment_name(self.name, c.ARM_SPECULATIVE)
-        live = next((d for d in observed.deployments if lookup(d, "metadata", "name") == name),
-                    None)  # fmt: skip
-        return rolled_out(live, vllm_args(spec, c.ARM_SPECULATIVE, rung), pods)
+        drafters = [p for p in observed.pods if arm_of(p, self.name) == c.ARM_SPECULATIVE]
+        return rolled_out(drafters, vllm_args(spec, c.ARM_SPECULATIVE, rung))
 
     # -- the resource --------------------------------------------------------------------
 

@@ -15,8 +15,7 @@ schedule's derivation); this module applies them to one tick's decision:
   streak starts afresh then (its windows judged another configuration).
 
 Windows in which the drafter arm's pods run two configurations are not judged at all: the
-loop checks that the live Deployment runs the rung's arguments and has rolled out
-(``rolled_out``).
+loop checks that every drafter pod runs the rung's arguments (``rolled_out``).
 """
 
 from __future__ import annotations
@@ -256,24 +255,17 @@ def settle_rung(
 # -- the live Deployment runs the rung --------------------------------------------------
 
 
-def rolled_out(deployment: Mapping[str, Any] | None, args: Sequence[str], pods: int) -> bool:
-    """Does the live drafter-arm Deployment run ``args`` on every pod? Its container has them,
-    the Deployment controller has seen this generation and updated every replica, and no pod
-    of an older configuration is left (``pods``: the arm's pods, terminating ones included).
-    No Deployment yet: nothing to judge either."""
-    if deployment is None:
+def rolled_out(pods: Sequence[Mapping[str, Any]], args: Sequence[str]) -> bool:
+    """Do all of the drafter arm's pods (terminating ones included: their requests are still
+    in the feed) run ``args``? No pod yet: nothing to judge either."""
+    if not pods:
         return False
-    containers = lookup(deployment, "spec", "template", "spec", "containers") or []
-    live = containers[0].get("args") if containers and isinstance(containers[0], dict) else None
-    if list(live or []) != list(args):
-        return False
-    generation = lookup(deployment, "metadata", "generation")
-    seen = lookup(deployment, "status", "observedGeneration")
-    replicas = lookup(deployment, "spec", "replicas")
-    updated = lookup(deployment, "status", "updatedReplicas") or 0
-    if not isinstance(generation, int) or not isinstance(seen, int) or seen < generation:
-        return False
-    return isinstance(replicas, int) and updated >= replicas and pods <= replicas
+    for pod in pods:
+        containers = lookup(pod, "spec", "containers") or []
+        first = containers[0] if containers and isinstance(containers[0], Mapping) else {}
+        if list(first.get("args") or []) != list(args):
+            return False
+    return True
 
 
 __all__ = [
