@@ -33,6 +33,7 @@ from .kit import (
     condition,
     create_sd,
     events,
+    get_sd,
     install_crd,
     operator,
     router_urls,
@@ -62,7 +63,13 @@ def cluster(local_cluster: LocalCluster, kubelet: ProcessKubelet) -> Iterator[Lo
 def until(  # noqa: PLR0917 - the kit.sd_until of this file
     cluster: LocalCluster, ns: str, name: str, what: str, pred: Any, timeout: float
 ) -> dict[str, Any]:
-    return sd_until(cluster, ns, name, what, pred, timeout=timeout)
+    try:
+        return sd_until(cluster, ns, name, what, pred, timeout=timeout)
+    except AssertionError:
+        status = get_sd(cluster, ns, name).get("status") or {}
+        brief = {k: status.get(k) for k in ("lastVerdict", "ladder", "routing", "policy")}
+        print(f"\n{name} when '{what}' timed out: {json.dumps(brief)[:6000]}")
+        raise
 
 
 def spec_args(cluster: LocalCluster, ns: str, name: str) -> dict[str, Any]:
@@ -93,6 +100,7 @@ def test_the_ladder_rolls_back_tries_adaptive_and_re_promotes_it(
     body = sd_body(
         "dsv4",
         ns,
+        replicas=1,
         drafter=FIXED_32,
         evaluation=FAST,
         rollback=QUICK,
@@ -104,7 +112,7 @@ def test_the_ladder_rolls_back_tries_adaptive_and_re_promotes_it(
         until(cluster, ns, "dsv4", "serving", lambda s: serving(s, "speculative"), 120)
         assert "enable_adaptive_verification" not in spec_args(cluster, ns, "dsv4")
         urls = wait_for("routers", lambda: router_urls(cluster, ns, "dsv4") or None, 60)
-        with Load(urls, concurrency=80, domain="tool_call") as load:
+        with Load(urls, concurrency=40, domain="tool_call") as load:
             rolled = until(
                 cluster,
                 ns,
