@@ -218,7 +218,7 @@ def decide(obs: Observation) -> Outcome:
     ladder, ladder_events = ladder_step(
         spec, ladder_state(prev.ladder),
         tick=LadderTick(serving=mode, swapping=swapping, split=bool(routing.routes(mode)),
-                        verdict=evidence.verdict,
+                        verdict=evidence.verdict, halted=state.halted,
                         levels=() if window is None else window.levels),
         decision=decision, evidence=evidence, settings=settings,
         rollback=_lost_serving(transition, evidence), now=now,

@@ -155,6 +155,7 @@ class LadderTick:
     split: bool  # a routing split is in effect (the ladder waits)
     verdict: Verdict | None  # the verdict the policy judged this tick
     levels: Sequence[Level] = ()  # the configured drafter's band verdicts of this window
+    halted: bool = False  # automatic changes stopped after flaps: the ladder stops too
 
 
 def ladder_step(
@@ -189,6 +190,7 @@ def ladder_step(
         and not tick.split
         and evidence.pin is None
         and settings.policy == "auto"
+        and not tick.halted
     )
     if lost is None and shadow_judged:
         startup = startup_guardrail(evidence, settings, now)
