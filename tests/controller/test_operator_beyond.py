@@ -238,11 +238,12 @@ def test_invalid_tool_calls_roll_the_drafter_back(
                     lambda s: s["status"].get("targetMode") == "baseline",
                     120,
                 )
-        transition = sd["status"]["transitions"][-1]
-        assert transition["reason"] == "InvalidToolCalls", transition
-        assert transition["message"].startswith("invalid tool calls on ")
-        calls = sd["status"]["lastVerdict"]["toolCalls"]
-        assert calls["onlySpeculative"] > calls["onlyBaseline"] >= 0
+            transition = sd["status"]["transitions"][-1]
+            assert transition["reason"] == "InvalidToolCalls", transition
+            assert transition["message"].startswith("invalid tool calls on ")
+            calls = sd["status"]["lastVerdict"]["toolCalls"]
+            assert calls["onlySpeculative"] > calls["onlyBaseline"] >= 0
+            sd = until(cluster, ns, "tools", "baseline", lambda s: serving(s, "baseline"), 120)
         assert condition(sd, "RolledBack")["reason"] == "InvalidToolCalls"
         print(f"\ntool calls: {transition['message']}")
     finally:
