@@ -9,7 +9,8 @@ DeepSeek-V4-like simulator, specguard installed with its Helm chart), then one
 SpeculativeDeployment per configuration, one after the other, each under the same traffic:
 a closed loop of ``--per-pod`` streams per serving pod, every other stream math and the
 others tool calls (the demo's client, phase ``mixed``), for ``--seconds``. DSpark at a fixed
-k=7, 2 serving pods + 1 shadow, window 10 s, 2 consecutive windows, cooldown 20 s:
+k (``-k``, default 16: a long draft tuned for math at one user), 2 serving pods + 1
+shadow, window 10 s, 2 consecutive windows, cooldown 20 s:
 
 - ``onoff``: today's operator (no ladder, no routing);
 - ``ladder``: ``spec.ladder.rungs: [adaptive, schedule]``;
@@ -48,10 +49,11 @@ from specguard.demo._watch import EventRecord, Monitor
 RUNS = ("onoff", "ladder", "routing")
 
 
-def configure(body: dict[str, Any], run: str) -> dict[str, Any]:
+def configure(body: dict[str, Any], run: str, k: int) -> dict[str, Any]:
     body = json.loads(json.dumps(body))
     body["metadata"]["name"] = f"dsv4-{run}"
     spec = body["spec"]
+    spec["drafter"]["numSpeculativeTokens"] = k
     if run == "ladder":
         spec["ladder"] = {"rungs": ["adaptive", "schedule"], "retryAfter": "1h"}
     if run == "routing":
@@ -149,14 +151,14 @@ def table(results: dict[str, Result], half: float) -> list[str]:
     ref = results.get("onoff")
     for label, start in (("whole run", 0.0), (f"second half (from {half:.0f}s)", half)):
         lines.append(f"{label}:")
-        lines.append(f"  {'':28} {'ms/token':>8} {'÷ never':>8} {'÷ best':>8}")
+        lines.append(f"  {'':32} {'ms/token':>8} {'÷ never':>8} {'÷ best':>8}")
         base = ref.totals(start) if ref is not None else None
         never = base.never_s if base is not None else None
         best = base.best_s if base is not None else None
         rows: list[tuple[str, float | None]] = []
         if base is not None:
             rows += [
-                ("always (drafter, k=7 fixed)", base.always_s),
+                ("always (drafter as configured)", base.always_s),
                 ("never (no drafter)", base.never_s),
                 ("per-window best of on/off", base.best_s),
             ]
@@ -164,7 +166,7 @@ def table(results: dict[str, Result], half: float) -> list[str]:
             if run in results:
                 rows.append((f"{run} operator (realized)", results[run].realized(start)))
         for name, value in rows:
-            lines.append(f"  {name:28} {_ms(value):>8} {_ratio(value, never):>8} "
+            lines.append(f"  {name:32} {_ms(value):>8} {_ratio(value, never):>8} "
                          f"{_ratio(value, best):>8}")  # fmt: skip
     return lines
 
@@ -172,8 +174,9 @@ def table(results: dict[str, Result], half: float) -> list[str]:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--runs", default=",".join(RUNS), help="configurations, in order")
-    p.add_argument("--per-pod", type=int, default=160, help="streams per serving pod")
-    p.add_argument("--seconds", type=int, default=240, help="traffic per configuration")
+    p.add_argument("--per-pod", type=int, default=64, help="streams per serving pod")
+    p.add_argument("--seconds", type=int, default=300, help="traffic per configuration")
+    p.add_argument("-k", type=int, default=16, help="the drafter's fixed draft length")
     p.add_argument("--window", type=int, default=10, help="spec.evaluation.window, seconds")
     p.add_argument("--time-scale", type=float, default=2.0, help="the simulator's time scale")
     p.add_argument("--max-tokens", type=int, default=64)
@@ -197,12 +200,14 @@ def main() -> int:
         for run in runs:
             print(f"{run}: {args.per_pod} streams per serving pod, math + tool calls, "
                   f"{args.seconds}s", flush=True)  # fmt: skip
-            results[run] = asyncio.run(drive(stage, configure(base, run), args, args.out))
+            body = configure(base, run, args.k)
+            results[run] = asyncio.run(drive(stage, body, args, args.out))
     finally:
         stage.stop()
     load = os.getloadavg()[0]
     print(
-        f"\nladder bench: mixed math + tool calls, {args.per_pod} streams per serving pod, "
+        f"\nladder bench: DSpark k={args.k} (fixed length as configured), mixed math + tool "
+        f"calls, {args.per_pod} streams per serving pod, "
         f"{args.seconds}s per configuration, window {args.window}s, time scale "
         f"{args.time_scale:g}, {time.monotonic() - began:.0f}s in all, load average {load:.1f}"
     )
