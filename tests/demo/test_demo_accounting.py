@@ -195,7 +195,7 @@ def test_summary_says_whether_the_goal_is_met() -> None:
         ("math:4", "phase 1 'math:4': expected DOMAIN:PER_POD:SECONDS"),
         (
             "math:4:40,chat:4:10",
-            "phase 2: domain must be one of math, tool_call, mixed, got 'chat'",
+            "phase 2: domain must be one of math, tool_call, mixed, agents, got 'chat'",
         ),
         ("math:0:40", "phase 1: streams per pod must be 1..512, got '0'"),
         ("math:4:soon", "phase 1: seconds must be 1..3600, got 'soon'"),
@@ -215,6 +215,8 @@ def test_schedule_phases() -> None:
     (mixed,) = parse_schedule("mixed:160:60")
     assert [mixed.domain_of(i) for i in range(4)] == ["math", "tool_call", "math", "tool_call"]
     assert phases[1].domain_of(3) == "tool_call" and mixed.label() == "math + tool calls"
+    (agents,) = parse_schedule("agents:64:60")
+    assert [agents.domain_of(i) for i in range(8)] == ["math", *["tool_call"] * 3] * 2
 
 
 def test_in_flight_per_arm_is_the_mean_of_the_pod_readings_in_each_window() -> None:

@@ -16,7 +16,7 @@ from specguard.judge import (
     after_mode_change,
     domain_verdicts,
     route_window,
-    served_counts,
+    served_load,
     split_replicas,
 )
 
@@ -125,24 +125,40 @@ def test_a_mode_change_sends_every_domain_to_the_new_serving_arm() -> None:
     )
 
 
-def test_split_replicas_follow_the_traffic_shares() -> None:
+def test_split_replicas_make_the_busiest_arm_as_light_as_it_can_be() -> None:
     def split(shares: dict[str, float], mode: str = "speculative") -> RoutingState:
         other = "baseline" if mode == "speculative" else "speculative"
-        return RoutingState(tuple(
-            DomainState(d, other if d == "tool_call" else mode, share=s)  # type: ignore[arg-type]
-            for d, s in shares.items()
-        ))  # fmt: skip
+        return RoutingState(
+            tuple(
+                DomainState(d, other if d == "tool_call" else mode, share=s)  # type: ignore[arg-type]
+                for d, s in shares.items()
+            )
+        )
 
     assert split_replicas(RoutingState(), "speculative", serving=2, shadow=1) is None
-    assert split_replicas(split({"math": 0.6, "tool_call": 0.4}), "speculative",
-                          serving=2, shadow=1) == {"speculative": 2, "baseline": 1}  # fmt: skip
-    assert split_replicas(split({"math": 0.3, "tool_call": 0.7}), "speculative",
-                          serving=2, shadow=1) == {"speculative": 1, "baseline": 2}  # fmt: skip
+    # 60/40 on 3 pods: 2/1 gives the busier arm 0.4 a pod, 1/2 gives 0.6.
+    assert split_replicas(
+        split({"math": 0.6, "tool_call": 0.4}), "speculative", serving=2, shadow=1
+    ) == {"speculative": 2, "baseline": 1}
+    assert split_replicas(
+        split({"math": 0.3, "tool_call": 0.7}), "speculative", serving=2, shadow=1
+    ) == {"speculative": 1, "baseline": 2}
+    # 50/50 on 3 pods is a tie: the counts in force stay (no pod moves), else the serving
+    # arm keeps the larger part.
+    even = split({"math": 0.5, "tool_call": 0.5})
+    assert split_replicas(even, "speculative", serving=2, shadow=1) == {
+        "speculative": 2, "baseline": 1,
+    }  # fmt: skip
+    assert split_replicas(
+        even, "speculative", serving=2, shadow=1, current={"speculative": 1, "baseline": 2}
+    ) == {"speculative": 1, "baseline": 2}
     # Never an arm without pods, whatever the shares.
-    assert split_replicas(split({"math": 0.01, "tool_call": 0.99}), "speculative",
-                          serving=3, shadow=1) == {"speculative": 1, "baseline": 3}  # fmt: skip
-    assert split_replicas(split({"math": 0.99, "tool_call": 0.01}, "baseline"), "baseline",
-                          serving=1, shadow=1) == {"speculative": 1, "baseline": 1}  # fmt: skip
+    assert split_replicas(
+        split({"math": 0.01, "tool_call": 0.99}), "speculative", serving=3, shadow=1
+    ) == {"speculative": 1, "baseline": 3}
+    assert split_replicas(
+        split({"math": 0.99, "tool_call": 0.01}, "baseline"), "baseline", serving=1, shadow=1
+    ) == {"speculative": 1, "baseline": 1}
 
 
 def _samples(
@@ -177,4 +193,8 @@ def test_domain_verdicts_from_one_mixed_window() -> None:
         "math": "improved",
         "tool_call": "regressed",
     }
-    assert served_counts(window) == {"math": 250, "tool_call": 220}
+    load = served_load(window)
+    assert set(load) == {"math", "tool_call"}
+    served = {d: sum(s.e2e_s for s in window if s.domain == d and s.role == "serving")
+              for d in load}  # fmt: skip
+    assert load == served

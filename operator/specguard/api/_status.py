@@ -164,7 +164,11 @@ class DomainRoute(WireModel):
     ci_upper: float | None = Field(default=None, description="Upper confidence bound.")
     pairs: int = Field(default=0, ge=0, description="Mirrored pairs judged.")
     share: float | None = Field(
-        default=None, ge=0, le=1, description="Its share of the window's served requests."
+        default=None,
+        ge=0,
+        le=1,
+        description="Its share of the window's served load (the time its served requests "
+        "were in flight: Little's law).",
     )
     streak: int = Field(
         default=0, ge=0, description="Windows in a row whose verdict points to the other arm."
@@ -187,8 +191,8 @@ class RoutingStatus(WireModel):
     )
     replicas: dict[str, int] = Field(
         default_factory=dict,
-        description="Pods per arm for the split (the arms' traffic shares of "
-        "replicas + shadow.replicas).",
+        description="Pods per arm for the split: replicas + shadow.replicas shared so that "
+        "the busier arm's load per pod is smallest; chosen when the routes change.",
     )
 
 

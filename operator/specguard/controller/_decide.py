@@ -88,6 +88,9 @@ from specguard.judge import (
 )
 
 EventType = Literal["Normal", "Warning"]
+# During a routing split each arm serves and receives the other's copies on the same pods:
+# at most this share of requests is copied, so the comparison goes on at a bounded cost.
+SPLIT_MIRROR_SHARE = 0.25
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,8 +230,8 @@ def decide(obs: Observation) -> Outcome:
         transition = transition.model_copy(update={"rung": ladder.rung.name})
 
     since = parse_time(prev.arms.swap_since) if prev.arms else None
-    counts = _split_counts(obs, routing, decision.target)
     before = dict(prev.routing.replicas) if prev.routing is not None else {}
+    counts = _split_counts(obs, routing, decision.target, before if not moves else None)
     plan = plan_swap(
         target=decision.target,
         mode=mode,
@@ -282,12 +285,19 @@ def _lost_serving(
     return transition.reason, transition.message, transition.ratio
 
 
-def _split_counts(obs: Observation, routing: RoutingState, target: Arm) -> dict[Arm, int] | None:
-    """Pods per arm for a routing split (None: the spec's counts)."""
-    if not obs.spec.routing.by_domain:
+def _split_counts(
+    obs: Observation, routing: RoutingState, target: Arm, kept: Mapping[str, int] | None
+) -> dict[Arm, int] | None:
+    """Pods per arm for a routing split (None: the spec's counts). ``kept``: the counts in
+    force, which stay while the routes do (chosen when they change, not every window)."""
+    if not obs.spec.routing.by_domain or not routing.routes(target):
         return None
+    if kept:
+        return {arm: int(kept[arm]) for arm in c.ARMS if arm in kept} or None
     shadow = shadow_replicas(obs.spec, obs.created, obs.now)
-    return split_replicas(routing, target, serving=obs.spec.replicas, shadow=shadow)
+    current = {arm: obs.arms[arm].replicas for arm in c.ARMS}
+    return split_replicas(routing, target, serving=obs.spec.replicas, shadow=shadow,
+                          current=current)  # fmt: skip
 
 
 def _beyond_on_off(
@@ -315,7 +325,10 @@ def _beyond_on_off(
                 counts is None or all(plan.replicas[a] == counts[a] for a in c.ARMS)
             )
             routes = routing.routes(plan.mode) if in_effect else {}
-            update["arms"] = status.arms.model_copy(update={"routes": routes})
+            arms: dict[str, Any] = {"routes": routes}
+            if routes:  # both arms serve: copies take serving pods' time (docs/operator.md)
+                arms["mirror_share"] = min(status.arms.mirror_share, SPLIT_MIRROR_SHARE)
+            update["arms"] = status.arms.model_copy(update=arms)
     verdict = status.last_verdict
     if verdict is not None and obs.window is not None and verdict.window_end == rfc3339(obs.now):
         pairs = evidence.tool_calls

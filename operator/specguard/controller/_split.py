@@ -24,7 +24,7 @@ from specguard.judge import (
     domain_verdicts,
     judge,
     route_window,
-    served_counts,
+    served_load,
 )
 
 
@@ -95,7 +95,7 @@ def route(
         state,
         mode=mode,
         verdicts=domain_verdicts(samples, settings),
-        served=served_counts(samples),
+        served=served_load(samples),
         consecutive_windows=spec.evaluation.consecutive_windows,
         cooldown_s=float(spec.rollback.cooldown),
         now=now,

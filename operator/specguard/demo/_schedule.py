@@ -1,7 +1,8 @@
 """The demo's traffic schedule: phases of one domain at one concurrency for a while (pure).
 
 A phase is written ``DOMAIN:PER_POD:SECONDS``, e.g. ``tool_call:144:100`` (DOMAIN math,
-tool_call, or mixed: every other stream math, the others tool calls): ``PER_POD`` closed-loop
+tool_call, mixed: every other stream math, the others tool calls, or agents: one stream
+in four math, the others tool calls): ``PER_POD`` closed-loop
 streams for every serving pod (the client runs ``PER_POD × replicas`` streams), so the
 concurrency each engine sees is the one the simulator's crossover is stated in. Phases are
 separated by commas.
@@ -14,9 +15,13 @@ from dataclasses import dataclass
 
 from specguard._args import UsageError
 
-# "mixed": half the streams math, half tool calls, at once (one load, two domains).
-DOMAINS = ("math", "tool_call", "mixed")
-MIXED = ("math", "tool_call")
+# "mixed": half the streams math, half tool calls, at once (one load, two domains);
+# "agents": one stream in four math, the others tool calls (an agent's mix).
+DOMAINS = ("math", "tool_call", "mixed", "agents")
+MIXES: dict[str, tuple[str, ...]] = {
+    "mixed": ("math", "tool_call"),
+    "agents": ("math", "tool_call", "tool_call", "tool_call"),
+}
 # Low-concurrency math, tool calls past the DeepSeek-V4 profile's fixed-k=7 crossover (on tool
 # calls the drafter loses from between 96 and 128 streams per engine: docs/demo.md), math again.
 # The demo's cooldown (30 s) ends well inside the tool-call phase after the rollback (the
@@ -39,11 +44,14 @@ class Phase:
     def label(self) -> str:
         if self.domain == "mixed":
             return "math + tool calls"
+        if self.domain == "agents":
+            return "math + 3× tool calls"
         return "tool calls" if self.domain == "tool_call" else self.domain
 
     def domain_of(self, stream: int) -> str:
         """The domain stream number ``stream`` sends in this phase."""
-        return MIXED[stream % len(MIXED)] if self.domain == "mixed" else self.domain
+        mix = MIXES.get(self.domain)
+        return mix[stream % len(mix)] if mix else self.domain
 
 
 @dataclass(frozen=True, slots=True)

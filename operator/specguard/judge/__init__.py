@@ -61,7 +61,7 @@ from specguard.judge._routing import (
     after_mode_change,
     domain_verdicts,
     route_window,
-    served_counts,
+    served_load,
     split_replicas,
     winner,
 )
@@ -157,7 +157,7 @@ __all__ = [
     "rung_order",
     "schedule_limit",
     "schedule_ranges",
-    "served_counts",
+    "served_load",
     "settle",
     "shadow_window",
     "split_replicas",

@@ -17,17 +17,20 @@ verdict of the traffic the serving arm keeps) makes it as it always has.
 
 Both arms serve; each arm's requests are still copied to the other (the router), so every
 domain stays judged. The arms' pods follow the split (:func:`split_replicas`): the
-``replicas + shadow.replicas`` pods are shared in proportion to each arm's served requests,
-at least one each, so no arm gets more requests per pod than the serving arm had before the
-split (the GPU-neutral swap resizes them one pod at a time; the routers apply the routes
-once the counts are there).
+``replicas + shadow.replicas`` pods are shared so that the busiest arm's load per pod is as
+small as it can be, at least one pod each. Load is what the domains keep in flight (Little's
+law: the sum of their served requests' durations, :func:`served_load`), not how many
+requests they send: with clients that keep a number of streams open, the faster domain
+completes more requests without holding more of the GPUs. The counts are chosen when the
+routes change and kept until they change again (a tie keeps the current counts), so
+traffic noise moves no pod; the GPU-neutral swap resizes the arms one pod at a time, and
+the routers apply the routes once the counts are there.
 
 Pure.
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -82,9 +85,15 @@ def domain_verdicts(samples: Sequence[Sample], settings: JudgeSettings) -> dict[
     return {domain: judge(group, settings) for domain, group in sorted(by_domain.items())}
 
 
-def served_counts(samples: Iterable[Sample]) -> Counter[str]:
-    """Requests the arms served (not the copies) per domain, errors included."""
-    return Counter(s.domain for s in samples if s.role == "serving")
+def served_load(samples: Iterable[Sample]) -> dict[str, float]:
+    """Per domain, the request-seconds the arms served (not the copies): the sum of the
+    served requests' durations, which is the domain's mean in-flight count times the window
+    (Little's law). Errors count with the time they took."""
+    load: dict[str, float] = {}
+    for s in samples:
+        if s.role == "serving":
+            load[s.domain] = load.get(s.domain, 0.0) + max(s.e2e_s, 0.0)
+    return load
 
 
 def route_window(
@@ -92,7 +101,7 @@ def route_window(
     *,
     mode: Arm,
     verdicts: Mapping[str, Verdict],
-    served: Mapping[str, int],
+    served: Mapping[str, float],
     consecutive_windows: int,
     cooldown_s: float,
     now: float,
@@ -170,18 +179,34 @@ def after_mode_change(state: RoutingState, mode: Arm, now: float) -> RoutingStat
 
 
 def split_replicas(
-    state: RoutingState, mode: Arm, *, serving: int, shadow: int
+    state: RoutingState,
+    mode: Arm,
+    *,
+    serving: int,
+    shadow: int,
+    current: Mapping[Arm, int] | None = None,
 ) -> dict[Arm, int] | None:
-    """Pods per arm for the split: ``serving + shadow`` in proportion to each arm's share of
-    the served requests, at least one each; None without a split (the spec's counts)."""
+    """Pods per arm for the split (None without one: the spec's counts): the
+    ``serving + shadow`` pods shared so that the larger of the two arms' loads per pod
+    (their domains' shares of :func:`served_load`) is smallest, at least one pod each; on a
+    tie the ``current`` counts stay, else the serving arm keeps the larger part."""
     routes = state.routes(mode)
     if not routes:
         return None
     total = serving + shadow
+    other: Arm = "baseline" if mode == "speculative" else "speculative"
     moved = sum(d.share or 0.0 for d in state.domains if d.domain in routes)
-    other = "baseline" if mode == "speculative" else "speculative"
-    pods_other = min(max(round(total * moved), 1), total - 1)
-    counts: dict[Arm, int] = {mode: total - pods_other, other: pods_other}  # type: ignore[dict-item]
+    kept = max(1.0 - moved, 0.0)
+
+    def worst(pods_other: int) -> float:
+        return max(kept / (total - pods_other), moved / pods_other)
+
+    options = range(1, total)
+    best = min(worst(n) for n in options)
+    tied = [n for n in options if worst(n) <= best * (1 + 1e-9)]
+    now_other = (current or {}).get(other)
+    pods_other = now_other if now_other in tied else min(tied)
+    counts = {mode: total - pods_other, other: pods_other}
     return {arm: counts[arm] for arm in ARMS}
 
 
@@ -191,7 +216,7 @@ __all__ = [
     "after_mode_change",
     "domain_verdicts",
     "route_window",
-    "served_counts",
+    "served_load",
     "split_replicas",
     "winner",
 ]
