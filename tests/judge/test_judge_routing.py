@@ -21,13 +21,16 @@ from specguard.judge import (
 )
 
 
-def verdict(outcome: str, ratio: float | None = None, pairs: int = 300) -> Verdict:
+def verdict(
+    outcome: str, ratio: float | None = None, pairs: int = 300, conc: tuple[float, float] = (30, 30)
+) -> Verdict:
     spread = None if ratio is None else (ratio * 0.95, ratio * 1.05)
     return Verdict(
         outcome=outcome,  # type: ignore[arg-type]
         ratio=ratio, ci_low=spread and spread[0], ci_high=spread and spread[1],
         confidence=0.99, tolerance=0.03, method="paired", basis="test",
         median_s={}, n={}, n_pairs=pairs,
+        concurrency={"speculative": conc[0], "baseline": conc[1]},
     )  # fmt: skip
 
 
@@ -108,6 +111,29 @@ def test_moving_a_domain_onto_the_drafter_needs_one_window_more_and_the_cooldown
     state, moves = step(state, back, now=62.0, mode="baseline")
     assert [m.split(":")[0] for m in moves] == ["math → baseline arm"]
     assert state.routes("baseline") == {}
+
+
+def test_a_domain_moves_only_to_an_arm_measured_as_loaded_as_the_one_serving_it() -> None:
+    # Tool calls were moved to the baseline arm; the drafter arm, left with math, runs
+    # lighter (12 in flight against 30), and the tool calls' copies there look faster.
+    split = RoutingState(
+        (
+            DomainState("math", "speculative", "improved"),
+            DomainState("tool_call", "baseline", "regressed", since=-100.0),
+        )
+    )
+    lighter = {**MIXED, "tool_call": verdict("improved", 0.7, conc=(12, 30))}
+    state = split
+    for t in range(5):
+        state, moves = step(state, lighter, now=float(t))
+        assert moves == []
+    assert state.routes("speculative") == {"tool_call": "baseline"}
+    # Measured as loaded (within two requests per pod): it may come back.
+    loaded = {**MIXED, "tool_call": verdict("improved", 0.7, conc=(29, 30))}
+    state = split
+    for t in range(3):
+        state, moves = step(state, loaded, now=float(t))
+    assert [m.split(":")[0] for m in moves] == ["tool_call → speculative arm"]
 
 
 def test_a_mode_change_sends_every_domain_to_the_new_serving_arm() -> None:

@@ -9,6 +9,11 @@ the hysteresis of a mode change: ``consecutive_windows`` windows in a row pointi
 baseline arm, or ``consecutive_windows + 1`` pointing to the drafter arm (a re-promotion's
 stricter evidence), and not within ``cooldown_s`` of the domain's last move.
 
+A domain moves only when the arm it would go to was **measured as loaded** as the arm that
+serves it (its median in-flight requests per pod at least that arm's, within two): each arm
+serves some domains and gets the other's copies, so the arm that lost a domain runs lighter,
+and copies measured there would call the domain back only to find it slower with it.
+
 A domain leaves the serving arm (``mode``) only while the **split is real**: some other
 domain stays on it with a verdict that does not point away (improved or neutral while the
 drafter serves; regressed or neutral while the baseline serves). When every domain with a
@@ -137,10 +142,29 @@ def route_window(
             continue
         if win != mode and not _split_is_real(updated, name, mode):
             continue
+        if not _loaded_as_served(verdicts[name], win, d.arm):
+            continue
         updated[name] = replace(d, arm=win, streak=0, since=now)
         moves.append(_sentence(d, win))
     domains = tuple(updated[name] for name in names if _worth_keeping(updated[name], mode))
     return RoutingState(domains), moves
+
+
+# In-flight requests per pod the arm a domain would move to may run below the arm serving it
+# and still count as measured at its load (the judge's own slack).
+LOAD_SLACK = 2.0
+
+
+def _loaded_as_served(verdict: Verdict, to: Arm, serving: Arm) -> bool:
+    """Was the arm the domain would move to measured at least at the load of the arm that
+    serves it? Each arm serves some domains and gets the other's copies: the arm that
+    lost a domain runs lighter, a domain's copies there look faster than that arm would
+    be with the domain back, and the domain would come and go. A move needs the arm it goes
+    to measured as loaded as the one it leaves (within two requests per pod)."""
+    conc_to, conc_from = verdict.concurrency.get(to), verdict.concurrency.get(serving)
+    if conc_to is None or conc_from is None:
+        return False
+    return conc_to >= conc_from - LOAD_SLACK
 
 
 def _split_is_real(domains: Mapping[str, DomainState], leaving: str, mode: Arm) -> bool:
