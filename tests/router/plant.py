@@ -204,6 +204,7 @@ def run(plant: Plant, *, seconds: float = 120.0, warmup: float = 30.0, seed: int
                 output_tokens=int(request.tokens),
                 e2e_s=e2e,
                 tpot_s=e2e / request.tokens,
+                measurement="stream_usage",  # exact by construction: the plant's own tokens
                 pair_id=None if request.pair is None else f"p{request.pair}",
             )
         )
