@@ -47,13 +47,13 @@ PURE_LIBRARY_MODULES = ("prometheus_client.parser",)
 # docs/architecture.md names (what tests compare by exact equality).
 PURE_MODULES = (
     "specguard.api", "specguard.render", "specguard.judge", "specguard._arms", "specguard._times",
-    "specguard._objects", "specguard._exposition", "specguard.meter",
+    "specguard._objects", "specguard._exposition", "specguard.meter", "specguard.toolcalls",
     "specguard.controller._decide",
     "specguard.controller._settings", "specguard.controller._observe",
     "specguard.controller._swap", "specguard.controller._conditions",
     "specguard.controller._mirror", "specguard.controller._schedule",
-    "specguard.controller._clients", "specguard.router._pool", "specguard.router._strip",
-    "specguard.sources._window",
+    "specguard.controller._clients", "specguard.controller._rungs", "specguard.controller._split",
+    "specguard.router._pool", "specguard.router._strip", "specguard.sources._window",
     "specguard.evaluate._cells", "specguard.evaluate._analysis",
     "specguard.demo._accounting", "specguard.demo._report", "specguard.demo._schedule",
 )  # fmt: skip

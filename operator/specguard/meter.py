@@ -17,7 +17,10 @@ What counts as a token (vLLM's streaming format, see docs/router.md):
   chunk that only sets ``finish_reason``.
 - The final usage chunk (``choices: []``, from ``include_usage``) only fixes the total.
 
-The meter never keeps text: it parses each event, reads counts, and drops it.
+The meter never keeps text: it parses each event, reads counts, and drops it. For a
+request that carried tools, a :class:`specguard.toolcalls.ToolCallCheck` given to the meter
+holds the tool-call arguments until the response ends and reports only whether they were
+valid (``Measured.tool_call``).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specguard.judge import Arm, Measurement, Role, Sample, tpot
+from specguard.toolcalls import ToolCallCheck, ToolCallResult
 
 # An event larger than this without its end is not a vLLM chunk; the meter stops parsing
 # (the proxy still forwards the bytes) rather than buffer without bound.
@@ -90,6 +94,8 @@ class Measured:
     # The body carried an OpenAI-shaped ``error`` object (vLLM sends one mid-stream when
     # generation fails after the 200 status line went out).
     error_seen: bool
+    # For a request with tools: what its tool calls were (specguard.toolcalls).
+    tool_call: ToolCallResult | None = None
 
 
 class StreamMeter:
@@ -108,11 +114,13 @@ class StreamMeter:
         "_running_tokens",
         "_started_at",
         "_token_chunks",
+        "_tools",
         "_total_tokens",
     )
 
-    def __init__(self, started_at: float) -> None:
+    def __init__(self, started_at: float, tools: ToolCallCheck | None = None) -> None:
         self._started_at = started_at
+        self._tools = tools
         self._buffer = b""
         self._broken = False
         self._done = False
@@ -180,6 +188,7 @@ class StreamMeter:
             token_chunks=self._token_chunks,
             complete=self._done,
             error_seen=self._error,
+            tool_call=None if self._tools is None else self._tools.result(),
         )
 
     def _event(self, event: bytes, now: float) -> None:
@@ -220,6 +229,8 @@ class StreamMeter:
             if completion_tokens is not None:
                 self._total_tokens = completion_tokens
             return
+        if self._tools is not None:
+            self._tools.observe(choices)
         if completion_tokens is not None:
             previous = self._running_tokens or 0
             tokens = max(completion_tokens - previous, 0)
@@ -279,7 +290,9 @@ def _delta_has_output(delta: dict[str, Any]) -> bool:
     return False
 
 
-def measure_json(body: bytes, started_at: float, now: float) -> Measured:
+def measure_json(
+    body: bytes, started_at: float, now: float, tools: ToolCallCheck | None = None
+) -> Measured:
     """Measure a non-streamed response: only e2e and usage are known; no TTFT.
 
     Per the Sample schema, ``tpot_s`` for a non-streamed response is e2e / output tokens
@@ -293,6 +306,8 @@ def measure_json(body: bytes, started_at: float, now: float) -> Measured:
     usage = parsed.get("usage") if isinstance(parsed, dict) else None
     tokens = _count(usage, "completion_tokens")
     error = isinstance(parsed, dict) and "error" in parsed and "choices" not in parsed
+    if tools is not None and isinstance(parsed, dict):
+        tools.observe(parsed.get("choices"))
     return Measured(
         started_at=started_at,
         e2e_s=e2e,
@@ -306,6 +321,7 @@ def measure_json(body: bytes, started_at: float, now: float) -> Measured:
         token_chunks=0,
         complete=isinstance(parsed, dict),
         error_seen=error,
+        tool_call=None if tools is None else tools.result(),
     )
 
 
@@ -345,6 +361,7 @@ def to_sample(
         status=status,
         pair_id=pair_id,
         prompt_tokens=measured.prompt_tokens,
+        tool_call=measured.tool_call,
     )
 
 

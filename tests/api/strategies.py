@@ -46,7 +46,7 @@ def valid_specs(draw: st.DrawFn) -> Obj:
     tp = draw(st.sampled_from([1, 2, 4, 8]))
     if draw(st.booleans()):
         drafter["draftTensorParallelSize"] = draw(st.sampled_from([1, tp]))
-    if k is not None and draw(st.booleans()):
+    if k is not None and draw(st.booleans()) and draw(st.booleans()):
         cut = draw(st.integers(1, 100))
         small = draw(st.integers(0, k))
         drafter["perBatchSize"] = [
@@ -56,7 +56,8 @@ def valid_specs(draw: st.DrawFn) -> Obj:
     if draw(st.booleans()):
         drafter["extraConfig"] = {"prompt_lookup_max": 5, "note": "x", "nested": {"a": [1, 2.5]}}
     args = draw(st.lists(st.sampled_from(SAFE_ARGS), max_size=4))
-    if method == "dspark" and "--enforce-eager" not in args and draw(st.booleans()):
+    ladder = draw(st.booleans())  # a ladder wants the configured drafter at a fixed length
+    if method == "dspark" and "--enforce-eager" not in args and not ladder and draw(st.booleans()):
         drafter["adaptiveVerification"] = True
     runtime: Obj = {"tensorParallelSize": tp}
     if args:
@@ -90,6 +91,24 @@ def valid_specs(draw: st.DrawFn) -> Obj:
         runtime["modelCache"] = {"claimName": "cache", "readOnly": True}
         runtime["hfTokenSecret"] = {"name": "hf"}
         runtime["port"] = draw(st.integers(1, 65535))
+    # The ladder's rungs, each only where its rules allow it (a mutation breaks them).
+    metrics: Obj | None = None
+    if draw(st.booleans()):
+        metrics = {"type": "prometheus", "prometheusUrl": "http://prom:9090"}
+    periodic = draw(st.booleans())
+    rungs: list[str] = []
+    adaptive_ok = (
+        method == "dspark"
+        and not drafter.get("adaptiveVerification")
+        and "--enforce-eager" not in args
+    )
+    if ladder and adaptive_ok:
+        rungs.append("adaptive")
+    fixed = (
+        k is not None and "perBatchSize" not in drafter and "adaptiveVerification" not in drafter
+    )
+    if ladder and fixed and metrics is None:
+        rungs.insert(draw(st.integers(0, len(rungs))), "schedule")
     replicas = draw(st.integers(1, 20))
     spec: Obj = {
         "model": {"name": "Qwen/Qwen3.6-35B-A3B"},
@@ -98,8 +117,17 @@ def valid_specs(draw: st.DrawFn) -> Obj:
         "drafter": drafter,
         "shadow": {"replicas": draw(st.integers(1, replicas))},
     }
-    if draw(st.booleans()):
+    if periodic:
         spec["shadow"].update({"schedule": "periodic", "every": "6h", "activeFor": "30m"})
+    if bool(rungs) or draw(st.booleans()):
+        ladder_obj: Obj = {"rungs": rungs}
+        if draw(st.booleans()):
+            ladder_obj["retryAfter"] = draw(st.sampled_from(["1m", "6h", "168h", "1h30m"]))
+        spec["ladder"] = ladder_obj
+    if not periodic and metrics is None and draw(st.booleans()):
+        spec["routing"] = {"byDomain": True}
+    elif draw(st.booleans()):
+        spec["routing"] = {"byDomain": False}
     if draw(st.booleans()):
         spec["evaluation"] = {"window": "2m", "tolerance": 0.05, "confidence": 0.95}
         if draw(st.booleans()):
@@ -107,8 +135,10 @@ def valid_specs(draw: st.DrawFn) -> Obj:
             spec["evaluation"]["windowsPerFalseAlarm"] = budget
     if draw(st.booleans()):
         spec["rollback"] = {"policy": "notify", "cooldown": "0s", "startupDeadline": "1h"}
-    if draw(st.booleans()):
-        spec["metricsSource"] = {"type": "prometheus", "prometheusUrl": "http://prom:9090"}
+        if draw(st.booleans()):
+            spec["rollback"]["toolCallGuardrail"] = draw(st.booleans())
+    if metrics is not None:
+        spec["metricsSource"] = metrics
     return spec
 
 
@@ -118,6 +148,7 @@ ODD_VALUES: list[Any] = [
     "16Gi", "64Ti", "65Ti", "1e99", "1e999999999", "-1Gi", "9" * 40, "a" * 300, "a" * 5000,
     "60s", "1h30m", "0s", "25h", " 60s", "Bad_NS!", "é", "nvidia.com/gpu", "dspark", "ngram",
     "Exists", "NoExecute", "periodic", "prometheus", "--tensor-parallel=4", "/dev/shm",
+    "adaptive", "schedule", ["adaptive"], ["schedule", "schedule"], ["adaptive", "schedule"],
     [], {}, [1], ["x"], {"a": 1}, {"name": "x"},
 ]  # fmt: skip
 

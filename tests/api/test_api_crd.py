@@ -156,7 +156,9 @@ def test_names_columns_and_subresource() -> None:
     version = obj["spec"]["versions"][0]
     assert version["name"] == "v1alpha1" and version["subresources"] == {"status": {}}
     columns = {c["name"]: c["jsonPath"] for c in version["additionalPrinterColumns"]}
-    assert list(columns) == ["Mode", "Drafter", "Ratio", "Concurrency", "Ready", "Swapping", "Age"]
+    assert list(columns) == [
+        "Mode", "Drafter", "Rung", "Ratio", "Concurrency", "Ready", "Swapping", "Age"
+    ]  # fmt: skip
     schema = version["schema"]["openAPIV3Schema"]
     # Every column's path exists in the schema (or is standard metadata).
     for path in columns.values():

@@ -115,8 +115,9 @@ def test_status_subresource_and_printer_columns(
         "mode": "baseline", "streak": 2, "streakOutcome": "improved",
         "since": 1_800_000_000.5, "flapTimes": [1_800_000_000.5], "halted": False,
     }  # fmt: skip
+    ladder = {"rung": {"name": "adaptive"}}
     status = {"status": {"mode": "baseline", "lastVerdict": verdict, "conditions": conditions,
-                         "policy": old_memory}}  # fmt: skip
+                         "policy": old_memory, "ladder": ladder}}  # fmt: skip
     patched = _kubectl(
         installed_crd, "patch", "sd", name, "-n", cluster_namespace,
         "--subresource=status", "--type=merge", "-p", json.dumps(status),
@@ -125,11 +126,11 @@ def test_status_subresource_and_printer_columns(
     table = _kubectl(installed_crd, "get", "sd", name, "-n", cluster_namespace)
     assert table.returncode == 0, table.stderr
     header, row = table.stdout.splitlines()[:2]
-    assert header.split()[:8] == [
-        "NAME", "MODE", "DRAFTER", "RATIO", "CONCURRENCY", "READY", "SWAPPING", "AGE",
+    assert header.split()[:9] == [
+        "NAME", "MODE", "DRAFTER", "RUNG", "RATIO", "CONCURRENCY", "READY", "SWAPPING", "AGE",
     ]  # fmt: skip
-    assert row.split()[1:7] == ["baseline", obj["spec"]["drafter"]["method"], "1.17", "12",
-                                "True", "True"]  # fmt: skip
+    method = obj["spec"]["drafter"]["method"]
+    assert row.split()[1:8] == ["baseline", method, "adaptive", "1.17", "12", "True", "True"]
     stored = json.loads(
         _kubectl(installed_crd, "get", "sd", name, "-n", cluster_namespace, "-o", "json").stdout
     )["status"]["policy"]

@@ -185,6 +185,15 @@ REGRESSIONS: list[tuple[str, Any]] = [
     ("spec.evaluation.windowsPerFalseAlarm", 9),
     ("spec.evaluation.windowsPerFalseAlarm", 0),
     ("spec.evaluation.windowsPerFalseAlarm", 10**12 + 1),
+    # The ladder and routing fields (BASE_SPEC: DSpark with adaptive verification).
+    ("spec.ladder", {"rungs": ["adaptive"]}),
+    ("spec.ladder", {"rungs": ["schedule", "schedule"]}),
+    ("spec.ladder", {"rungs": ["schedule"]}),
+    ("spec.ladder", {"rungs": [], "retryAfter": "30s"}),
+    ("spec.ladder", {"rungs": ["bogus"]}),
+    ("spec.routing", {"byDomain": True}),
+    ("spec.routing", {"by_domain": True}),
+    ("spec.rollback", {"toolCallGuardrail": "true"}),
 ]
 
 

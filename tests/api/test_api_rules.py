@@ -416,6 +416,105 @@ INVALID += [
     ),
 ]
 
+# The ladder's rungs and routing by domain. BASE_SPEC's drafter is DSpark with adaptive
+# verification: FIXED is the same drafter at a fixed length.
+FIXED = {"adaptiveVerification": None}
+INVALID += [
+    (
+        "ladder-rungs-unique",
+        patched(drafter=FIXED, ladder={"rungs": ["schedule", "schedule"]}),
+        "spec.ladder.rungs[1]",
+        "each rung at most once, got schedule twice",
+    ),
+    (
+        "ladder-adaptive-dspark",
+        patched(drafter=EAGLE, ladder={"rungs": ["adaptive"]}),
+        "spec.ladder.rungs[0]",
+        "adaptive is only supported with spec.drafter.method dspark, got method eagle3",
+    ),
+    (
+        "ladder-adaptive-configured",
+        patched(ladder={"rungs": ["adaptive"]}),
+        "spec.ladder.rungs[0]",
+        "spec.drafter.adaptiveVerification is true",
+    ),
+    (
+        "ladder-schedule-needs-k",
+        patched(drafter={**FIXED, "numSpeculativeTokens": None}, ladder={"rungs": ["schedule"]}),
+        "spec.drafter.numSpeculativeTokens",
+        "required when spec.ladder.rungs has schedule",
+    ),
+    (
+        "ladder-schedule-fixed",
+        patched(ladder={"rungs": ["schedule"]}),
+        "spec.ladder.rungs[0]",
+        "got spec.drafter.adaptiveVerification true",
+    ),
+    (
+        "ladder-schedule-fixed",
+        patched(
+            drafter={
+                **FIXED,
+                "perBatchSize": [{"minBatchSize": 1, "maxBatchSize": 8, "numSpeculativeTokens": 4}],
+            },
+            ladder={"rungs": ["adaptive", "schedule"]},
+        ),
+        "spec.ladder.rungs[1]",
+        "got spec.drafter.perBatchSize",
+    ),
+    (
+        "ladder-schedule-router",
+        {
+            **patched(drafter=FIXED, ladder={"rungs": ["schedule"]}),
+            "metricsSource": {"type": "scrape"},
+        },
+        "spec.ladder.rungs[0]",
+        "needs spec.metricsSource.type router",
+    ),
+    (
+        "ladder-adaptive-no-eager",
+        patched(
+            drafter=FIXED,
+            ladder={"rungs": ["adaptive"]},
+            runtime={"extraArgs": ["--enforce-eager"]},
+        ),
+        "spec.ladder.rungs[0]",
+        "with --enforce-eager in spec.runtime.extraArgs, got --enforce-eager",
+    ),
+    (
+        "ladder-adaptive-no-pipeline",
+        patched(
+            drafter=FIXED,
+            ladder={"rungs": ["schedule", "adaptive"]},
+            runtime={"extraArgs": ["-pp", "2"]},
+        ),
+        "spec.ladder.rungs[1]",
+        "above 1 in spec.runtime.extraArgs, got -pp 2",
+    ),
+    (
+        "duration-retryAfter",
+        patched(ladder={"retryAfter": "30s"}),
+        "spec.ladder.retryAfter",
+        "between 1m and 168h, got 30s",
+    ),
+    (
+        "routing-router",
+        {
+            **patched(routing={"byDomain": True}),
+            "metricsSource": {"type": "prometheus", "prometheusUrl": "http://p:9090"},
+        },
+        "spec.routing.byDomain",
+        "needs spec.metricsSource.type router (the verdicts per domain come from the router's "
+        "samples), got metricsSource.type prometheus",
+    ),
+    (
+        "routing-continuous",
+        patched(routing={"byDomain": True}, shadow=PERIODIC),
+        "spec.routing.byDomain",
+        "needs spec.shadow.schedule continuous",
+    ),
+]
+
 # Owned `vllm serve` flags, each as users might write it, with the field to use instead.
 OWNED_ARGS: list[tuple[str, str, str]] = [
     (
@@ -614,6 +713,36 @@ VALID: list[tuple[str, dict[str, Any]]] = [
 ]
 
 
+VALID += [
+    (
+        "ladder: adaptive then schedule",
+        patched(drafter=FIXED, ladder={"rungs": ["adaptive", "schedule"], "retryAfter": "1h"}),
+    ),
+    ("ladder: schedule first", patched(drafter=FIXED, ladder={"rungs": ["schedule", "adaptive"]})),
+    ("ladder: empty", patched(ladder={"rungs": []})),
+    (
+        "ladder: schedule for eagle3",
+        patched(drafter={**EAGLE, "numSpeculativeTokens": 4}, ladder={"rungs": ["schedule"]}),
+    ),
+    (
+        "ladder: eager without adaptive rung",
+        patched(
+            drafter=FIXED,
+            ladder={"rungs": ["schedule"]},
+            runtime={"extraArgs": ["--enforce-eager", "-pp", "2"]},
+        ),
+    ),
+    ("routing by domain", patched(routing={"byDomain": True})),
+    (
+        "routing off with periodic shadow and scrape",
+        {
+            **patched(routing={"byDomain": False}, shadow=PERIODIC),
+            "metricsSource": {"type": "scrape"},
+        },
+    ),
+    ("tool-call guardrail off", patched(rollback={"toolCallGuardrail": False})),
+]
+
 RULE_BY_NAME = {rule.name: rule for rule in RULES}
 
 
@@ -622,6 +751,7 @@ def test_python_only_rules_are_the_documented_ones() -> None:
     assert [rule.name for rule in RULES if rule.cel is None] == [
         "extra-config-owned",
         "adaptive-no-pipeline",
+        "ladder-adaptive-no-pipeline",
     ]
 
 

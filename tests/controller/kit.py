@@ -355,7 +355,7 @@ TOOLS = [
 @dataclass
 class Load:
     """Closed-loop streaming clients against the router pods; change ``concurrency`` and
-    ``domain`` while it runs."""
+    ``domain`` while it runs (``mixed``: every other client math, the others tool calls)."""
 
     urls: list[str]
     concurrency: int = 4
@@ -393,6 +393,8 @@ class Load:
                 await asyncio.sleep(0.2)
                 continue
             domain = self.domain
+            if domain == "mixed":
+                domain = ("math", "tool_call")[index % 2]
             body: dict[str, Any] = {
                 "model": "dsv4",
                 "stream": True,

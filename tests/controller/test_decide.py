@@ -388,7 +388,7 @@ def test_gather_fills_the_evidence_record(sd: SpeculativeDeployment) -> None:
         startup=READY
     )
     assert [f.name for f in dataclasses.fields(Evidence)] == [
-        "verdict", "startup", "errors", "speculation", "pin", "retry", "spans",
+        "verdict", "startup", "errors", "speculation", "tool_calls", "pin", "retry", "spans",
     ]  # fmt: skip
 
 

@@ -97,3 +97,70 @@ def test_lease_is_free_only_when_expired_or_ours() -> None:
     assert lease_free(lease, "b", 116.0)
     assert lease_free(lease, "a", 101.0)
     assert lease_free({"spec": {}}, "b", 0.0)
+
+
+BEYOND = {
+    "metadata": {"name": "dsv4"},
+    "spec": {"evaluation": {"tolerance": 0.03, "consecutiveWindows": 2}},
+    "status": {
+        "mode": "speculative",
+        "arms": {
+            "serving": {"arm": "speculative", "deployment": "dsv4-spec", "replicas": 1,
+                        "readyReplicas": 1},
+            "shadow": {"arm": "baseline", "deployment": "dsv4-base", "replicas": 2,
+                       "readyReplicas": 2},
+            "mirrorShare": 1.0, "routes": {"tool_call": "baseline"},
+        },
+        "ladder": {
+            "rung": {"name": "schedule", "schedule": [
+                {"minBatchSize": 1, "maxBatchSize": 23, "numSpeculativeTokens": 7},
+                {"minBatchSize": 24, "maxBatchSize": 1024, "numSpeculativeTokens": 0}]},
+            "lost": [{"rung": "configured", "at": 0, "reason": "Regressed", "message": "+29%"}],
+            "levels": [{"low": 4, "high": 5, "inFlight": 4.0, "outcome": "improved",
+                        "ratio": 0.5, "pairs": 300}],
+        },
+        "routing": {"split": True, "replicas": {"speculative": 1, "baseline": 2}, "domains": [
+            {"domain": "math", "arm": "speculative", "outcome": "improved", "ratio": 0.6,
+             "share": 0.3},
+            {"domain": "tool_call", "arm": "baseline", "outcome": "regressed", "ratio": 1.5,
+             "share": 0.7}]},
+        "lastVerdict": {"outcome": "improved", "ratio": 0.6, "toolCalls": {
+            "pairs": 162, "invalid": {"speculative": 12, "baseline": 0}, "onlySpeculative": 12,
+            "onlyBaseline": 0, "pValue": 0.000244}},
+        "transitions": [{"time": "2026-12-01T05:00:01Z", "from": "baseline",
+                         "to": "speculative", "reason": "Improved", "message": "m",
+                         "rung": "schedule"}],
+    },
+}  # fmt: skip
+
+
+def test_status_and_why_show_the_rung_the_split_and_the_tool_calls() -> None:
+    from specguard.controller._plugin import format_status
+
+    assert format_status(BEYOND).splitlines() == [
+        "dsv4: mode speculative",
+        "  serving: speculative (dsv4-spec) 1/1 ready",
+        "  shadow: baseline (dsv4-base) 2/2 ready",
+        "  mirror share: 1.0",
+        "  rung: schedule (in flight 1-23: k=7, 24-1024: k=0)",
+        "    lost: configured at 1970-01-01T00:00:00Z, Regressed: +29%",
+        "    evidence per in-flight band: 4-5 improved −50.0%",
+        "  routes: tool_call → baseline",
+        "    math: speculative arm, improved −40.0%, 30% of requests",
+        "    tool_call: baseline arm, regressed +50.0%, 70% of requests",
+        "  last verdict: improved, ratio 0.6",
+        "  tool calls: 162 mirrored pairs with tools, invalid 12 with the drafter vs 0 without "
+        "(p=0.00024)",
+    ]
+    why = explain(BEYOND)
+    assert why.startswith(
+        "The speculative arm serves clients. Split by request domain: tool_call by the "
+        "baseline arm; both arms serve and each is still compared with the other on mirrored "
+        "requests. The drafter arm runs the schedule (in flight 1-23: k=7, 24-1024: k=0) "
+        "configuration of the ladder. Rungs that lost (tried again after "
+        "spec.ladder.retryAfter): configured."
+    )
+    assert "Tool calls: 162 mirrored pairs with tools" in why
+    assert format_history(BEYOND) == (
+        "2026-12-01T05:00:01Z  baseline → speculative (schedule)  Improved: m"
+    )

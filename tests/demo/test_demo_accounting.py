@@ -193,7 +193,10 @@ def test_summary_says_whether_the_goal_is_met() -> None:
     ("text", "message"),
     [
         ("math:4", "phase 1 'math:4': expected DOMAIN:PER_POD:SECONDS"),
-        ("math:4:40,chat:4:10", "phase 2: domain must be one of math, tool_call, got 'chat'"),
+        (
+            "math:4:40,chat:4:10",
+            "phase 2: domain must be one of math, tool_call, mixed, agents, got 'chat'",
+        ),
         ("math:0:40", "phase 1: streams per pod must be 1..512 (or RATE/s for an open loop), "
                       "got '0'"),
         ("math:4:soon", "phase 1: seconds must be 1..3600, got 'soon'"),
@@ -215,6 +218,11 @@ def test_schedule_phases() -> None:
     assert phases == (Phase("math", 4, 40.0), Phase("tool_call", 144, 100.5))
     assert [(s.start, s.end) for s in spans(phases)] == [(0.0, 40.0), (40.0, 140.5)]
     assert phases[1].streams(2) == 288
+    (mixed,) = parse_schedule("mixed:160:60")
+    assert [mixed.domain_of(i) for i in range(4)] == ["math", "tool_call", "math", "tool_call"]
+    assert phases[1].domain_of(3) == "tool_call" and mixed.label() == "math + tool calls"
+    (agents,) = parse_schedule("agents:64:60")
+    assert [agents.domain_of(i) for i in range(8)] == ["math", *["tool_call"] * 3] * 2
 
 
 def test_open_loop_phases() -> None:

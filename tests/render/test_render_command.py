@@ -148,3 +148,41 @@ def test_a_wrong_kind_in_specguards_group_is_still_refused(
         f"{path} (document 2, qwen): kind: must be SpeculativeDeployment, "
         "got 'SpeculativeDeplyment'"
     ]
+
+
+LADDER = ROOT / "examples" / "deepseek-v4-ladder-tp4.yaml"
+
+
+def _spec_args(out: str) -> str:
+    docs = {d["metadata"]["name"]: d for d in yaml.safe_load_all(out)}
+    args = docs["dsv4-spec"]["spec"]["template"]["spec"]["containers"][0]["args"]
+    return str(args[args.index("--speculative-config") + 1])
+
+
+def test_rung_from_the_flag_or_from_status(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    assert main([str(LADDER), "--rung", "adaptive"]) == 0
+    assert '"enable_adaptive_verification":true' in _spec_args(capsys.readouterr().out)
+    # A resource read back from the cluster renders the rung its status says runs.
+    live = yaml.safe_load(LADDER.read_text())
+    schedule = [{"minBatchSize": 1, "maxBatchSize": 30, "numSpeculativeTokens": 7},
+                {"minBatchSize": 31, "maxBatchSize": 1024, "numSpeculativeTokens": 0}]  # fmt: skip
+    live["status"] = {"ladder": {"rung": {"name": "schedule", "schedule": schedule}}}
+    path = tmp_path / "live.yaml"
+    path.write_text(yaml.safe_dump(live))
+    assert main([str(path)]) == 0
+    assert '"num_speculative_tokens_per_batch_size":[[1,30,7],[31,1024,0]]' in _spec_args(
+        capsys.readouterr().out
+    )
+    assert main([str(path), "--rung", "configured"]) == 0
+    assert "per_batch" not in _spec_args(capsys.readouterr().out)
+
+
+def test_schedule_rung_without_a_derived_schedule_is_one_line() -> None:
+    proc = run(str(LADDER), "--rung", "schedule")
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr == (
+        "specguard render: --rung schedule: dsv4 has no derived schedule in status.ladder (the "
+        "operator derives it when the schedule rung is chosen)\n"
+    )

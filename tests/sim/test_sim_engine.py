@@ -121,3 +121,18 @@ def test_synthetic_acceptance_length_overrides_the_profile() -> None:
     )
     # ~1,300 draft steps: the mean is within ~3% at 3 standard errors
     assert 1 + accepted / drafts == pytest.approx(2.5, rel=0.05)
+
+
+def test_a_draft_length_past_the_acceptance_model_keeps_the_engine_running() -> None:
+    # k = 32 (the API's largest) with adaptive verification: the profile's acceptance model
+    # has 16 positions. Adaptive verification weighed every k up to 32 and the engine loop
+    # died on the 17th (every request then hung); positions past the model accept nothing.
+    spec = {"method": "dspark", "model": "m", "num_speculative_tokens": 32,
+            "enable_adaptive_verification": True}  # fmt: skip
+    args = ["--profile", "deepseek-v4", "--speculative-config", json.dumps(spec),
+            "--time-scale", "0.2"]  # fmt: skip
+    with start_sim(args) as sim:
+        done = asyncio.run(
+            asyncio.wait_for(_concurrent(sim.url, [completion_payload(None, 40)] * 3), 30)
+        )
+    assert [r.tokens for r in done] == [40, 40, 40]

@@ -206,6 +206,12 @@ PRINTER_COLUMNS: Final[list[Schema]] = [
         "description": "Speculative-decoding method",
     },
     {
+        "name": "Rung",
+        "type": "string",
+        "jsonPath": ".status.ladder.rung.name",
+        "description": "Drafter configuration the speculative arm runs (spec.ladder)",
+    },
+    {
         "name": "Ratio",
         "type": "number",
         "jsonPath": ".status.lastVerdict.ratio",

@@ -14,11 +14,11 @@ A shape error does not hide the rules about the rest: when the spec does not val
 rules see a :class:`Partial` view in which each field that validated on its own reads as
 usual and reading one that did not skips just the rules that read it.
 
-Two rules have no CEL twin: the keys of ``spec.drafter.extraConfig`` (an object that
+Three rules have no CEL twin: the keys of ``spec.drafter.extraConfig`` (an object that
 preserves unknown fields, which the API server does not expose to CEL) and a
-pipeline-parallel size with adaptive verification (``-pp 2`` spreads over two list items,
-and CEL on a list sees one at a time). The differential test against a real API server
-allows exactly these two.
+pipeline-parallel size with adaptive verification, configured or as a ladder rung (``-pp 2``
+spreads over two list items, and CEL on a list sees one at a time). The differential test
+against a real API server allows exactly these.
 
 CEL rules use only what cel-python also evaluates (``has()``, ``size()``, ``in``,
 ``all``/``exists``/``exists_one``, ``matches``, ``duration()``), except the quantity bounds,
@@ -356,6 +356,146 @@ def _per_batch_k_bounded(drafter: Any) -> Iterator[Finding]:
                 f".perBatchSize[{index}].numSpeculativeTokens",
                 f"got {r.num_speculative_tokens} above {k}",
             )
+
+
+# --- ladder and routing ---------------------------------------------------------------
+
+
+@rule(
+    "ladder-rungs-unique",
+    scope="spec.ladder.rungs",
+    field="",
+    message="each rung at most once",
+    cel="self.all(r, self.exists_one(s, s == r))",
+)
+def _ladder_rungs_unique(rungs: list[Any]) -> Iterator[Finding]:
+    seen: set[str] = set()
+    for index, rung in enumerate(rungs):
+        if rung in seen:
+            yield At(f"[{index}]", f"got {rung} twice")
+        seen.add(rung)
+
+
+_LADDER_HAS = "has(self.ladder) && has(self.ladder.rungs) && '{rung}' in self.ladder.rungs"
+
+
+def _ladder_has(rung: str) -> str:
+    return _LADDER_HAS.format(rung=rung)
+
+
+def _rung_index(spec: Any, rung: str) -> int | None:
+    rungs = list(spec.ladder.rungs)
+    return rungs.index(rung) if rung in rungs else None
+
+
+@rule(
+    "ladder-adaptive-dspark",
+    scope="spec",
+    field=".ladder.rungs",
+    message="adaptive is only supported with spec.drafter.method dspark",
+    cel=f"!({_ladder_has('adaptive')}) || self.drafter.method == 'dspark'",
+)
+def _ladder_adaptive_dspark(spec: Any) -> Iterator[Finding]:
+    index = _rung_index(spec, "adaptive")
+    if index is not None and spec.drafter.method != "dspark":
+        yield At(f".ladder.rungs[{index}]", f"got method {spec.drafter.method}")
+
+
+@rule(
+    "ladder-adaptive-configured",
+    scope="spec",
+    field=".ladder.rungs",
+    message="adaptive is the configured drafter already (spec.drafter.adaptiveVerification "
+    "is true); remove one of them",
+    cel=f"!({_ladder_has('adaptive')}) || !has(self.drafter.adaptiveVerification) || "
+    "!self.drafter.adaptiveVerification",
+)
+def _ladder_adaptive_configured(spec: Any) -> Iterator[Finding]:
+    index = _rung_index(spec, "adaptive")
+    if index is not None and spec.drafter.adaptive_verification:
+        yield At(f".ladder.rungs[{index}]")
+
+
+@rule(
+    "ladder-schedule-needs-k",
+    scope="spec",
+    field=".drafter.numSpeculativeTokens",
+    message="required when spec.ladder.rungs has schedule (the schedule's draft length)",
+    cel=f"!({_ladder_has('schedule')}) || has(self.drafter.numSpeculativeTokens)",
+)
+def _ladder_schedule_needs_k(spec: Any) -> Iterator[Finding]:
+    if "schedule" in spec.ladder.rungs and spec.drafter.num_speculative_tokens is None:
+        yield ""
+
+
+@rule(
+    "ladder-schedule-fixed",
+    scope="spec",
+    field=".ladder.rungs",
+    message="schedule needs spec.drafter at a fixed draft length (no adaptiveVerification, "
+    "no perBatchSize): its verdicts per in-flight level are the schedule's evidence",
+    cel=f"!({_ladder_has('schedule')}) || (!has(self.drafter.perBatchSize) && "
+    "(!has(self.drafter.adaptiveVerification) || !self.drafter.adaptiveVerification))",
+)
+def _ladder_schedule_fixed(spec: Any) -> Iterator[Finding]:
+    index = _rung_index(spec, "schedule")
+    if index is None:
+        return
+    drafter = spec.drafter
+    if drafter.adaptive_verification:
+        yield At(f".ladder.rungs[{index}]", "got spec.drafter.adaptiveVerification true")
+    if drafter.per_batch_size:
+        yield At(f".ladder.rungs[{index}]", "got spec.drafter.perBatchSize")
+
+
+_ROUTER_SOURCE = (
+    "(!has(self.metricsSource) || !has(self.metricsSource.type) || "
+    "self.metricsSource.type == 'router')"
+)
+
+
+@rule(
+    "ladder-schedule-router",
+    scope="spec",
+    field=".ladder.rungs",
+    message="schedule needs spec.metricsSource.type router (the verdicts per in-flight "
+    "level come from the router's samples)",
+    cel=f"!({_ladder_has('schedule')}) || {_ROUTER_SOURCE}",
+)
+def _ladder_schedule_router(spec: Any) -> Iterator[Finding]:
+    index = _rung_index(spec, "schedule")
+    if index is not None and spec.metrics_source.type != "router":
+        yield At(f".ladder.rungs[{index}]", f"got metricsSource.type {spec.metrics_source.type}")
+
+
+_BY_DOMAIN = "has(self.routing) && has(self.routing.byDomain) && self.routing.byDomain"
+
+
+@rule(
+    "routing-router",
+    scope="spec",
+    field=".routing.byDomain",
+    message="needs spec.metricsSource.type router (the verdicts per domain come from the "
+    "router's samples)",
+    cel=f"!({_BY_DOMAIN}) || {_ROUTER_SOURCE}",
+)
+def _routing_router(spec: Any) -> Iterator[Finding]:
+    if spec.routing.by_domain and spec.metrics_source.type != "router":
+        yield f"got metricsSource.type {spec.metrics_source.type}"
+
+
+@rule(
+    "routing-continuous",
+    scope="spec",
+    field=".routing.byDomain",
+    message="needs spec.shadow.schedule continuous (a routed domain is served by the shadow "
+    "arm, which a periodic schedule scales to 0)",
+    cel=f"!({_BY_DOMAIN}) || !has(self.shadow) || !has(self.shadow.schedule) || "
+    "self.shadow.schedule == 'continuous'",
+)
+def _routing_continuous(spec: Any) -> Iterator[Finding]:
+    if spec.routing.by_domain and spec.shadow.schedule != "continuous":
+        yield f"got schedule {spec.shadow.schedule}"
 
 
 # --speculative-config keys specguard writes from typed fields.
@@ -738,11 +878,32 @@ _PIPELINE_PATTERN: Final = flag_pattern("--pipeline-parallel-size", "-pp")
     f"!self.runtime.extraArgs.exists(a, a.matches('{ENFORCE_EAGER_PATTERN}'))",
 )
 def _adaptive_no_eager(spec: Any) -> Iterator[Finding]:
-    if not spec.drafter.adaptive_verification:
-        return
-    for arg in spec.runtime.extra_args:
+    if spec.drafter.adaptive_verification:
+        yield from _eager_flags(spec.runtime.extra_args)
+
+
+def _eager_flags(args: list[str]) -> Iterator[str]:
+    """Findings for each --enforce-eager in ``args``."""
+    for arg in args:
         if re.search(ENFORCE_EAGER_PATTERN, arg):
             yield f"got {shown(arg.split('=', 1)[0], quote=False)}"
+
+
+@rule(
+    "ladder-adaptive-no-eager",
+    scope="spec",
+    field=".ladder.rungs",
+    message="adaptive: vLLM cannot combine adaptive verification with --enforce-eager in "
+    "spec.runtime.extraArgs",
+    cel=f"!({_ladder_has('adaptive')}) || "
+    "!has(self.runtime) || !has(self.runtime.extraArgs) || "
+    f"!self.runtime.extraArgs.exists(a, a.matches('{ENFORCE_EAGER_PATTERN}'))",
+)
+def _ladder_adaptive_no_eager(spec: Any) -> Iterator[Finding]:
+    index = _rung_index(spec, "adaptive")
+    if index is not None:
+        for detail in _eager_flags(spec.runtime.extra_args):
+            yield At(f".ladder.rungs[{index}]", detail)
 
 
 def _pipeline_size(args: list[str], index: int) -> tuple[str, int] | None:
@@ -768,13 +929,32 @@ def _pipeline_size(args: list[str], index: int) -> tuple[str, int] | None:
     cel=None,
 )
 def _adaptive_no_pipeline(spec: Any) -> Iterator[Finding]:
-    if not spec.drafter.adaptive_verification:
-        return
-    args = spec.runtime.extra_args
+    if spec.drafter.adaptive_verification:
+        yield from _pipeline_flags(spec.runtime.extra_args)
+
+
+def _pipeline_flags(args: list[str]) -> Iterator[str]:
+    """Findings for each pipeline-parallel size above 1 in ``args``."""
     for index in range(len(args)):
         found = _pipeline_size(args, index)
         if found is not None and found[1] > 1:
             yield f"got {shown(found[0], quote=False)} {found[1]}"
+
+
+@rule(
+    "ladder-adaptive-no-pipeline",
+    scope="spec",
+    field=".ladder.rungs",
+    message="adaptive: vLLM cannot combine adaptive verification with "
+    "--pipeline-parallel-size/-pp above 1 in spec.runtime.extraArgs",
+    # "-pp 2" is two list items; CEL's list macros see one item at a time.
+    cel=None,
+)
+def _ladder_adaptive_no_pipeline(spec: Any) -> Iterator[Finding]:
+    index = _rung_index(spec, "adaptive")
+    if index is not None:
+        for detail in _pipeline_flags(spec.runtime.extra_args):
+            yield At(f".ladder.rungs[{index}]", detail)
 
 
 # --- shadow and timing ---------------------------------------------------------------
@@ -889,6 +1069,7 @@ DURATION_BOUNDS: Final = (
     ("spec.rollback", "startupDeadline", "1m", "24h"),
     ("spec.shadow", "every", "1m", "168h"),
     ("spec.runtime", "shutdownTimeout", "0s", "1h"),
+    ("spec.ladder", "retryAfter", "1m", "168h"),
 )
 
 

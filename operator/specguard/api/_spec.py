@@ -7,7 +7,7 @@ together live in :mod:`specguard.api._rules`, where each has a CEL twin for the 
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Final, Literal, get_args
 
 from pydantic import BeforeValidator, Field, StringConstraints
 from pydantic_core import PydanticUndefined
@@ -43,6 +43,13 @@ def _not_a_boolean(value: Any) -> Any:
 
 
 TensorParallelSize = Annotated[Literal[1, 2, 4, 8], BeforeValidator(_not_a_boolean)]
+
+# Drafter configurations the ladder may try after spec.drafter as configured regresses
+# (each a variant of it), before it gives up the drafter; "configured" is the first rung.
+LadderRung = Literal["adaptive", "schedule"]
+LADDER_RUNGS: tuple[str, ...] = get_args(LadderRung)
+RungName = Literal["configured", "adaptive", "schedule"]
+RUNG_CONFIGURED: Final = "configured"
 MAX_SPECULATIVE_TOKENS = 32
 MAX_PER_BATCH_RANGES = 16
 MAX_EXTRA_ARGS = 64
@@ -541,6 +548,43 @@ class Rollback(SpecModel):
         description="Automatic transitions after which specguard stops flipping and waits for "
         "the specguard.io/retry annotation.",
     )
+    tool_call_guardrail: bool = Field(
+        default=True,
+        description="Roll the drafter back at once when, on mirrored requests that carry "
+        "tools, its arm returns invalid tool calls (arguments that are empty, not JSON, or "
+        "not what the request's tool schema asks) confidently more often than the arm "
+        "without it, whatever the latency. Needs metricsSource router. Default true.",
+    )
+
+
+class Ladder(SpecModel):
+    rungs: list[LadderRung] = Field(
+        default_factory=list,
+        max_length=len(LADDER_RUNGS),
+        description="Drafter configurations to try, in this order, when spec.drafter as "
+        "configured regresses, before giving up the drafter: adaptive (the same drafter "
+        "with enable_adaptive_verification; DSpark only) and schedule (the same drafter with "
+        "a num_speculative_tokens_per_batch_size schedule derived from the configured "
+        "drafter's verdicts per in-flight level). Each at most once. Empty (default): the "
+        "drafter as configured or none.",
+    )
+    retry_after: Duration = Field(
+        default=Seconds(6 * 3600),
+        description="How long a rung that lost stays out before the ladder may try it "
+        "again (1m to 168h). Default 6h.",
+    )
+
+
+class Routing(SpecModel):
+    by_domain: bool = Field(
+        default=False,
+        description="Route each request domain (tool_call, math, ...: the X-Specguard-Domain "
+        "header, or tool_call for a request with tools) to the arm that wins for it when "
+        "the domains' verdicts differ with confidence, both arms serving and both still "
+        "compared on mirrored copies; the arms' pod counts follow the split's traffic "
+        "shares (GPU-neutral). Needs metricsSource router and a continuous shadow. "
+        "Default false: one arm serves every request.",
+    )
 
 
 class MetricsSource(SpecModel):
@@ -583,4 +627,13 @@ class Spec(SpecModel):
     )
     metrics_source: MetricsSource = Field(
         default_factory=MetricsSource, description="Where the measurements come from."
+    )
+    ladder: Ladder = Field(
+        default_factory=Ladder,
+        description="Drafter configurations to try before no drafter (configured, then "
+        "adaptive verification or a per-batch-size schedule).",
+    )
+    routing: Routing = Field(
+        default_factory=Routing,
+        description="How the routers split requests between the arms.",
     )

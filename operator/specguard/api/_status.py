@@ -12,8 +12,9 @@ from typing import Literal
 from pydantic import Field
 
 from specguard._arms import ClientLoop, LoadMatch
+from specguard.api._spec import BatchSizeRange, RungName
 from specguard.api._wire import Passthrough, WireModel
-from specguard.api.constants import MAX_TRANSITIONS
+from specguard.api.constants import MAX_DOMAINS, MAX_LEVELS, MAX_TRANSITIONS
 from specguard.api.constants import Arm as ArmName
 
 Outcome = Literal["regressed", "improved", "neutral", "inconclusive"]
@@ -79,6 +80,128 @@ class Arms(WireModel):
         "per pod than a serving pod; closed-loop clients) or arrivals (a serving pod's "
         "arrivals per shadow pod; open-loop clients).",
     )
+    routes: dict[str, ArmName] = Field(
+        default_factory=dict,
+        max_length=MAX_DOMAINS,
+        description="Request domains the routers send to the other arm than the serving "
+        "one (spec.routing.byDomain), e.g. {tool_call: baseline}; every other domain goes to "
+        "the serving arm. Each arm's requests are still mirrored to the other one.",
+    )
+
+
+class DrafterRung(WireModel):
+    """One drafter configuration of the ladder: spec.drafter as configured, or a variant of
+    it (spec.ladder.rungs)."""
+
+    name: RungName = Field(
+        default="configured",
+        description="configured (spec.drafter as written), adaptive (with "
+        "enable_adaptive_verification) or schedule (with the derived schedule below).",
+    )
+    schedule: list[BatchSizeRange] | None = Field(
+        default=None,
+        max_length=4,
+        description="The schedule rung's num_speculative_tokens_per_batch_size, derived from "
+        "the configured drafter's verdicts per in-flight level (ladder.levels).",
+    )
+
+
+class LevelVerdict(WireModel):
+    """The configured drafter's verdict at one band of in-flight requests per pod: the
+    evidence a schedule is derived from."""
+
+    low: int = Field(ge=1, description="Lowest in-flight count of the band.")
+    high: int = Field(ge=1, description="Highest in-flight count of the band.")
+    in_flight: float = Field(
+        ge=0, description="Median in-flight requests per drafter pod of the judged pairs."
+    )
+    outcome: Outcome = Field(description="regressed, improved, neutral or inconclusive.")
+    ratio: float | None = Field(default=None, description="Per-token latency ratio.")
+    ci_lower: float | None = Field(default=None, description="Lower confidence bound.")
+    ci_upper: float | None = Field(default=None, description="Upper confidence bound.")
+    pairs: int = Field(ge=0, description="Mirrored pairs judged.")
+    window_end: str | None = Field(
+        default=None,
+        json_schema_extra={"format": "date-time"},
+        description="End of the newest window in the evidence (RFC 3339).",
+    )
+
+
+class RungLoss(WireModel):
+    rung: RungName = Field(description="The rung that lost.")
+    at: float = Field(description="Unix time it lost; it may be tried again retryAfter later.")
+    reason: str = Field(description="CamelCase cause: Regressed, DrafterStartupFailed, ...")
+    message: str = Field(default="", description="The numbers.")
+    ratio: float | None = Field(default=None, description="Latency ratio it lost with.")
+
+
+class LadderStatus(WireModel):
+    rung: DrafterRung = Field(
+        default_factory=DrafterRung,
+        description="The drafter configuration the speculative arm runs now.",
+    )
+    next: DrafterRung | None = Field(
+        default=None,
+        description="The configuration it moves to once the swap in progress is done.",
+    )
+    lost: list[RungLoss] = Field(
+        default_factory=list,
+        max_length=3,
+        description="Rungs that lost (one entry each, the latest loss).",
+    )
+    levels: list[LevelVerdict] = Field(
+        default_factory=list,
+        max_length=MAX_LEVELS,
+        description="The configured drafter's verdicts per band of in-flight requests.",
+    )
+    streak: int = Field(
+        default=0,
+        ge=0,
+        description="Regressed windows in a row of the shadow's rung while the baseline serves.",
+    )
+
+
+class DomainRoute(WireModel):
+    """One request domain's verdict and the arm it is routed to (spec.routing.byDomain)."""
+
+    domain: str = Field(max_length=32, description="The request domain (tool_call, math, ...).")
+    arm: ArmName = Field(description="The arm that serves it.")
+    outcome: Outcome = Field(description="The domain's last verdict.")
+    ratio: float | None = Field(default=None, description="Its per-token latency ratio.")
+    ci_lower: float | None = Field(default=None, description="Lower confidence bound.")
+    ci_upper: float | None = Field(default=None, description="Upper confidence bound.")
+    pairs: int = Field(default=0, ge=0, description="Mirrored pairs judged.")
+    share: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="Its share of the window's served load (the time its served requests "
+        "were in flight: Little's law).",
+    )
+    streak: int = Field(
+        default=0, ge=0, description="Windows in a row whose verdict points to the other arm."
+    )
+    since: float | None = Field(
+        default=None, description="Unix time it last moved (its cooldown's start)."
+    )
+
+
+class RoutingStatus(WireModel):
+    domains: list[DomainRoute] = Field(
+        default_factory=list,
+        max_length=MAX_DOMAINS,
+        description="Every domain seen, its verdict and its arm.",
+    )
+    split: bool = Field(
+        default=False,
+        description="Some domains are served by the other arm (arms.routes in effect, or "
+        "in preparation while the arms are resized to the split's traffic shares).",
+    )
+    replicas: dict[str, int] = Field(
+        default_factory=dict,
+        description="Pods per arm for the split: replicas + shadow.replicas shared so that "
+        "the busier arm's load per pod is smallest; chosen when the routes change.",
+    )
 
 
 class ClientsStatus(WireModel):
@@ -102,6 +225,20 @@ class ClientsStatus(WireModel):
 class ArmFigures(WireModel):
     speculative: float | None = Field(default=None, description="Speculative arm.")
     baseline: float | None = Field(default=None, description="Baseline arm.")
+
+
+class ToolCallFigures(WireModel):
+    """Tool-call validity on the window's mirrored pairs that carry tools."""
+
+    pairs: int = Field(ge=0, description="Mirrored pairs in which either arm made a tool call.")
+    invalid: ArmFigures = Field(
+        default_factory=ArmFigures, description="Invalid tool calls per arm."
+    )
+    only_speculative: int = Field(ge=0, description="Pairs invalid on the drafter arm only.")
+    only_baseline: int = Field(ge=0, description="Pairs invalid on the baseline arm only.")
+    p_value: float | None = Field(
+        default=None, description="One-sided exact test of the drafter arm's excess."
+    )
 
 
 class StatusVerdict(WireModel):
@@ -128,6 +265,12 @@ class StatusVerdict(WireModel):
         default_factory=dict, description="Per-domain latency ratio (tool_call, chat, ...)."
     )
     reason: str = Field(default="", description="Why this outcome (e.g. too few samples).")
+    tool_calls: ToolCallFigures | None = Field(
+        default=None, description="Tool-call validity on mirrored pairs with tools."
+    )
+    rung: RungName | None = Field(
+        default=None, description="The drafter configuration the speculative arm ran."
+    )
     window_end: str | None = Field(
         default=None,
         json_schema_extra={"format": "date-time"},
@@ -142,6 +285,11 @@ class Transition(WireModel):
     reason: str = Field(description="CamelCase cause: Regressed, Improved, StartupDeadline, ...")
     message: str = Field(default="", description="Human-readable detail.")
     ratio: float | None = Field(default=None, description="Latency ratio that triggered it.")
+    rung: RungName | None = Field(
+        default=None,
+        description="The drafter configuration of the speculative arm: the one rolled back, "
+        "or the one re-promoted (spec.ladder).",
+    )
 
 
 class Status(WireModel):
@@ -178,6 +326,12 @@ class Status(WireModel):
         default=None,
         description="Closed-loop or open-loop clients, and so the load match "
         "(arms.loadMatch): the operator's finding from the router samples.",
+    )
+    ladder: LadderStatus | None = Field(
+        default=None, description="The drafter configuration ladder (spec.ladder)."
+    )
+    routing: RoutingStatus | None = Field(
+        default=None, description="Routing by request domain (spec.routing.byDomain)."
     )
 
 

@@ -106,6 +106,9 @@ SPECGUARD_UID: Final = 65532
 
 # status.transitions keeps only the most recent entries so the object stays small.
 MAX_TRANSITIONS: Final = 20
+# Request domains routed or reported per resource, and in-flight bands of ladder evidence.
+MAX_DOMAINS: Final = 16
+MAX_LEVELS: Final = 24
 
 
 def arm_deployment_name(name: str, arm: str) -> str:

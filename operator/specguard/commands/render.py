@@ -1,4 +1,5 @@
-"""`specguard render FILE.yaml|- [--mode baseline]`: print the objects specguard would run.
+"""`specguard render FILE.yaml|- [--mode baseline] [--rung NAME]`: print the objects specguard
+would run.
 
 Bad input (unreadable file, not YAML, an invalid resource) prints one line per problem,
 each naming the field, and exits 2. ``-`` reads standard input. Input is read through
@@ -18,6 +19,7 @@ import yaml
 from specguard._args import ArgumentParser, UsageError
 from specguard.api import (
     MAX_INPUT_BYTES,
+    DrafterRung,
     LoadError,
     SpecError,
     SpeculativeDeployment,
@@ -159,7 +161,32 @@ def build_parser() -> ArgumentParser:
         default=c.ARM_SPECULATIVE,
         help="which arm serves: speculative (drafter on) or baseline (after a rollback)",
     )
+    parser.add_argument(
+        "--rung",
+        choices=("configured", "adaptive", "schedule"),
+        help="the drafter configuration of the speculative arm (spec.ladder); default: the "
+        "one in the resource's status.ladder, else configured. schedule takes the schedule "
+        "derived in status.ladder",
+    )
     return parser
+
+
+def drafter_rung(sd: SpeculativeDeployment, name: str | None) -> DrafterRung | None:
+    """The rung to render: ``name``, or the one the resource's status says runs; the
+    schedule rung takes its derived schedule from the status (UsageError without one)."""
+    ladder = sd.status.ladder if sd.status is not None else None
+    if name is None:
+        return ladder.rung if ladder is not None else None
+    if name != "schedule":
+        return DrafterRung(name=name)
+    known = [r for r in (ladder.rung, ladder.next) if r is not None] if ladder else []
+    derived = next((r for r in known if r.name == "schedule" and r.schedule), None)
+    if derived is None:
+        raise UsageError(
+            f"--rung schedule: {sd.name} has no derived schedule in status.ladder (the "
+            "operator derives it when the schedule rung is chosen)"
+        )
+    return derived
 
 
 def main(argv: list[str]) -> int:
@@ -175,6 +202,11 @@ def main(argv: list[str]) -> int:
         source = "<stdin>" if args.file == STDIN else shown(args.file, quote=False, limit=300)
         print(f"{source}: left out (not a SpeculativeDeployment): {', '.join(left_out)}",
               file=sys.stderr)  # fmt: skip
-    objects = [obj for sd in resources for obj in render_all(sd, args.mode)]
+    try:
+        rendered = [render_all(sd, args.mode, rung=drafter_rung(sd, args.rung)) for sd in resources]
+        objects = [obj for group in rendered for obj in group]
+    except UsageError as error:
+        print(f"specguard render: {error}", file=sys.stderr)
+        return 2
     sys.stdout.write(dump_yaml(objects))
     return 0

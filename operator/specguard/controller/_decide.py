@@ -20,6 +20,16 @@ Inside, in order:
    (``_clients.py``);
 6. the status: mode, target, conditions, the last verdict, the arms and the memory.
 
+Around them, beyond on/off (both no-ops for a resource without ``spec.ladder`` and
+``spec.routing``):
+
+- routing by domain (``_split.py``), before the policy: a settled window's per-domain
+  verdicts move domains between the arms, and the policy judges the traffic the serving arm
+  keeps; a split's pod counts go to the planner (a resize), its routes to the routers once
+  the counts are there;
+- the configuration ladder (``_rungs.py``), after the policy: a lost rung, the next one,
+  climbing back, and the pending rung taking effect once the cluster is settled.
+
 Where new behaviour goes: new evidence → ``judge.Evidence`` and :func:`gather`; new memory
 → ``judge.PolicyState``; a new guardrail → ``judge._guardrails``; a new condition or
 message → :func:`_conditions_after` / :func:`_events`.
@@ -28,23 +38,26 @@ message → :func:`_conditions_after` / :func:`_events`.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Literal
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
 
 from specguard._times import parse_time, rfc3339
 from specguard.api import (
+    ArmFigures,
     Arms,
     ArmStatus,
     Condition,
+    DrafterRung,
     Spec,
     Status,
     StatusVerdict,
+    ToolCallFigures,
     Transition,
     append_transition,
 )
 from specguard.api import constants as c
 from specguard.api.constants import Arm, other_arm
-from specguard.controller._clients import LoadMatchAfter, load_match_after
+from specguard.controller._clients import LoadMatchAfter, load_match_after, rule_in_force
 from specguard.controller._conditions import (
     evidence_sentence,
     set_condition,
@@ -52,22 +65,42 @@ from specguard.controller._conditions import (
     verdict_sentence,
 )
 from specguard.controller._mirror import mirror_share
+from specguard.controller._rungs import (
+    LadderTick,
+    drafter_rung,
+    ladder_state,
+    ladder_status,
+    ladder_step,
+    settle_rung,
+)
 from specguard.controller._schedule import shadow_active, shadow_replicas
-from specguard.controller._settings import policy_settings
+from specguard.controller._settings import judge_settings, policy_settings
+from specguard.controller._split import route, routing_state, routing_status
 from specguard.controller._swap import ArmObserved, SwapPlan, plan_swap
 from specguard.judge import (
     ArmErrors,
+    Cumulative,
     Decision,
     DraftCounters,
     Evidence,
+    LadderState,
+    Level,
     LoopEvidence,
     PolicyState,
+    RoutingState,
+    Sample,
     Startup,
+    ToolCallPairs,
     Verdict,
+    after_mode_change,
+    split_replicas,
     step,
 )
 
 EventType = Literal["Normal", "Warning"]
+# During a routing split each arm serves and receives the other's copies on the same pods:
+# at most this share of requests is copied, so the comparison goes on at a bounded cost.
+SPLIT_MIRROR_SHARE = 0.25
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,12 +126,17 @@ class Window:
     # The clients behind its serving requests and the window before (None: no per-request
     # samples), for the load match (_clients.py).
     clients: LoopEvidence | None = None
+    # The router feed's samples (per-domain verdicts, tool calls); empty for histograms.
+    samples: tuple[Sample, ...] = ()
+    # The configured drafter's verdicts per in-flight band (spec.ladder's schedule evidence).
+    levels: tuple[Level, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class Disturbance:
     """The last change no counted window may span, and when the loop last saw it: a swap
-    (or a paused shadow), an operator restart, a change in the pods of either arm."""
+    (or a paused shadow), an operator restart, a change in the pods of either arm, a new
+    drafter configuration rolling out."""
 
     at: float
     what: str
@@ -122,6 +160,8 @@ class Observation:
     window: Window | None = None
     apply_error: str | None = None  # the last apply the API server refused, until one works
     disturbed: Disturbance | None = None  # the last swap, restart or change in the pods
+    # The drafter arm's Deployment runs the rung of status.ladder on every pod (_rungs).
+    drafter_rolled_out: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +172,8 @@ class Outcome:
     events: tuple[EventSpec, ...]
     decision: Decision
     transition: Transition | None = None
+    rung: DrafterRung = field(default_factory=DrafterRung)  # the drafter arm's configuration
+    rung_changed: bool = False  # it changed at this tick: its Deployment is re-applied
 
 
 def current_target(status: Status) -> Arm:
@@ -143,20 +185,28 @@ def pinned_mode(annotations: Mapping[str, str]) -> Arm | None:
     return next((arm for arm in c.ARMS if arm == value), None)
 
 
-def judging(spec: Spec, status: Status, created: float, now: float) -> bool:
-    """Are windows judged now? The shadow is active, no swap is going on, and the mode in
-    effect is the target (the loop opens and closes windows only then)."""
-    return paused(spec, status, created, now) is None
+def judging(
+    spec: Spec, status: Status, created: float, now: float, rolled_out: bool = True
+) -> bool:
+    """Are windows judged now? The shadow is active, no swap is going on, the mode in effect
+    is the target, and the drafter arm's pods all run its configuration (``rolled_out``:
+    after a ladder rung changes) — the loop opens and closes windows only then."""
+    return paused(spec, status, created, now, rolled_out) is None
 
 
-def paused(spec: Spec, status: Status, created: float, now: float) -> str | None:
-    """Why windows are not judged now ("a swap", "a paused shadow"), or None."""
+def paused(
+    spec: Spec, status: Status, created: float, now: float, rolled_out: bool = True
+) -> str | None:
+    """Why windows are not judged now ("a swap", "a paused shadow", "a new drafter
+    configuration rolling out"), or None."""
     swapping = bool(status.arms and status.arms.swapping)
     in_effect = (status.mode or current_target(status)) == current_target(status)
     if swapping or not in_effect:
         return "a swap"
     if not shadow_active(spec, created, now):
         return "a paused shadow"
+    if not rolled_out:
+        return "a new drafter configuration rolling out"
     return None
 
 
@@ -197,14 +247,17 @@ def policy_state(status: Status) -> tuple[PolicyState, str | None]:
         return PolicyState(mode=fallback), f"status.policy.{exc}"
 
 
-def gather(obs: Observation) -> Evidence:
-    """The judge's evidence for this tick."""
+def gather(obs: Observation, verdict: Verdict | None = None) -> Evidence:
+    """The judge's evidence for this tick (``verdict``: the one the policy judges, when it
+    is not the window's own: with a routing split, the traffic the serving arm keeps)."""
     window = obs.window
     return Evidence(
-        verdict=None if window is None else window.verdict,
+        verdict=None if window is None else verdict or window.verdict,
         startup=obs.startup,
         errors=None if window is None else ArmErrors.of(window.verdict),
         speculation=None if window is None else window.drafts,
+        tool_calls=None if window is None or not window.samples
+        else ToolCallPairs.of(window.samples),
         pin=pinned_mode(obs.annotations),
         retry=obs.annotations.get(c.ANNOTATION_RETRY),
         spans=None
@@ -219,13 +272,43 @@ def decide(obs: Observation) -> Outcome:
     prev, spec, now = obs.status, obs.spec, obs.now
     old_target = current_target(prev)
     state, unreadable = policy_state(prev)
-    evidence = gather(obs)
-    state, decision = step(state, policy_settings(spec), now, evidence)
     mode = prev.mode or old_target
-    transition = _transition(old_target, decision, evidence, mode, rfc3339(now))
-
     swapping = bool(prev.arms and prev.arms.swapping)
+    settled = not swapping and mode == old_target
+
+    routing, verdict = routing_state(prev.routing), None
+    moves: list[str] = []
+    window = obs.window
+    # A window that spans a disturbance moves no domain, as it counts toward no change.
+    length = float(spec.evaluation.window)
+    counted = window is not None and window_spans(window, obs.disturbed, length) is None
+    if spec.routing.by_domain and window is not None and window.samples and settled and counted:
+        judged = judge_settings(spec, rule_in_force(spec, prev))
+        routing, moves, verdict = route(
+            spec, routing, mode=mode, samples=window.samples, settings=judged,
+            overall=window.verdict, now=now,
+        )  # fmt: skip
+    evidence = gather(obs, verdict)
+    settings = policy_settings(spec)
+    state, decision = step(state, settings, now, evidence)
+    transition = _transition(old_target, decision, evidence, mode, rfc3339(now))
+    if transition is not None:
+        routing = after_mode_change(routing, decision.target, now)
+
+    ladder, ladder_events = ladder_step(
+        spec, ladder_state(prev.ladder),
+        tick=LadderTick(serving=mode, swapping=swapping, split=bool(routing.routes(mode)),
+                        verdict=evidence.verdict if counted else None, halted=state.halted,
+                        levels=() if window is None or not counted else window.levels),
+        decision=decision, evidence=evidence, settings=settings,
+        rollback=_lost_serving(transition, evidence), now=now,
+    )  # fmt: skip
+    if transition is not None and spec.ladder.rungs:  # the rung rolled back or re-promoted
+        transition = transition.model_copy(update={"rung": ladder.rung.name})
+
     since = parse_time(prev.arms.swap_since) if prev.arms else None
+    before = dict(prev.routing.replicas) if prev.routing is not None else {}
+    counts = _split_counts(obs, routing, decision.target, before if not moves else None)
     plan = plan_swap(
         target=decision.target,
         mode=mode,
@@ -236,10 +319,19 @@ def decide(obs: Observation) -> Outcome:
         observed=obs.arms,
         now=now,
         swap_since=since,
+        counts=counts,
+        resize=(counts or {}) != before,  # a split's pods set, changed or given back
     )
     swap_since = (since or now) if plan.swapping else None
+    ladder, rung_events, rung_changed = settle_rung(
+        spec, ladder, settled=not plan.swapping and plan.mode == decision.target
+    )
+    if rung_changed:  # the policy's streak judged the configuration that is gone
+        state = replace(state, streak=0, cumulative=Cumulative())
 
     events = list(_events(obs, decision, transition, evidence, mode))
+    events += [EventSpec("Normal", "RouteChanged", move) for move in moves]
+    events += [EventSpec(*event) for event in (*ladder_events, *rung_events)]
     load_match = load_match_after(
         spec, prev, None if obs.window is None else obs.window.clients, rfc3339(now)
     )
@@ -249,12 +341,93 @@ def decide(obs: Observation) -> Outcome:
         events.append(EventSpec("Normal", "SwapComplete",
                                 f"{mode} → {plan.mode}: {plan.replicas[plan.mode]} serving "
                                 "pods ready"))  # fmt: skip
+    elif plan.done and plan.reason == "resize complete":
+        pods = ", ".join(f"{plan.replicas[a]} {a}" for a in c.ARMS)
+        events.append(EventSpec("Normal", "SplitResized", f"pods for the split: {pods}"))
     if unreadable is not None:
         why = f"{unreadable[:500]}: the policy starts from a fresh memory"
         events.insert(0, EventSpec("Warning", "PolicyMemoryReset", why))
     status = _status_after(obs, decision, state, transition, plan=plan, swap_since=swap_since,
                            load_match=load_match)  # fmt: skip
-    return Outcome(decision.target, plan, status, tuple(events), decision, transition)
+    rung = drafter_rung(ladder.rung)
+    status = _beyond_on_off(status, obs, plan=plan, routing=routing, counts=counts, ladder=ladder,
+                            rung=rung, evidence=evidence)  # fmt: skip
+    return Outcome(decision.target, plan, status, tuple(events), decision, transition, rung,
+                   rung_changed)  # fmt: skip
+
+
+def _lost_serving(
+    transition: Transition | None, evidence: Evidence
+) -> tuple[str, str, float | None] | None:
+    """A transition that took the drafter arm out of service on its own merits (not a pin
+    or an unpin): the serving rung lost."""
+    if transition is None or transition.to_mode != c.ARM_BASELINE:
+        return None
+    if transition.reason in ("Pinned", "Unpinned") or evidence.pin is not None:
+        return None
+    return transition.reason, transition.message, transition.ratio
+
+
+def _split_counts(
+    obs: Observation, routing: RoutingState, target: Arm, kept: Mapping[str, int] | None
+) -> dict[Arm, int] | None:
+    """Pods per arm for a routing split (None: the spec's counts). ``kept``: the counts in
+    force, which stay while the routes do (chosen when they change, not every window)."""
+    if not obs.spec.routing.by_domain or not routing.routes(target):
+        return None
+    if kept:
+        return {arm: int(kept[arm]) for arm in c.ARMS if arm in kept} or None
+    shadow = shadow_replicas(obs.spec, obs.created, obs.now)
+    current = {arm: obs.arms[arm].replicas for arm in c.ARMS}
+    return split_replicas(routing, target, serving=obs.spec.replicas, shadow=shadow,
+                          current=current)  # fmt: skip
+
+
+def _beyond_on_off(
+    status: Status,
+    obs: Observation,
+    *,
+    plan: SwapPlan,
+    routing: RoutingState,
+    counts: dict[Arm, int] | None,
+    ladder: LadderState,
+    rung: DrafterRung,
+    evidence: Evidence,
+) -> Status:
+    """The ladder's and the routing's part of the status: ``status.ladder``,
+    ``status.routing``, the routes in effect (once the arms have the split's pods), the
+    rung of the last verdict, and the window's tool calls."""
+    spec = obs.spec
+    update: dict[str, Any] = {}
+    if spec.ladder.rungs or obs.status.ladder is not None:
+        update["ladder"] = ladder_status(ladder)
+    if spec.routing.by_domain or obs.status.routing is not None:
+        update["routing"] = routing_status(routing, plan.mode, counts)
+        if status.arms is not None:
+            in_effect = plan.done and not plan.swapping and (
+                counts is None or all(plan.replicas[a] == counts[a] for a in c.ARMS)
+            )
+            routes = routing.routes(plan.mode) if in_effect else {}
+            arms: dict[str, Any] = {"routes": routes}
+            if routes:  # both arms serve: copies take serving pods' time (docs/operator.md)
+                arms["mirror_share"] = min(status.arms.mirror_share, SPLIT_MIRROR_SHARE)
+            update["arms"] = status.arms.model_copy(update=arms)
+    verdict = status.last_verdict
+    if verdict is not None and obs.window is not None and verdict.window_end == rfc3339(obs.now):
+        pairs = evidence.tool_calls
+        figures = None
+        if pairs is not None and pairs.pairs:
+            figures = ToolCallFigures(
+                pairs=pairs.pairs,
+                invalid=ArmFigures(speculative=float(pairs.invalid_speculative),
+                                   baseline=float(pairs.invalid_baseline)),
+                only_speculative=pairs.only_speculative,
+                only_baseline=pairs.only_baseline,
+                p_value=None if (p := pairs.p_value()) is None else round(p, 6),
+            )  # fmt: skip
+        wanted = {"tool_calls": figures, "rung": rung.name if spec.ladder.rungs else None}
+        update["last_verdict"] = verdict.model_copy(update=wanted)
+    return status.model_copy(update=update) if update else status
 
 
 def _why(decision: Decision, verdict: Verdict | None, serving: Arm) -> str:

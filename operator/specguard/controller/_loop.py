@@ -27,9 +27,9 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from specguard._objects import lookup, router_urls, vllm_urls
+from specguard._objects import arm_of, lookup, router_urls, vllm_urls
 from specguard._times import parse_time, rfc3339
-from specguard.api import SpecError, SpeculativeDeployment, Status, parse_resource
+from specguard.api import DrafterRung, SpecError, SpeculativeDeployment, Status, parse_resource
 from specguard.api import constants as c
 from specguard.controller._clients import SETTLE_S, rule_in_force, settled_after
 from specguard.controller._decide import (
@@ -47,10 +47,19 @@ from specguard.controller._decide import (
 from specguard.controller._kube import KubeError
 from specguard.controller._metrics import OperatorMetrics
 from specguard.controller._observe import drafter_startup, observe_arms
+from specguard.controller._rungs import rolled_out
 from specguard.controller._settings import judge_settings
 from specguard.controller._swap import ArmObserved
-from specguard.judge import LoadMatch, LoopEvidence, Sample, client_loop
-from specguard.render import render_all
+from specguard.judge import (
+    JudgeSettings,
+    Level,
+    LevelPairs,
+    LoadMatch,
+    LoopEvidence,
+    Sample,
+    client_loop,
+)
+from specguard.render import render_all, vllm_args
 from specguard.sources import (
     Reading,
     ScrapeSource,
@@ -142,6 +151,8 @@ def source_for(sd: SpeculativeDeployment) -> Source:
 
 
 _NONE = object()
+# What the owned objects are rendered from besides the spec: the replicas, the drafter rung.
+_RenderKey = tuple[tuple[tuple[str, int], ...], DrafterRung]
 
 
 @dataclass
@@ -153,19 +164,23 @@ class _Resource:
     source: Source
     window_start: float | None = None
     drafts_at_start: Mapping[str, Reading] | None = None
-    _rendered: tuple[tuple[tuple[str, int], ...], list[dict[str, Any]]] | None = None
-
-    def objects(self, replicas: Mapping[c.Arm, int]) -> list[dict[str, Any]]:
-        """The owned objects with these replicas (rendered again only when they change: an
-        idle tick renders nothing)."""
-        key = tuple(sorted(replicas.items()))
-        if self._rendered is None or self._rendered[0] != key:
-            self._rendered = (key, render_all(self.sd, replicas=replicas))
-        return self._rendered[1]
+    _rendered: tuple[_RenderKey, list[dict[str, Any]]] | None = None
     # The serving requests of the last judged window and its start: the clients are
     # classified over two windows (_clients.py).
     previous: tuple[Sample, ...] = ()
     previous_start: float | None = None
+    # The configured drafter's mirrored pairs per in-flight band, across windows (the
+    # ladder's schedule evidence; only with the schedule rung). Operator memory: a new
+    # operator starts from status.ladder.levels and new pairs.
+    levels: LevelPairs | None = None
+
+    def objects(self, replicas: Mapping[c.Arm, int], rung: DrafterRung) -> list[dict[str, Any]]:
+        """The owned objects with these replicas and the drafter arm's rung (rendered again
+        only when they change: an idle tick renders nothing)."""
+        key = (tuple(sorted(replicas.items())), rung)
+        if self._rendered is None or self._rendered[0] != key:
+            self._rendered = (key, render_all(self.sd, replicas=replicas, rung=rung))
+        return self._rendered[1]
 
 
 class ResourceLoop:
@@ -214,6 +229,7 @@ class ResourceLoop:
             prev = Status()
         created = parse_time(lookup(body, "metadata", "creationTimestamp")) or now
         arms = observe_arms(self.name, observed.deployments, observed.pods)
+        drafter_ready = self._rolled_out(resource, prev, observed)
         obs = Observation(
             name=self.name,
             spec=resource.sd.spec,
@@ -224,14 +240,24 @@ class ResourceLoop:
             annotations=lookup(body, "metadata", "annotations") or {},
             arms=arms,
             startup=drafter_startup(self.name, observed.pods),
-            window=await self._window(resource, prev, observed, created, now),
+            window=await self._window(
+                resource, prev, observed, created, now, rolled_out=drafter_ready
+            ),
             apply_error=self.applier.error,
-            disturbed=self._disturbance(resource, prev, arms, created, now),
+            disturbed=self._disturbance(
+                resource, prev, arms, created, now, rolled_out=drafter_ready
+            ),
+            drafter_rolled_out=drafter_ready,
         )
         outcome = decide(obs)
         if obs.window is not None:
             self._record_window(obs.window, outcome, now)
-        await self.applier.apply(resource.objects(outcome.plan.replicas), observed, now)
+        if outcome.rung_changed:
+            self.applier.reset()  # the drafter arm's pod template changes
+            if resource.levels is not None:
+                resource.levels.clear()
+        await self.applier.apply(resource.objects(outcome.plan.replicas, outcome.rung), observed,
+                                 now)  # fmt: skip
         await self.status.write(raw_status, outcome.status)
         events = list(outcome.events)
         if self.applier.error is not None and self.applier.error != self.applier.reported:
@@ -244,7 +270,18 @@ class ResourceLoop:
             counter = self.metrics.rollbacks if rollback else self.metrics.promotions
             counter.labels(self.namespace, self.name).inc()
         self.metrics.set_mode(self.namespace, self.name, outcome.plan.mode)
+        self.metrics.set_beyond(self.namespace, self.name, outcome.status)
         return outcome
+
+    def _rolled_out(self, resource: _Resource, prev: Status, observed: Observed) -> bool:
+        """Do the drafter arm's pods all run status.ladder's rung? Always true without a
+        ladder (the configuration then only changes with the spec)."""
+        spec = resource.sd.spec
+        if not spec.ladder.rungs:
+            return True
+        rung = prev.ladder.rung if prev.ladder is not None else None
+        drafters = [p for p in observed.pods if arm_of(p, self.name) == c.ARM_SPECULATIVE]
+        return rolled_out(drafters, vllm_args(spec, c.ARM_SPECULATIVE, rung))
 
     # -- the resource --------------------------------------------------------------------
 
@@ -297,10 +334,12 @@ class ResourceLoop:
         arms: Mapping[c.Arm, ArmObserved],
         created: float,
         now: float,
+        *,
+        rolled_out: bool = True,
     ) -> Disturbance | None:
         """The last change no counted window may span, as of this tick: this loop's start
         when an operator ran before it (a restart), a change in either arm's pods, and each
-        tick of a swap or a paused shadow."""
+        tick of a swap, a paused shadow or a new drafter configuration rolling out."""
         if self._arms_seen is None:
             if prev.policy is not None:
                 self._disturbed = Disturbance(now, "an operator restart")
@@ -309,7 +348,7 @@ class ResourceLoop:
             if changed is not None:
                 self._disturbed = Disturbance(now, changed)
         self._arms_seen = dict(arms)
-        why = paused(resource.sd.spec, prev, created, now)
+        why = paused(resource.sd.spec, prev, created, now, rolled_out)
         if why is not None:
             self._disturbed = Disturbance(now, why)
         return self._disturbed
@@ -321,11 +360,14 @@ class ResourceLoop:
         observed: Observed,
         created: float,
         now: float,
+        *,
+        rolled_out: bool = True,
     ) -> Window | None:
         """The window that ends now, if one does. Windows run only while judged; a swap,
-        a paused shadow or a new spec starts the next one afresh."""
+        a paused shadow, a drafter arm changing its configuration or a new spec starts the
+        next one afresh."""
         spec = resource.sd.spec
-        if not judging(spec, prev, created, now):
+        if not judging(spec, prev, created, now, rolled_out):
             resource.window_start, resource.drafts_at_start = None, None
             resource.previous, resource.previous_start = (), None
             return None
@@ -350,14 +392,18 @@ class ResourceLoop:
         resource.window_start, resource.drafts_at_start = now, drafts_at_end
         clients = self._clients(resource, window, start, now)
         rule = rule_in_force(spec, prev)
+        settled = _settled(window, settled_after(prev), rule)
+        settings = judge_settings(spec, rule)
         return Window(
-            verdict=_settled(window, settled_after(prev), rule).verdict(judge_settings(spec, rule)),
+            verdict=settled.verdict(settings),
             source_down=f"{window.source} unavailable: {window.problem}"
             if window.state == "down" else None,
             drafts=None if before is None else draft_counters(before, drafts_at_end),
             start=start,
             first_started=min((x.started_at for x in window.samples), default=None),
             clients=clients,
+            samples=settled.samples,
+            levels=self._levels(resource, prev, settled.samples, settings, now),
         )  # fmt: skip
 
     @staticmethod
@@ -374,6 +420,25 @@ class ResourceLoop:
         found = client_loop((*resource.previous, *serving), start=since, end=now)
         resource.previous, resource.previous_start = serving, start
         return found
+
+    @staticmethod
+    def _levels(
+        resource: _Resource,
+        prev: Status,
+        samples: Sequence[Sample],
+        settings: JudgeSettings,
+        now: float,
+    ) -> tuple[Level, ...]:
+        """The configured drafter's verdicts per in-flight band, with this window's pairs
+        (only with the schedule rung, and while the drafter arm runs the configured rung)."""
+        spec = resource.sd.spec
+        running = prev.ladder.rung.name if prev.ladder is not None else "configured"
+        if "schedule" not in spec.ladder.rungs or running != "configured" or not samples:
+            return ()
+        if resource.levels is None:
+            resource.levels = LevelPairs(per_band=2 * spec.evaluation.min_requests_per_arm)
+        resource.levels.add(samples)
+        return tuple(resource.levels.verdicts(settings, now))
 
     def _record_window(self, window: Window, outcome: Outcome, now: float) -> None:
         verdict = window.verdict

@@ -6,6 +6,7 @@ import contextlib
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
+from specguard.api import Status
 from specguard.api import constants as c
 
 LABELS = ("namespace", "name")
@@ -59,10 +60,40 @@ class OperatorMetrics:
         self.status_writes = Counter(
             "specguard_status_writes", "Status patches per resource", LABELS, registry=r
         )
+        self.rung = Gauge(
+            "specguard_rung",
+            "Drafter configuration the speculative arm runs (spec.ladder): 1 for the labelled "
+            "rung",
+            [*LABELS, "rung"],
+            registry=r,
+        )
+        self.route = Gauge(
+            "specguard_route",
+            "Request domains served by the other arm than the serving one (routing by "
+            "domain): 1 per domain routed, labelled with its arm",
+            [*LABELS, "domain", "arm"],
+            registry=r,
+        )
+        self._routes: dict[tuple[str, str], dict[str, c.Arm]] = {}  # the route labels shown
 
     def set_mode(self, namespace: str, name: str, mode: str) -> None:
         for arm in c.ARMS:
             self.mode.labels(namespace, name, arm).set(1.0 if arm == mode else 0.0)
+
+    def set_beyond(self, namespace: str, name: str, status: Status) -> None:
+        """The ladder's rung and the routes in effect, from the status just decided."""
+        if status.ladder is not None:
+            running = status.ladder.rung.name
+            for rung in ("configured", "adaptive", "schedule"):
+                self.rung.labels(namespace, name, rung).set(1.0 if rung == running else 0.0)
+        routes = dict(status.arms.routes) if status.arms is not None else {}
+        shown = self._routes.get((namespace, name), {})
+        for domain, arm in shown.items():
+            if routes.get(domain) != arm:
+                self.route.remove(namespace, name, domain, arm)
+        for domain, arm in routes.items():
+            self.route.labels(namespace, name, domain, arm).set(1.0)
+        self._routes[(namespace, name)] = routes
 
     def forget(self, namespace: str, name: str) -> None:
         for gauge in (self.tpot_ratio, self.source_up):
@@ -74,6 +105,11 @@ class OperatorMetrics:
         for arm in c.ARMS:
             with contextlib.suppress(KeyError):
                 self.mode.remove(namespace, name, arm)
+        for rung in ("configured", "adaptive", "schedule"):
+            with contextlib.suppress(KeyError):
+                self.rung.remove(namespace, name, rung)
+        for domain, arm in self._routes.pop((namespace, name), {}).items():
+            self.route.remove(namespace, name, domain, arm)
 
     def serve(self, port: int, addr: str = "0.0.0.0") -> None:
         start_http_server(port, addr=addr, registry=self.registry)

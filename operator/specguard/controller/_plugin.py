@@ -1,6 +1,6 @@
 """``kubectl specguard`` (console script ``kubectl-specguard``): read status, set annotations.
 
-kubectl specguard status NAME [-n NS]      mode, conditions, last verdict
+kubectl specguard status NAME [-n NS]      mode, rung, routes, conditions, last verdict
 kubectl specguard why NAME [-n NS]         the last verdict and decision, in sentences
 kubectl specguard history NAME [-n NS]     the mode changes (status.transitions)
 kubectl specguard pin NAME MODE [-n NS]    specguard.io/pin-mode=MODE (speculative|baseline)
@@ -52,6 +52,8 @@ def format_status(obj: Mapping[str, Any]) -> str:
             )
     if "mirrorShare" in arms:
         lines.append(f"  mirror share: {arms['mirrorShare']}")
+    lines += _ladder_lines(status.get("ladder"))
+    lines += _routing_lines(status.get("routing"), arms.get("routes") or {})
     for condition in status.get("conditions") or []:
         message = condition.get("message") or ""
         lines.append(
@@ -61,7 +63,74 @@ def format_status(obj: Mapping[str, Any]) -> str:
     verdict = status.get("lastVerdict")
     if verdict:
         lines.append(f"  last verdict: {verdict.get('outcome')}, ratio {verdict.get('ratio')}")
+        calls = verdict.get("toolCalls")
+        if calls:
+            lines.append("  tool calls: " + _tool_calls(calls))
     return "\n".join(lines)
+
+
+def _rung_text(rung: Mapping[str, Any] | None) -> str:
+    if not rung:
+        return "configured"
+    name = str(rung.get("name") or "configured")
+    schedule = rung.get("schedule") or []
+    if schedule:
+        parts = ", ".join(
+            f"{r.get('minBatchSize')}-{r.get('maxBatchSize')}: k={r.get('numSpeculativeTokens')}"
+            for r in schedule
+        )
+        name += f" (in flight {parts})"
+    return name
+
+
+def _ladder_lines(ladder: Mapping[str, Any] | None) -> list[str]:
+    if not ladder:
+        return []
+    line = f"  rung: {_rung_text(ladder.get('rung'))}"
+    if ladder.get("next"):
+        line += f" → {_rung_text(ladder['next'])} once the swap is done"
+    lines = [line]
+    for loss in ladder.get("lost") or []:
+        at = dt.datetime.fromtimestamp(float(loss.get("at") or 0), dt.UTC)
+        lines.append(f"    lost: {loss.get('rung')} at {at:%Y-%m-%dT%H:%M:%SZ}, "
+                     f"{loss.get('reason')}: {loss.get('message', '')}"[:300])  # fmt: skip
+    levels = ladder.get("levels") or []
+    if levels:
+        lines.append("    evidence per in-flight band: " + ", ".join(
+            f"{lv.get('low')}-{lv.get('high')} {lv.get('outcome')} {_pct(lv.get('ratio'))}"
+            for lv in levels))  # fmt: skip
+    return lines
+
+
+def _routing_lines(routing: Mapping[str, Any] | None, routes: Mapping[str, Any]) -> list[str]:
+    if not routing:
+        return []
+    lines = []
+    if routes:
+        lines.append("  routes: " + ", ".join(f"{d} → {a}" for d, a in sorted(routes.items())))
+    elif routing.get("split"):
+        counts = routing.get("replicas") or {}
+        lines.append(f"  routes: split decided, arms being resized to {counts}")
+    for d in routing.get("domains") or []:
+        share = d.get("share")
+        lines.append(
+            f"    {d.get('domain')}: {d.get('arm')} arm, {d.get('outcome')} "
+            f"{_pct(d.get('ratio'))}"
+            + (f", {share:.0%} of requests" if isinstance(share, int | float) else "")
+            + (f", {d['streak']} window(s) toward the other arm" if d.get("streak") else "")
+        )
+    return lines
+
+
+def _tool_calls(calls: Mapping[str, Any]) -> str:
+    invalid = calls.get("invalid") or {}
+    p = calls.get("pValue")
+    return (
+        f"{calls.get('pairs', 0)} mirrored pairs with tools, invalid "
+        f"{invalid.get('speculative', 0):.0f} with the drafter vs "
+        f"{invalid.get('baseline', 0):.0f} without"
+        + (f" (p={p:.2g})" if isinstance(p, int | float) else "")
+    )
 
 
 def format_history(obj: Mapping[str, Any]) -> str:
@@ -69,8 +138,9 @@ def format_history(obj: Mapping[str, Any]) -> str:
     if not rows:
         return "no mode changes yet"
     return "\n".join(
-        f"{t.get('time')}  {t.get('from')} → {t.get('to')}  {t.get('reason')}: "
-        f"{t.get('message', '')}"
+        f"{t.get('time')}  {t.get('from')} → {t.get('to')}"
+        + (f" ({t['rung']})" if t.get("rung") else "")
+        + f"  {t.get('reason')}: {t.get('message', '')}"
         for t in rows
     )
 
@@ -82,6 +152,18 @@ def explain(obj: Mapping[str, Any]) -> str:
     mode = status.get("mode", "unknown")
     spec_eval = lookup(obj, "spec", "evaluation") or {}
     sentences = [f"The {mode} arm serves clients."]
+    routes = lookup(status, "arms", "routes") or {}
+    if routes:
+        moved = ", ".join(f"{d} by the {a} arm" for d, a in sorted(routes.items()))
+        sentences.append(f"Split by request domain: {moved}; both arms serve and each is "
+                         "still compared with the other on mirrored requests.")  # fmt: skip
+    ladder = status.get("ladder")
+    if ladder:
+        rung = _rung_text(ladder.get("rung"))
+        sentences.append(f"The drafter arm runs the {rung} configuration of the ladder.")
+        lost = ", ".join(str(x.get("rung")) for x in ladder.get("lost") or [])
+        if lost:
+            sentences.append(f"Rungs that lost (tried again after spec.ladder.retryAfter): {lost}.")
     if not v:
         sentences.append("No window has been judged yet.")
         return " ".join(sentences)
@@ -118,6 +200,8 @@ def explain(obj: Mapping[str, Any]) -> str:
         if domains:
             parts = ", ".join(f"{d} {_pct(r)}" for d, r in sorted(domains.items()))
             sentences.append(f"By kind of request: {parts}.")
+    if v.get("toolCalls"):
+        sentences.append(f"Tool calls: {_tool_calls(v['toolCalls'])}.")
     policy = status.get("policy") or {}
     sentences.extend(_evidence(policy, spec_eval))
     if policy.get("halted"):

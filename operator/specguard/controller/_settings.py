@@ -25,6 +25,9 @@ resource                               judge / policy
 ``rollback.cooldown``                  ``PolicySettings.cooldown_s``
 ``rollback.startupDeadline``           ``PolicySettings.startup_deadline_s``
 ``rollback.maxFlaps``                  ``PolicySettings.max_flaps``
+``rollback.toolCallGuardrail``         ``PolicySettings.tool_call_guardrail`` (its test at
+                                       ``evaluation.confidence``:
+                                       ``tool_call_confidence``)
 =====================================  ==============================================
 
 ``evaluation.window`` is not a judge setting: it is how the loop cuts time into windows.
@@ -63,4 +66,6 @@ def policy_settings(spec: Spec) -> PolicySettings:
         startup_deadline_s=float(r.startup_deadline),
         max_flaps=r.max_flaps,
         speculation_min_requests=e.min_requests_per_arm,
+        tool_call_guardrail=r.tool_call_guardrail,
+        tool_call_confidence=e.confidence,
     )

@@ -66,15 +66,23 @@ def plan_swap(
     now: float,
     swap_since: float | None,
     settle_s: float = ROUTER_SETTLE_S,
+    counts: Mapping[Arm, int] | None = None,
+    resize: bool = False,
 ) -> SwapPlan:
     """The next step toward ``target`` (see the module docstring).
 
     ``shadow_replicas`` is the shadow's count now (0 between periods of a periodic shadow);
     ``max_pods`` is ``replicas + shadow.replicas`` from the spec, the GPU bound.
+
+    ``counts``: other final pod counts per arm than the target's serving and shadow ones (a
+    routing split's, ``judge.split_replicas``); ``resize``: they changed, so a settled
+    resource moves to them by the same steps as a swap (one pod out, one pod in, both arms
+    answering) rather than as a repair. A resize is done when both arms have their pods
+    ready: the routers then send each arm its share.
     """
-    final = final_replicas(target, serving_replicas, shadow_replicas)
+    final = dict(counts) if counts else final_replicas(target, serving_replicas, shadow_replicas)
     cur = {arm: observed[arm].replicas for arm in c.ARMS}
-    if not swapping and mode == target:
+    if not swapping and mode == target and not (resize and cur != final):
         changed = tuple(arm for arm in c.ARMS if cur[arm] != final[arm])
         why = "settled" if not changed else "repairing replica counts"
         return SwapPlan(final, target, False, True, why, changed)
@@ -90,8 +98,13 @@ def plan_swap(
                             f"wants {cur[arm]}")  # fmt: skip
     ready_up = observed[up].ready
     if cur == final:
-        if ready_up >= final[up]:
-            return SwapPlan(final, target, False, True, "swap complete")
+        resizing = mode == target
+        if ready_up >= final[up] and (not resizing or observed[down].ready >= final[down]):
+            return SwapPlan(final, target, False, True,
+                            "resize complete" if resizing else "swap complete")  # fmt: skip
+        if resizing:
+            waiting = ", ".join(f"{observed[a].ready}/{final[a]} {a}" for a in c.ARMS)
+            return SwapPlan(cur, mode, True, False, f"waiting: {waiting} pods ready")
         return SwapPlan(cur, mode, True, False, f"waiting: {ready_up}/{final[up]} {up} pods ready")
     if ready_up < cur[up]:
         return SwapPlan(cur, mode, True, False, f"waiting: {ready_up}/{cur[up]} {up} pods ready")

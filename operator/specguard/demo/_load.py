@@ -112,7 +112,7 @@ MAX_OPEN = 4096
 @dataclass
 class _State:
     phase: int = -1
-    domain: str = "math"
+    current: Phase | None = None
     streams: int = 0
     rate: float = 0.0  # open loop: arrivals per second in all
     stop: bool = False
@@ -170,7 +170,7 @@ class Client:
             current = next((s for s in self.spans if s.start <= at < s.end), None)
             if current is not None and current.index != self.state.phase:
                 self.state.phase = current.index
-                self.state.domain = current.phase.domain
+                self.state.current = current.phase
                 self.state.streams = current.phase.streams(self.replicas)
                 rate = current.phase.rate
                 self.state.rate = 0.0 if rate is None else rate * self.replicas
@@ -183,10 +183,11 @@ class Client:
         """One closed-loop stream: the next request when the last one is answered."""
         url = self.routers[index % len(self.routers)]
         while not self.state.stop:
-            if index >= self.state.streams:
+            current = self.state.current
+            if current is None or index >= self.state.streams:
                 await asyncio.sleep(0.05)
                 continue
-            status = await self._one(session, url, index)
+            status = await self._one(session, url, index, current.domain_of(index))
             if status != 200:
                 await asyncio.sleep(0.2)  # a failing router: do not spin
 
@@ -206,22 +207,26 @@ class Client:
             wait = due - time.monotonic()
             if wait > 0:
                 await asyncio.sleep(wait)
-            if self.state.rate <= 0 or self.state.stop:
+            current = self.state.current
+            if self.state.rate <= 0 or self.state.stop or current is None:
                 continue
             self._sent += 1
             url = self.routers[self._sent % len(self.routers)]
+            domain = current.domain_of(self._sent)
             if len(self.open) >= MAX_OPEN:
                 now = time.time()
-                self._write(StreamRecord(time.monotonic()), now, 599, self.state.domain,
+                self._write(StreamRecord(time.monotonic()), now, 599, domain,
                             self.state.phase)  # fmt: skip
                 continue
-            task = asyncio.create_task(self._one(session, url, -1))
+            task = asyncio.create_task(self._one(session, url, -1, domain))
             self.open.add(task)
             task.add_done_callback(self.open.discard)
 
-    async def _one(self, session: aiohttp.ClientSession, url: str, index: int) -> int:
-        """Send one request, write its line; its status (599: no answer)."""
-        domain, phase = self.state.domain, self.state.phase
+    async def _one(
+        self, session: aiohttp.ClientSession, url: str, index: int, domain: str
+    ) -> int:
+        """Send one request of ``domain``, write its line; its status (599: no answer)."""
+        phase = self.state.phase
         headers = {"Content-Type": "application/json", "X-Specguard-Domain": domain}
         started = time.time()
         record = StreamRecord(time.monotonic(), index)

@@ -1,12 +1,15 @@
 """The demo's traffic schedule: phases of one domain at one load for a while (pure).
 
-A phase is written ``DOMAIN:PER_POD:SECONDS``, e.g. ``tool_call:144:100``: ``PER_POD`` closed-loop
-streams for every serving pod (the client runs ``PER_POD × replicas`` streams, each sending its
-next request when its last one is answered), so the concurrency each engine sees is the one the
-simulator's crossover is stated in. ``DOMAIN:RATE/s:SECONDS``, e.g. ``tool_call:80/s:90``, is an
-open loop instead: ``RATE`` requests per second per serving pod (Poisson arrivals at
-``RATE × replicas`` a second, sent whatever the answers), the clients that arrive at their own
-pace. Phases are separated by commas; one schedule may mix both.
+A phase is written ``DOMAIN:PER_POD:SECONDS``, e.g. ``tool_call:144:100`` (DOMAIN math,
+tool_call, mixed: every other stream math, the others tool calls, or agents: one stream
+in four math, the others tool calls): ``PER_POD`` closed-loop streams for every serving pod
+(the client runs ``PER_POD × replicas`` streams, each sending its next request when its last
+one is answered), so the concurrency each engine sees is the one the simulator's crossover
+is stated in. ``DOMAIN:RATE/s:SECONDS``, e.g. ``tool_call:80/s:90``, is an open loop
+instead: ``RATE`` requests per second per serving pod (Poisson arrivals at ``RATE ×
+replicas`` a second, sent whatever the answers), the clients that arrive at their own pace
+(a mixed domain then alternates by arrival). Phases are separated by commas; one schedule
+may mix both.
 """
 
 from __future__ import annotations
@@ -16,7 +19,13 @@ from dataclasses import dataclass
 
 from specguard._args import UsageError
 
-DOMAINS = ("math", "tool_call")
+# "mixed": half the streams math, half tool calls, at once (one load, two domains);
+# "agents": one stream in four math, the others tool calls (an agent's mix).
+DOMAINS = ("math", "tool_call", "mixed", "agents")
+MIXES: dict[str, tuple[str, ...]] = {
+    "mixed": ("math", "tool_call"),
+    "agents": ("math", "tool_call", "tool_call", "tool_call"),
+}
 # Low-concurrency math, tool calls past the DeepSeek-V4 profile's fixed-k=7 crossover (on tool
 # calls the drafter loses from between 96 and 128 streams per engine: docs/demo.md), math again.
 # The demo's cooldown (30 s) ends well inside the tool-call phase after the rollback (the
@@ -44,6 +53,10 @@ class Phase:
         return self.per_pod * serving_pods
 
     def label(self) -> str:
+        if self.domain == "mixed":
+            return "math + tool calls"
+        if self.domain == "agents":
+            return "math + 3× tool calls"
         return "tool calls" if self.domain == "tool_call" else self.domain
 
     def per_pod_text(self) -> str:
@@ -58,6 +71,11 @@ class Phase:
                 f"({self.rate:g} per serving pod)"
             )
         return f"{self.streams(serving_pods)} streams ({self.per_pod} per serving pod)"
+
+    def domain_of(self, stream: int) -> str:
+        """The domain stream number ``stream`` sends in this phase."""
+        mix = MIXES.get(self.domain)
+        return mix[stream % len(mix)] if mix else self.domain
 
 
 @dataclass(frozen=True, slots=True)

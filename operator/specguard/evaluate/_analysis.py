@@ -31,7 +31,6 @@ Pure: no I/O. Definitions (docs/evaluate.md repeats them for users):
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -39,7 +38,19 @@ from typing import Any, Literal
 import numpy as np
 
 from specguard.evaluate._cells import VARIANTS, ArmRun, Cell
-from specguard.judge import ARMS, Arm, JudgeSettings, Sample, Verdict, judge
+from specguard.judge import (
+    ARMS,
+    Arm,
+    Crossing,
+    JudgeSettings,
+    LevelGain,
+    Sample,
+    Verdict,
+    crossing,
+    judge,
+    schedule_limit,
+    schedule_ranges,
+)
 
 Action = Literal["keep", "keep_adaptive", "off_above", "off", "operator"]
 ALL = "all"
@@ -209,26 +220,18 @@ def loses(row: Row, tolerance: float) -> bool:
 
 
 def crossover(subset: str, rows: Sequence[Row], tolerance: float = 0.0) -> Crossover:
-    """First level that loses, and the log-linear zero of the gain before it."""
-    ordered = sorted((r for r in rows if r.gain is not None), key=lambda r: r.concurrency)
-    previous: Row | None = None
-    for row in ordered:
-        gain = row.gain
-        assert gain is not None
-        if loses(row, tolerance) and gain < 0:
-            if previous is None:
-                return Crossover(subset, row.concurrency, None, at_first_level=True)
-            g_a = previous.gain
-            assert g_a is not None
-            if g_a <= 0:  # no gain at the level before: its zero is not between the two
-                return Crossover(subset, row.concurrency, None, at_first_level=False)
-            t = g_a / (g_a - gain)
-            log_c = math.log(previous.concurrency) + t * (
-                math.log(row.concurrency) - math.log(previous.concurrency)
-            )
-            return Crossover(subset, row.concurrency, math.exp(log_c), at_first_level=False)
-        previous = row
-    return Crossover(subset, None, None, at_first_level=False)
+    """First level that loses, and the log-linear zero of the gain before it
+    (``judge.crossing``, which the operator's ladder shares)."""
+    found = crossing(_level_gains(rows, tolerance))
+    return Crossover(subset, found.step, found.interpolated, found.at_first_level)
+
+
+def _level_gains(rows: Sequence[Row], tolerance: float) -> list[LevelGain]:
+    no_gain = set(_no_gain(rows))
+    return [
+        LevelGain(r.concurrency, r.gain, loses(r, tolerance), r.concurrency in no_gain)
+        for r in rows
+    ]
 
 
 def tool_vs_math(rows: Sequence[Row]) -> ToolVsMath | None:
@@ -278,15 +281,6 @@ def _no_gain(levels: Sequence[Row]) -> list[int]:
 
 def _levels_text(levels: Sequence[int]) -> str:
     return ", ".join(str(c) for c in levels)
-
-
-def _schedule(k: int | None, limit: int, max_batch: int) -> list[list[int]] | None:
-    """vLLM's [start, end, k] ranges; None when k is unknown (no k is made up)."""
-    if k is None:
-        return None
-    if limit >= max_batch:
-        return [[1, max_batch, k]]
-    return [[1, limit, k], [limit + 1, max_batch, 0]]
 
 
 def _per_batch_size(schedule: list[list[int]]) -> list[dict[str, int]]:
@@ -393,7 +387,7 @@ def _recommend(
             f"{_levels_text(faster)}, with no measurable gain (and no measurable loss) at "
             f"{_levels_text(no_gain)}."
         )
-        schedule = _schedule(k, max_batch, max_batch)
+        schedule = schedule_ranges(k, max_batch, max_batch)
         return Recommendation(
             action="keep",
             sentence=sentence + ("" if k is not None else _unknown_k(max_batch, max_batch)),
@@ -431,10 +425,10 @@ def _recommend(
             schedule=[[1, max_batch, 0]],
             spec={"drafter": None},
         )
-    last_win = max(r.concurrency for r in below)
-    limit = max(last_win, math.floor(overall.interpolated or last_win))
-    limit = min(limit, max_batch - 1)
-    schedule = _schedule(k, limit, max_batch)
+    found = Crossing(overall.step, overall.interpolated, overall.at_first_level)
+    limit = schedule_limit(_level_gains(levels, tolerance), found, max_batch)
+    assert limit is not None  # a crossing with a faster level below it
+    schedule = schedule_ranges(k, limit, max_batch)
     unknown = "" if k is not None else _unknown_k(limit, max_batch)
     off_above: dict[str, Any] = {
         "action": "off_above",
@@ -466,7 +460,7 @@ def _recommend(
                 ),
                 max_concurrency=limit,  # the fallback's N
                 k=k,
-                schedule=_schedule(k, max_batch, max_batch),
+                schedule=schedule_ranges(k, max_batch, max_batch),
                 spec=drafter_fields(adaptiveVerification=True),
                 alternative=off_above,
             )
@@ -521,7 +515,7 @@ def _recommend(
         ),
         max_concurrency=limit,
         k=k,
-        schedule=_schedule(k, max_batch, max_batch),
+        schedule=schedule_ranges(k, max_batch, max_batch),
         spec=drafter_fields(),
         alternative=off_above,
     )

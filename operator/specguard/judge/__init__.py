@@ -13,6 +13,11 @@
 - ``settings``: ``PolicySettings``, and the judge's settings as command-line flags;
 - ``clients``: one window's serving requests → closed-loop or open-loop clients, and so the
   load-match rule (``client_loop``, ``next_load_match``).
+- ``schedule``: where a drafter stops paying and the per-batch-size schedule that follows
+  (shared by ``specguard evaluate`` and the ladder);
+- ``ladder``: the drafter configuration ladder's steps and the schedule's evidence;
+- ``routing``: routing by request domain (per-domain verdicts, moves, the split's pods);
+- ``toolcalls``: mirrored pairs' tool-call validity and the drafter's excess.
 
 The CLI front end is ``specguard.commands.judge`` (``specguard judge SAMPLES.jsonl``); the
 resource's settings become ``JudgeSettings`` and ``PolicySettings`` in the controller.
@@ -41,6 +46,22 @@ from specguard.judge._histogram import (
     Histogram,
     judge_histograms,
 )
+from specguard.judge._ladder import (
+    RUNG_CONFIGURED,
+    LadderState,
+    Level,
+    LevelPairs,
+    Loss,
+    Rung,
+    after_loss,
+    climb_back,
+    derive_schedule,
+    describe,
+    merge_levels,
+    rung_order,
+    settle,
+    shadow_window,
+)
 from specguard.judge._policy import (
     MAX_TRANSITIONS_KEPT,
     Action,
@@ -50,13 +71,34 @@ from specguard.judge._policy import (
     change_mode,
     step,
 )
+from specguard.judge._routing import (
+    DomainState,
+    RoutingState,
+    after_mode_change,
+    domain_verdicts,
+    route_window,
+    served_load,
+    split_replicas,
+    winner,
+)
 from specguard.judge._sample import (
+    INVALID_TOOL_CALLS,
+    TOOL_CALLS,
     Measurement,
     Sample,
     SampleError,
+    ToolCall,
     parse_lines,
     read_lines,
     tpot,
+)
+from specguard.judge._schedule import (
+    Crossing,
+    LevelGain,
+    crossing,
+    faster_levels,
+    schedule_limit,
+    schedule_ranges,
 )
 from specguard.judge._settings import (
     PolicySettings,
@@ -64,6 +106,7 @@ from specguard.judge._settings import (
     flag_message,
     judge_settings_from_args,
 )
+from specguard.judge._toolcalls import ToolCallPairs, binomial_tail
 from specguard.judge._verdict import MAX_RESAMPLES, JudgeSettings, Verdict, judge
 
 __all__ = [
@@ -72,48 +115,81 @@ __all__ = [
     "BASIS_SCRAPE",
     "EMPTY",
     "GUARDRAILS",
+    "INVALID_TOOL_CALLS",
     "LOAD_MATCHES",
     "MAX_RESAMPLES",
     "MAX_TRANSITIONS_KEPT",
     "ROLES",
+    "RUNG_CONFIGURED",
+    "TOOL_CALLS",
     "Action",
     "Arm",
     "ArmErrors",
     "ClientLoop",
     "Command",
+    "Crossing",
     "Cumulative",
     "CumulativeSettings",
     "Decision",
+    "DomainState",
     "DraftCounters",
     "Evidence",
     "FollowUps",
     "Guardrail",
     "Histogram",
     "JudgeSettings",
+    "LadderState",
+    "Level",
+    "LevelGain",
+    "LevelPairs",
     "LoadMatch",
     "LoadMatchState",
     "LoopEvidence",
     "LoopSettings",
+    "Loss",
     "Measurement",
     "PolicySettings",
     "PolicyState",
     "Role",
+    "RoutingState",
+    "Rung",
     "Sample",
     "SampleError",
     "Startup",
+    "ToolCall",
+    "ToolCallPairs",
     "Trip",
     "Verdict",
     "add_judge_flags",
+    "after_loss",
+    "after_mode_change",
+    "binomial_tail",
     "change_mode",
     "client_loop",
+    "climb_back",
+    "crossing",
+    "derive_schedule",
+    "describe",
+    "domain_verdicts",
     "evidence_summary",
+    "faster_levels",
     "flag_message",
     "judge",
     "judge_histograms",
     "judge_settings_from_args",
+    "merge_levels",
     "next_load_match",
     "parse_lines",
     "read_lines",
+    "route_window",
+    "rung_order",
+    "schedule_limit",
+    "schedule_ranges",
+    "served_load",
+    "settle",
+    "shadow_window",
+    "split_replicas",
     "step",
     "tpot",
+    "winner",
 ]

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from specguard._arms import ARM_BASELINE, ARM_SPECULATIVE, Arm
+from specguard.judge._toolcalls import ToolCallPairs
 from specguard.judge._verdict import Verdict
 
 
@@ -74,6 +75,8 @@ class Evidence:
       ``ArmErrors.of(verdict)`` for router samples);
     - ``speculation``: the drafter arm's spec-decode counters over the window (the
       speculation guardrail);
+    - ``tool_calls``: the window's mirrored pairs with tools, and where their tool calls were
+      invalid (the tool-call guardrail);
     - ``pin``: the mode a user pinned (``specguard.io/pin-mode``): the policy keeps its
       memory but neither judges nor acts, and the target is the pin;
     - ``retry``: the value of ``specguard.io/retry``; a value the state has not seen is a
@@ -87,6 +90,7 @@ class Evidence:
     startup: Startup = field(default_factory=Startup)
     errors: ArmErrors | None = None
     speculation: DraftCounters | None = None
+    tool_calls: ToolCallPairs | None = None
     pin: Arm | None = None
     retry: str | None = None
     spans: str | None = None

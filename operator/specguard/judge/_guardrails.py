@@ -19,6 +19,11 @@ its own field of :class:`~specguard.judge.Evidence` and its thresholds in
   acceptance length (1 + accepted ÷ drafts) within ``acceptance_margin`` of 1 (a broken
   drafter). Acceptance alone never decides on/off: it stays high while the right decision
   flips with load; these catch a drafter that is not there or useless.
+- **tool calls** (``InvalidToolCalls``): on the window's mirrored pairs with tools, the
+  drafter arm's tool calls are invalid (empty, not JSON, not what the schema asks) more
+  often than the baseline's with confidence: at least ``tool_call_min_only`` pairs invalid
+  with the drafter alone, more than without it, and a one-sided exact test below
+  ``1 - tool_call_confidence`` (``judge._toolcalls``). Whatever the latency.
 """
 
 from __future__ import annotations
@@ -113,9 +118,24 @@ def speculation_guardrail(
     return None
 
 
+def tool_call_excess(evidence: Evidence, settings: PolicySettings) -> str | None:
+    """The sentence when the drafter arm's excess of invalid tool calls is confident."""
+    pairs = evidence.tool_calls
+    if not settings.tool_call_guardrail or pairs is None:
+        return None
+    return pairs.excess(settings.tool_call_confidence, settings.tool_call_min_only)
+
+
+def tool_call_guardrail(evidence: Evidence, settings: PolicySettings, now: float) -> Trip | None:
+    sentence = tool_call_excess(evidence, settings)
+    return None if sentence is None else Trip("tool_calls", "InvalidToolCalls", sentence)
+
+
 Guardrail = Callable[[Evidence, PolicySettings, float], "Trip | None"]
 
-GUARDRAILS: tuple[Guardrail, ...] = (startup_guardrail, error_guardrail, speculation_guardrail)
+GUARDRAILS: tuple[Guardrail, ...] = (
+    startup_guardrail, error_guardrail, speculation_guardrail, tool_call_guardrail,
+)  # fmt: skip
 
 
 def first_trip(evidence: Evidence, settings: PolicySettings, now: float) -> Trip | None:
@@ -136,4 +156,6 @@ __all__ = [
     "first_trip",
     "speculation_guardrail",
     "startup_guardrail",
+    "tool_call_excess",
+    "tool_call_guardrail",
 ]

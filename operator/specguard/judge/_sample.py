@@ -37,6 +37,18 @@ MEASUREMENTS: tuple[Measurement, ...] = ("stream_usage", "stream_chunks", "non_s
 # What a record without the ``measurement`` field is read as (and the Sample's default).
 MEASUREMENT_ABSENT: Measurement = "unknown"
 
+# What a response to a request with tools carried (specguard.toolcalls.RESULTS).
+ToolCall = Literal[
+    "none", "valid", "empty", "invalid_json", "unknown_tool", "invalid_schema", "unchecked"
+]
+TOOL_CALLS: tuple[ToolCall, ...] = (
+    "none", "valid", "empty", "invalid_json", "unknown_tool", "invalid_schema", "unchecked"
+)  # fmt: skip
+# The results that are a broken tool call.
+INVALID_TOOL_CALLS: frozenset[str] = frozenset(
+    {"empty", "invalid_json", "unknown_tool", "invalid_schema"}
+)
+
 
 class SampleError(ValueError):
     """A sample record that does not follow the schema; the message names the field."""
@@ -53,6 +65,8 @@ class Sample:
     ``concurrency`` is the in-flight requests on that pod when this one started
     (this one included). ``measurement`` is ``unknown`` unless said, in a record as in code
     (:data:`MEASUREMENT_ABSENT`): a figure whose kind is not known is never judged regressed.
+    ``tool_call``: for a request that carried tools, what came back (``specguard.toolcalls``:
+    valid, none, or how the call was broken); None otherwise.
     """
 
     arm: Arm
@@ -70,6 +84,7 @@ class Sample:
     status: int = 200
     pair_id: str | None = None
     prompt_tokens: int | None = None
+    tool_call: ToolCall | None = None
 
     @property
     def ok(self) -> bool:
@@ -157,6 +172,7 @@ def _parse(data: Mapping[str, Any]) -> Sample:
     if pair_id is not None and not isinstance(pair_id, str):
         raise SampleError(f"pair_id: expected a string or null, got {type(pair_id).__name__}")
     prompt_tokens = data.get("prompt_tokens")
+    tool_call = data.get("tool_call")
     return Sample(
         arm=_choice(data, "arm", ARMS),
         role=_choice(data, "role", ROLES),
@@ -173,6 +189,7 @@ def _parse(data: Mapping[str, Any]) -> Sample:
         status=_integer(data, "status", 200),
         pair_id=pair_id,
         prompt_tokens=None if prompt_tokens is None else _integer(data, "prompt_tokens"),
+        tool_call=None if tool_call is None else _choice(data, "tool_call", TOOL_CALLS),
     )
 
 
@@ -222,15 +239,18 @@ def tpot(first_token_at: float, last_token_at: float, tokens: int) -> float | No
 
 __all__ = [
     "ARMS",
+    "INVALID_TOOL_CALLS",
     "MEASUREMENTS",
     "MEASUREMENT_ABSENT",
     "ROLES",
     "SCHEMA_VERSION",
+    "TOOL_CALLS",
     "Arm",
     "Measurement",
     "Role",
     "Sample",
     "SampleError",
+    "ToolCall",
     "parse_lines",
     "read_lines",
     "tpot",

@@ -53,6 +53,10 @@ class PolicySettings:
     speculation_min_requests: int = 200  # drafter-arm requests before "no drafts" counts
     speculation_min_drafts: int = 100  # drafts before "nothing accepted" counts
     acceptance_margin: float = 0.05  # mean acceptance length below 1 + this: collapsed
+    # guardrail: invalid tool calls on the drafter arm's half of mirrored pairs
+    tool_call_guardrail: bool = True
+    tool_call_confidence: float = 0.99  # the one-sided exact test's level
+    tool_call_min_only: int = 5  # pairs invalid with the drafter alone before it counts
 
     def __post_init__(self) -> None:
         if self.policy not in ("auto", "notify", "off"):
@@ -65,6 +69,12 @@ class PolicySettings:
             raise ValueError("repromote_windows: must be at least 1")
         if self.max_flaps < 1:
             raise ValueError("max_flaps: must be at least 1")
+        if not 0.5 <= self.tool_call_confidence < 1.0:
+            raise ValueError(
+                f"tool_call_confidence: must be in [0.5, 1), got {self.tool_call_confidence!r}"
+            )
+        if self.tool_call_min_only < 1:
+            raise ValueError("tool_call_min_only: must be at least 1")
         for name in (
             "cooldown_s", "flap_window_s", "startup_deadline_s", "error_margin",
             "acceptance_margin",

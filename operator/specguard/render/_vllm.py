@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any, Final
 
-from specguard.api import Drafter, Spec
+from specguard.api import Drafter, DrafterRung, Spec
 from specguard.api.constants import ARM_SPECULATIVE
 
 HISTOGRAM_FAMILY: Final = "inter_token_latency"
@@ -28,6 +28,20 @@ INTER_TOKEN_LATENCY_BUCKETS: Final[tuple[float, ...]] = (
 
 def _compact(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"))
+
+
+def rung_drafter(drafter: Drafter, rung: DrafterRung) -> Drafter:
+    """The drafter a ladder rung runs: ``spec.drafter`` as configured, with adaptive
+    verification (``enable_adaptive_verification``, DSpark only), or with the derived
+    ``num_speculative_tokens_per_batch_size`` schedule. The rules on spec.ladder make each
+    variant one vLLM 0.33 accepts (docs/resource.md)."""
+    if rung.name == "adaptive":
+        return drafter.model_copy(update={"adaptive_verification": True})
+    if rung.name == "schedule":
+        if not rung.schedule:
+            raise ValueError("the schedule rung needs its derived schedule")
+        return drafter.model_copy(update={"per_batch_size": list(rung.schedule)})
+    return drafter
 
 
 def speculative_config(drafter: Drafter) -> dict[str, Any]:
@@ -55,8 +69,9 @@ def histogram_buckets() -> dict[str, list[float]]:
     return {HISTOGRAM_FAMILY: list(INTER_TOKEN_LATENCY_BUCKETS)}
 
 
-def vllm_args(spec: Spec, arm: str) -> list[str]:
-    """Arguments after ``vllm serve``; the drafter only on the speculative arm."""
+def vllm_args(spec: Spec, arm: str, rung: DrafterRung | None = None) -> list[str]:
+    """Arguments after ``vllm serve``; the drafter (of ``rung``, default the configured
+    one) only on the speculative arm."""
     args = [
         spec.model.name,
         "--served-model-name",
@@ -69,7 +84,8 @@ def vllm_args(spec: Spec, arm: str) -> list[str]:
     if spec.model.revision is not None:
         args += ["--revision", spec.model.revision]
     if arm == ARM_SPECULATIVE:
-        args += ["--speculative-config", _compact(speculative_config(spec.drafter))]
+        drafter = spec.drafter if rung is None else rung_drafter(spec.drafter, rung)
+        args += ["--speculative-config", _compact(speculative_config(drafter))]
     args += ["--custom-histogram-buckets", _compact(histogram_buckets())]
     if spec.runtime.shutdown_timeout > 0:
         args += ["--shutdown-timeout", str(int(spec.runtime.shutdown_timeout))]

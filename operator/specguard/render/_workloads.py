@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any, Final
 
-from specguard.api import Spec, SpeculativeDeployment
+from specguard.api import DrafterRung, Spec, SpeculativeDeployment
 from specguard.api import constants as c
 from specguard.render._meta import arm_labels, arm_selector, object_meta
 from specguard.render._vllm import vllm_args
@@ -88,13 +88,13 @@ def _volume_mounts(spec: Spec) -> list[dict[str, Any]]:
     return mounts
 
 
-def vllm_container(spec: Spec, arm: str) -> dict[str, Any]:
+def vllm_container(spec: Spec, arm: str, rung: DrafterRung | None = None) -> dict[str, Any]:
     runtime = spec.runtime
     container: dict[str, Any] = {
         "name": "vllm",
         "image": runtime.image,
         "command": ["vllm", "serve"],
-        "args": vllm_args(spec, arm),
+        "args": vllm_args(spec, arm, rung),
         "ports": [{"name": "http", "containerPort": runtime.port, "protocol": "TCP"}],
     }
     env = _env(spec)
@@ -125,13 +125,16 @@ def termination_grace_seconds(shutdown_timeout: float) -> int:
     return int(shutdown_timeout) + SHUTDOWN_MARGIN_S
 
 
-def desired_arm_deployment(sd: SpeculativeDeployment, arm: str, replicas: int) -> dict[str, Any]:
-    """The Deployment of one arm with ``replicas`` pods (see :func:`arm_replicas`)."""
+def desired_arm_deployment(
+    sd: SpeculativeDeployment, arm: str, replicas: int, rung: DrafterRung | None = None
+) -> dict[str, Any]:
+    """The Deployment of one arm with ``replicas`` pods (see :func:`arm_replicas`); the
+    speculative arm runs the drafter of ``rung`` (default: spec.drafter as configured)."""
     spec = sd.spec
     runtime = spec.runtime
     labels = arm_labels(sd, arm)
     pod_spec: dict[str, Any] = {
-        "containers": [vllm_container(spec, arm)],
+        "containers": [vllm_container(spec, arm, rung)],
         "volumes": _volumes(spec),
         # Service links put <SERVICE>_PORT variables in the environment; a Service named
         # "vllm" would set VLLM_PORT, which vLLM reads as its own setting.

@@ -73,6 +73,19 @@ def load_match_from_resource(resource: Mapping[str, Any] | None) -> LoadMatch:
     return "arrivals" if arrivals else "in_flight"
 
 
+def routes_from_resource(resource: Mapping[str, Any] | None) -> dict[str, Arm]:
+    """``status.arms.routes``: request domains served by the other arm (routing by domain);
+    entries that are not a domain and an arm are ignored."""
+    routes = lookup(resource, "status", "arms", "routes")
+    if not isinstance(routes, Mapping):
+        return {}
+    return {
+        domain: arm
+        for domain, arm in routes.items()
+        if isinstance(domain, str) and arm in ("speculative", "baseline")
+    }
+
+
 class KubeDiscovery:
     """Keeps a `Topology` in step with the cluster."""
 
@@ -136,13 +149,16 @@ class KubeDiscovery:
                 mode, share = roles_from_resource(resource)
                 swapping = swapping_from_resource(resource)
                 rule = load_match_from_resource(resource)
+                routes = {d: a for d, a in routes_from_resource(resource).items() if a != mode}
                 top = self.topology
-                now = (top.mode, top.mirror_share, top.swapping, top.load_match)
-                if (mode, share, swapping, rule) != now:
-                    log.info("roles: serving %s, mirror share %.3f, load match %s%s", mode,
+                now = (top.mode, top.mirror_share, top.swapping, top.load_match, top.routes)
+                if (mode, share, swapping, rule, routes) != now:
+                    log.info("roles: serving %s, mirror share %.3f, load match %s%s%s", mode,
                              share, rule,
-                             ", swapping: serving from both arms" if swapping else "")  # fmt: skip
-                    top.set_roles(mode, share, swapping, rule)
+                             ", swapping: serving from both arms" if swapping else "",
+                             "".join(f", {d} to {a}" for d, a in sorted(routes.items())),
+                             )  # fmt: skip
+                    top.set_roles(mode, share, swapping, rule, routes)
                     self._changed()
             await asyncio.sleep(self._poll_interval)
 

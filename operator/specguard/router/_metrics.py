@@ -99,6 +99,23 @@ class RouterMetrics:
             "or arrivals (open-loop clients); 0 for the other.",
             ("rule",), registry=self.registry,
         )  # fmt: skip
+        self.routed = Counter(
+            "specguard_router_routed",
+            "Requests served by the other arm than the serving one, by domain "
+            "(status.arms.routes: routing by request domain).",
+            ("domain", "arm"), registry=self.registry,
+        )  # fmt: skip
+        self.routes = Gauge(
+            "specguard_router_route",
+            "1 for each request domain routed to the other arm than the serving one.",
+            ("domain", "arm"), registry=self.registry,
+        )  # fmt: skip
+        self.tool_calls = Counter(
+            "specguard_router_tool_calls",
+            "Responses to mirrored requests with tools, by what their tool calls were: none, "
+            "valid, empty, invalid_json, unknown_tool, invalid_schema, unchecked.",
+            ("arm", "role", "result"), registry=self.registry,
+        )  # fmt: skip
         self.samples_evicted = Counter(
             "specguard_router_samples_evicted",
             "Samples pushed out of the bounded /samples ring.",

@@ -61,6 +61,9 @@ class Topology:
     # ready pods of both arms, so the pods that serve never drop below replicas - 1.
     swapping: bool = False
     load_match: LoadMatch = "in_flight"
+    # Request domains served by the other arm than ``mode`` (status.arms.routes): both
+    # arms then serve, and each copies its requests to the other.
+    routes: dict[str, Arm] = field(default_factory=dict)
     pods: dict[Arm, list[Pod]] = field(default_factory=lambda: {arm: [] for arm in ARMS})
     _turn: itertools.count[int] = field(default_factory=itertools.count)
     _credit: float = 0.0
@@ -82,6 +85,7 @@ class Topology:
         mirror_share: float,
         swapping: bool = False,
         load_match: LoadMatch = "in_flight",
+        routes: dict[str, Arm] | None = None,
     ) -> None:
         self.mode = mode
         self.mirror_share = min(max(mirror_share, 0.0), 1.0)
@@ -89,15 +93,26 @@ class Topology:
         if load_match == "arrivals" and self.load_match != "arrivals":
             self._draining = True
         self.load_match = load_match
+        self.routes = {d: a for d, a in (routes or {}).items() if a != mode}
 
-    def copy_share(self) -> float:
-        """The share of serving requests to copy: ``mirror_share`` (a ceiling), and under
+    def arm_for(self, domain: str) -> Arm:
+        """The arm that serves a request of ``domain``: its route, else the serving arm
+        (every request goes by the serving arm during a swap: the arms' pods are moving)."""
+        if self.swapping:
+            return self.mode
+        return self.routes.get(domain, self.mode)
+
+    def copy_share(self, served_by: Arm | None = None) -> float:
+        """The share of served requests to copy: ``mirror_share`` (a ceiling), and under
         ``"arrivals"`` at most shadow ÷ serving ready pods, so that each shadow pod gets a
         serving pod's arrivals (all of them at most: a shadow with more pods than the
-        serving arm is underfed, which the judge's arrivals check reports)."""
+        serving arm is underfed, which the judge's arrivals check reports). ``served_by``:
+        the arm serving the request (default the serving arm; with routes by domain each arm
+        serves some domains and is the shadow of the others)."""
         if self.load_match != "arrivals":
             return self.mirror_share
-        serving, shadow = self.pods[self.serving_arm], self.pods[self.shadow_arm]
+        serving_arm = self.serving_arm if served_by is None else served_by
+        serving, shadow = self.pods[serving_arm], self.pods[other_arm(serving_arm)]
         if not serving:
             return 0.0
         return min(self.mirror_share, len(shadow) / len(serving))
@@ -111,11 +126,12 @@ class Topology:
         if self.load_match == "arrivals":
             self._draining = True
 
-    def mirror_decision(self) -> MirrorDecision:
-        """Whether the request being routed is copied to the shadow arm (see the module
-        doc). The share is spread by error diffusion: exactly that share over any run of
-        requests, evenly. Under ``"in_flight"`` a request whose turn came is still left
-        when the shadow has no room. Nothing is copied during a swap.
+    def mirror_decision(self, served_by: Arm | None = None) -> MirrorDecision:
+        """Whether the request being routed is copied to the other arm than ``served_by``
+        (default the serving arm: the shadow; see the module doc). The share is spread by
+        error diffusion: exactly that share over any run of requests, evenly. Under
+        ``"in_flight"`` a request whose turn came is still left when the arm it would be
+        copied to has no room. Nothing is copied during a swap.
 
         When the rule turns to ``"arrivals"``, and whenever a shadow copied by arrivals fills
         this router's budget (``budget_full``), copying waits until this router's earlier
@@ -125,19 +141,21 @@ class Topology:
         drains, although from empty it would settle on the stable side of the peak.
         Measured from empty, it shows which side these arrivals hold it on: if they
         overload it again, it fills the budget again."""
-        share = self.copy_share()
+        share = self.copy_share(served_by)
         if share <= 0.0 or self.swapping:
             return "share"
         self._credit += share
         if self._credit < 1.0:
             return "share"
         self._credit -= 1.0
+        target = other_arm(self.serving_arm if served_by is None else served_by)
         if self._draining:
-            if any(pod.in_flight for pod in self.pods[self.shadow_arm]):
+            # While both arms serve (routes by domain) neither is ever empty: no drain then.
+            if not self.routes and any(pod.in_flight for pod in self.pods[target]):
                 return "drain"
             self._draining = False
-        matched = self.load_match == "in_flight" and self.pods[self.shadow_arm]
-        return "in_flight" if matched and not self.shadow_has_room() else "copy"
+        matched = self.load_match == "in_flight" and self.pods[target]
+        return "in_flight" if matched and not self.shadow_has_room(served_by) else "copy"
 
     def set_endpoints(self, endpoints: Iterable[Endpoint]) -> None:
         """Replace the ready pods, keeping the counters of pods that are still there."""
@@ -154,8 +172,10 @@ class Topology:
             fresh[arm].sort(key=lambda p: p.name)
         self.pods = fresh
 
-    def shadow_has_room(self) -> bool:
+    def shadow_has_room(self, served_by: Arm | None = None) -> bool:
         """Concurrency matching: may one more request be copied to the shadow arm now?
+        (``served_by``: the arm serving the request, default the serving arm; with routes
+        by domain each arm serves some domains and is the shadow of the others.)
 
         Yes while the shadow arm's requests in flight per ready pod stay at or below the
         serving arm's, counting the request being routed on the serving side and rounding to
@@ -168,7 +188,8 @@ class Topology:
         light load spread over many serving pods per shadow pod the nearest whole number is
         0, and the shadow would never be measured. Never during a swap (no judging then) or
         without pods."""
-        serving, shadow = self.pods[self.serving_arm], self.pods[self.shadow_arm]
+        serving_arm = self.serving_arm if served_by is None else served_by
+        serving, shadow = self.pods[serving_arm], self.pods[other_arm(serving_arm)]
         if self.swapping or not serving or not shadow:
             return False
         serving_in_flight = sum(pod.in_flight for pod in serving) + 1

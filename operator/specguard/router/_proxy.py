@@ -14,7 +14,11 @@ aiohttp serves and aiohttp forwards (chosen by measurement: bench/router_overhea
   asked for (strip.py), so the client sees what it would have seen directly.
 - The shadow copy is a separate task on a separate connection pool with its own budget. It
   is started and forgotten: nothing on the client's path awaits it or sees its errors.
-- Nothing here logs or keeps request or response text; samples hold numbers only.
+- Nothing here logs or keeps request or response text; samples hold numbers only. (The
+  tool-call arguments of a mirrored pair are joined in memory until the response ends, to
+  check them against the request's tool schema; only the result is kept.)
+- With routes by domain (``status.arms.routes``) a request goes to its domain's arm and is
+  copied to the other one: both arms serve, both are measured.
 """
 
 from __future__ import annotations
@@ -33,12 +37,14 @@ from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from specguard._arms import other_arm
 from specguard.judge import LOAD_MATCHES, Arm, Role
 from specguard.meter import Measured, StreamMeter, measure_json, request_domain, to_sample
 from specguard.router._feed import CursorError, SampleFeed
-from specguard.router._metrics import RouterMetrics
+from specguard.router._metrics import RouterMetrics, domain_label
 from specguard.router._pool import Pod, Topology
 from specguard.router._strip import UsageStripper
+from specguard.toolcalls import ToolCallCheck
 
 log = logging.getLogger("specguard.router")
 
@@ -145,6 +151,9 @@ class Router:
         self.metrics.mirror_share.set(top.mirror_share)
         for rule in LOAD_MATCHES:
             self.metrics.load_match.labels(rule).set(1.0 if rule == top.load_match else 0.0)
+        self.metrics.routes.clear()
+        for domain, arm in top.routes.items():
+            self.metrics.routes.labels(domain_label(domain), arm).set(1)
 
     @property
     def shadow_in_flight(self) -> int:
@@ -204,17 +213,22 @@ class Router:
             upstream_body, stripper = _with_usage(parsed, body)
         headers = _upstream_headers(request.headers)
         top = self.topology
-        arm = top.serving_arm
+        arm = top.arm_for(domain)
         pod = top.pick(arm)
         if pod is None:
             self.metrics.requests.labels(arm, "serving", "no_pod").inc()
             return openai_error(
                 502, f"no ready pod of the serving arm ({arm})", "service_unavailable"
             )
+        if arm != top.serving_arm:
+            self.metrics.routed.labels(domain_label(domain), arm).inc()
         pair_id = None
         if parsed is not None:
-            pair_id = self._mirror(parsed, path, headers, domain)
+            pair_id = self._mirror(parsed, path, headers, domain, served_by=arm)
         measured = parsed is not None
+        # Tool calls are checked on both arms of a mirrored pair (the guardrail compares
+        # them); a request that is not copied has nothing to be compared with.
+        tools = ToolCallCheck.for_request(parsed) if pair_id is not None else None
         # The dict (a second copy of the prompt) is not needed past this point: let it go
         # rather than hold it for the whole generation.
         del parsed
@@ -224,7 +238,7 @@ class Router:
                 return await self._forward(
                     request, pod=pod, body=upstream_body, headers=headers,
                     stripper=stripper, measured=measured, domain=domain,
-                    pair_id=pair_id, started=started, wall=wall,
+                    pair_id=pair_id, started=started, wall=wall, tools=tools,
                 )  # fmt: skip
             except (_PodUnreachableError, _PodRefusedError) as error:
                 # Nothing reached the client: try each other ready pod once. A dead pod ends
@@ -258,6 +272,7 @@ class Router:
         pair_id: str | None,
         started: float,
         wall: float,
+        tools: ToolCallCheck | None = None,
     ) -> web.StreamResponse:
         assert self._serving is not None
         arm = pod.arm
@@ -303,9 +318,11 @@ class Router:
                 if _is_event_stream(upstream.headers):
                     return await self._relay_stream(
                         request, upstream, result, stripper=stripper, measured=measured,
-                        sample_of=sample_of, started=started,
+                        sample_of=sample_of, started=started, tools=tools,
                     )  # fmt: skip
-                return await self._relay_body(upstream, result, measured, sample_of, started)
+                return await self._relay_body(
+                    upstream, result, measured, sample_of, started, tools=tools
+                )
             finally:
                 upstream.close()
         except asyncio.CancelledError:
@@ -327,12 +344,13 @@ class Router:
         measured: bool,
         sample_of: _SampleOf,
         started: float,
+        tools: ToolCallCheck | None = None,
     ) -> web.StreamResponse:
         response = web.StreamResponse(
             status=upstream.status, reason=upstream.reason, headers=_downstream_headers(upstream)
         )
         await response.prepare(request)
-        meter = StreamMeter(started) if measured else None
+        meter = StreamMeter(started, tools) if measured else None
         clock = time.perf_counter
         # Every byte of the upstream's stream has been handed to the client's connection:
         # its whole body, or (measured) everything up to and including ``data: [DONE]``.
@@ -410,11 +428,15 @@ class Router:
         measured: bool,
         sample_of: _SampleOf,
         started: float,
+        *,
+        tools: ToolCallCheck | None = None,
     ) -> web.StreamResponse:
         data = await upstream.read()
         if measured:
             self._record(
-                measure_json(data, started, time.perf_counter()), sample_of, upstream.status
+                measure_json(data, started, time.perf_counter(), tools),
+                sample_of,
+                upstream.status,
             )
         result.value = str(upstream.status)
         result.completed = True
@@ -441,17 +463,24 @@ class Router:
             self.metrics.samples_evicted.inc()
         self.feed.add(sample)
         self.metrics.observe(sample)
+        if sample.tool_call is not None:
+            self.metrics.tool_calls.labels(sample.arm, sample.role, sample.tool_call).inc()
 
     # -- mirroring ---------------------------------------------------------------------
 
     def _mirror(
-        self, parsed: dict[str, Any], path: str, headers: CIMultiDict[str], domain: str
+        self,
+        parsed: dict[str, Any],
+        path: str,
+        headers: CIMultiDict[str],
+        domain: str,
+        served_by: Arm | None = None,
     ) -> str | None:
-        """Copy the request to a shadow pod if ``Topology.mirror_decision`` says so; its
-        ``pair_id``, or None."""
+        """Copy the request to the other arm than ``served_by`` (default the serving arm: the
+        shadow) if ``Topology.mirror_decision`` says so; its ``pair_id``, or None."""
         top = self.topology
-        arm = top.shadow_arm
-        decision = top.mirror_decision()
+        arm = other_arm(top.serving_arm if served_by is None else served_by)
+        decision = top.mirror_decision(served_by)
         if decision != "copy":
             if decision != "share":  # no room (in_flight), or the shadow drains (drain)
                 self.metrics.mirror_dropped.labels(decision).inc()
@@ -503,6 +532,7 @@ class Router:
         sample_of = replace(of, wall=time.time())
         outcome = "upstream_error"
         body = json.dumps(_shadow_body(parsed)).encode()
+        tools = ToolCallCheck.for_request(parsed)
         # The bytes are all the copy needs: do not keep the prompt twice until it ends.
         del parsed
         shadow_headers = CIMultiDict(headers)
@@ -512,13 +542,13 @@ class Router:
             async with self._shadow.post(
                 pod.url + path, data=body, headers=shadow_headers
             ) as upstream:
-                meter = StreamMeter(started)
+                meter = StreamMeter(started, tools)
                 if _is_event_stream(upstream.headers):
                     async for data in upstream.content.iter_any():
                         meter.feed(data, clock())
                     measured = meter.finish(clock())
                 else:
-                    measured = measure_json(await upstream.read(), started, clock())
+                    measured = measure_json(await upstream.read(), started, clock(), tools)
                 outcome = str(upstream.status)
                 self._record(measured, sample_of, upstream.status)
         except asyncio.CancelledError:

@@ -110,6 +110,9 @@ class Engine:
                 chain *= r
                 total += chain
                 cum.append(total)
+            # Draft positions past the profile's acceptance model accept nothing (and cost
+            # what they cost): k may be up to 32, the model has 16 positions.
+            cum += [cum[-1]] * (k_max + 1 - len(cum))
             self._cum[domain] = cum
         self.steps = 0
         self.last_k = 0
@@ -162,6 +165,7 @@ class Engine:
         rates = self._rates(domain)
         rand = self.rng.random
         a = 0
+        k = min(k, len(rates))  # positions past the acceptance model accept nothing
         while a < k and rand() < rates[a]:
             a += 1
         return a

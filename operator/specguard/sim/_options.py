@@ -43,6 +43,7 @@ class SimOptions:
     fault_drop_drafter: bool = False
     fault_accept_nothing: bool = False
     shutdown_timeout: int = 0
+    fault_invalid_tool_calls: float = 0.0
 
     @property
     def served_model_name(self) -> str:
@@ -159,6 +160,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--fault-accept-nothing", action="store_true",
         help="the drafter runs and costs as configured but no draft token is accepted "
         "(acceptance length 1.0)",
+    )  # fmt: skip
+    faults.add_argument(
+        "--fault-invalid-tool-calls", type=float, default=0.0, metavar="P",
+        help="fraction of responses to requests with tools whose tool-call arguments come "
+        "back broken: cut short (not JSON), empty, or missing a required property, in turn "
+        "(as speculative decoding has been reported to break them); default 0",
     )  # fmt: skip
     sim.add_argument("--port-file", help=argparse.SUPPRESS)
     return p
@@ -381,6 +388,10 @@ def parse_options(argv: list[str]) -> SimOptions:
         raise OptionError(f"--fail-after: must be >= 0, got {args.fail_after}")
     if not 0 <= args.error_rate <= 1:
         raise OptionError(f"--error-rate: must be in [0, 1], got {args.error_rate}")
+    if not 0 <= args.fault_invalid_tool_calls <= 1:
+        raise OptionError(
+            f"--fault-invalid-tool-calls: must be in [0, 1], got {args.fault_invalid_tool_calls}"
+        )
     drafter = any(
         v is not None for v in (args.speculative_config, args.spec_method, args.spec_model)
     )
@@ -431,4 +442,5 @@ def parse_options(argv: list[str]) -> SimOptions:
         fault_drop_drafter=args.fault_drop_drafter,
         fault_accept_nothing=args.fault_accept_nothing,
         shutdown_timeout=args.shutdown_timeout,
+        fault_invalid_tool_calls=args.fault_invalid_tool_calls,
     )

@@ -23,7 +23,7 @@ from specguard.sim._domains import (
 )
 from specguard.sim._engine import Engine, Sequence
 from specguard.sim._exporter import SimMetrics
-from specguard.sim._filler import Filler, tool_tokens
+from specguard.sim._filler import Filler
 from specguard.sim._openai_format import (
     DONE,
     ChunkEncoder,
@@ -33,6 +33,7 @@ from specguard.sim._openai_format import (
     request_id,
 )
 from specguard.sim._options import SimOptions
+from specguard.sim._tools import BREAKAGES, Breakage, tool_arguments
 
 DOMAIN_HEADER = "X-Specguard-Domain"
 SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
@@ -172,6 +173,7 @@ class _Request:
     chat: bool
     model: str
     tool_name: str | None  # the first tool's, when the answer is a tool call
+    tool_schema: Any  # its parameters schema (None: none declared)
     domain: str
     prompt_tokens: int
     max_tokens: int | None  # as sent (max_completion_tokens wins in chat)
@@ -232,8 +234,9 @@ def _check_prompt(body: dict[str, Any]) -> Any:
     raise _invalid("prompt", "a string, a list of strings or a list of token ids")
 
 
-def _check_tools(body: dict[str, Any]) -> str | None:
-    """Name of the first tool, or None without tools (or with tool_choice "none")."""
+def _check_tools(body: dict[str, Any]) -> tuple[str, Any] | None:
+    """Name and parameters schema of the first tool, or None without tools (or with
+    tool_choice "none")."""
     tools = body.get("tools")
     if tools is None:
         return None
@@ -247,7 +250,8 @@ def _check_tools(body: dict[str, Any]) -> str | None:
             raise _invalid(f"tools.{i}.function.name", "a valid string")
     if not tools or body.get("tool_choice") == "none":
         return None
-    return str(tools[0]["function"]["name"])
+    function = tools[0]["function"]
+    return str(function["name"]), function.get("parameters")
 
 
 def _check_max_tokens(body: dict[str, Any], chat: bool) -> int | None:
@@ -316,20 +320,21 @@ def _parse(state: SimState, body: Any, chat: bool, domain_header: str | None) ->
         raise _Refused("the simulator supports n=1 only", "n")
     stream, include_usage, continuous = _check_stream(body, state.options.force_include_usage)
     max_tokens = _check_max_tokens(body, chat)
+    tool: tuple[str, Any] | None = None
     if chat:
         messages = _check_messages(body)
-        tool_name = _check_tools(body)
+        tool = _check_tools(body)
         text = message_text(messages)
         prompt_tokens = chat_prompt_tokens(messages, body.get("tools"))
     else:
-        tool_name = None
         text = completion_prompt_text(_check_prompt(body))
         prompt_tokens = max(1, count_tokens(text))
-    domain = choose_domain(domain_header, tool_name is not None, text)
+    domain = choose_domain(domain_header, tool is not None, text)
     del text  # only classified, never kept
     effective = _check_room(state, prompt_tokens, max_tokens)
-    return _Request(chat, model, tool_name, domain, prompt_tokens, max_tokens, effective, stream,
-                    include_usage, continuous)  # fmt: skip
+    tool_name, tool_schema = tool if tool is not None else (None, None)
+    return _Request(chat, model, tool_name, tool_schema, domain, prompt_tokens, max_tokens,
+                    effective, stream, include_usage, continuous)  # fmt: skip
 
 
 def _plan_length(state: SimState, req: _Request) -> tuple[int, str]:
@@ -352,6 +357,14 @@ async def _read_json(request: web.Request) -> Any:
         return await request.json()
     except (json.JSONDecodeError, UnicodeDecodeError):
         return None
+
+
+def _breakage(state: SimState, req: _Request) -> Breakage | None:
+    """--fault-invalid-tool-calls: how this response's tool call comes back broken."""
+    rate = state.options.fault_invalid_tool_calls
+    if req.tool_name is None or rate <= 0 or state.rng.random() >= rate:
+        return None
+    return BREAKAGES[state.rng.randrange(len(BREAKAGES))]
 
 
 def _fault(state: SimState) -> web.Response | None:
@@ -401,22 +414,25 @@ async def _answer(request: web.Request, state: SimState, *, chat: bool) -> web.S
     seq = Sequence(req.domain, req.prompt_tokens, n_tokens, finish,
                    asyncio.get_running_loop().time())  # fmt: skip
     seq.max_tokens_param = req.effective_max_tokens
+    breakage = _breakage(state, req)
     state.engine.submit(seq)
     if req.stream:
-        return await _stream(request, state, seq, req)
+        return await _stream(request, state, seq, req, breakage)
     try:
         await seq.wait_finished()
     except asyncio.CancelledError:
         # the client left (the runner cancels handlers on disconnect): vLLM aborts
         seq.cancelled = True
         raise
-    return web.json_response(_full_response(state, seq, req))
+    return web.json_response(_full_response(state, seq, req, breakage))
 
 
-def _full_response(state: SimState, seq: Sequence, req: _Request) -> dict[str, Any]:
+def _full_response(
+    state: SimState, seq: Sequence, req: _Request, breakage: Breakage | None
+) -> dict[str, Any]:
     model, prompt, done, finish = req.model, req.prompt_tokens, seq.generated, seq.finish_reason
     if req.tool_name is not None:
-        args = "".join(tool_tokens(state.rng, done))
+        args = "".join(tool_arguments(state.rng, req.tool_schema, done, breakage))
         calls = [{"id": request_id("chatcmpl-tool"), "type": "function",
                   "function": {"name": req.tool_name, "arguments": args}}]  # fmt: skip
         return chat_response(model=model, prompt_tokens=prompt, completion_tokens=done,
@@ -430,7 +446,11 @@ def _full_response(state: SimState, seq: Sequence, req: _Request) -> dict[str, A
 
 
 async def _stream(
-    request: web.Request, state: SimState, seq: Sequence, req: _Request
+    request: web.Request,
+    state: SimState,
+    seq: Sequence,
+    req: _Request,
+    breakage: Breakage | None = None,
 ) -> web.StreamResponse:
     chat, tool_name = req.chat, req.tool_name
     enc = ChunkEncoder(chat=chat, model=req.model, prompt_tokens=seq.prompt_tokens,
@@ -444,7 +464,7 @@ async def _stream(
         sent = 0
         tool_parts: list[str] = []
         if tool_name is not None:
-            tool_parts = tool_tokens(rng, seq.max_new_tokens)
+            tool_parts = tool_arguments(rng, req.tool_schema, seq.max_new_tokens, breakage)
         while sent < seq.generated or not seq.finished:
             counts = await seq.next_chunks()
             parts: list[bytes] = []

@@ -1,0 +1,371 @@
+"""Beyond on/off in the decision core: the configuration ladder, routing by domain and the
+tool-call guardrail, one tick at a time, compared by exact equality where it matters."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from specguard.api import DrafterRung, LadderStatus, LevelVerdict, RungLoss
+from specguard.api._resource import SpeculativeDeployment, parse_resource
+from specguard.api._status import Arms, ArmStatus, Status
+from specguard.api.constants import Arm
+from specguard.controller._decide import EventSpec, Observation, Outcome, Window, decide, judging
+from specguard.controller._rungs import rolled_out
+from specguard.controller._swap import ArmObserved, SwapPlan
+from specguard.judge import JudgeSettings, Sample, judge
+from specguard.render import vllm_args
+
+from .conftest import resource
+
+SPEC: Arm = "speculative"
+BASE: Arm = "baseline"
+NOW = 1_000_000.0
+SETTLED = {SPEC: ArmObserved(2, 2, 2), BASE: ArmObserved(1, 1, 1)}
+SWAPPED = {SPEC: ArmObserved(1, 1, 1), BASE: ArmObserved(2, 2, 2)}
+DSPARK = {"method": "dspark", "model": "org/ds-dspark", "numSpeculativeTokens": 7}
+SETTINGS = JudgeSettings(min_requests_per_arm=20, min_output_tokens=16)
+
+
+def ladder_sd(**spec: Any) -> SpeculativeDeployment:
+    fields = {"drafter": DSPARK, "ladder": {"rungs": ["adaptive", "schedule"]}, **spec}
+    return parse_resource(resource(**fields))
+
+
+def pairs(
+    ratio: float,
+    *,
+    n: int = 200,
+    seed: int = 0,
+    domain: str = "chat",
+    start: int = 0,
+    conc: int = 8,
+    tool_calls: tuple[str, str] | None = None,
+    serving: Arm = SPEC,
+) -> list[Sample]:
+    """Mirrored pairs: the drafter half ``ratio`` times the baseline's, heavy-tailed;
+    ``tool_calls``: each half's result (drafter, baseline) for a request with tools."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i, b in enumerate(np.exp(rng.normal(np.log(0.02), 0.35, n))):
+        s = b * ratio * float(np.exp(rng.normal(0, 0.05)))
+        for arm, t, call in (
+            (SPEC, s, tool_calls and tool_calls[0]),
+            (BASE, b, tool_calls and tool_calls[1]),
+        ):
+            out.append(
+                Sample(
+                    arm=arm,
+                    role="serving" if arm == serving else "shadow",
+                    pod=f"{arm}-0",
+                    domain=domain,
+                    started_at=float(i),
+                    concurrency=conc,
+                    output_tokens=64,
+                    e2e_s=0.05 + float(t) * 64,
+                    ttft_s=0.05,
+                    tpot_s=float(t),
+                    measurement="stream_usage",
+                    pair_id=f"{domain}{start + i}",
+                    tool_call=call,  # type: ignore[arg-type]
+                )
+            )
+    return out
+
+
+def window(samples: list[Sample], **kw: Any) -> Window:
+    return Window(judge(samples, SETTINGS), samples=tuple(samples), **kw)
+
+
+def observe(sd: SpeculativeDeployment, **kw: Any) -> Observation:
+    base: dict[str, Any] = dict(
+        name="qwen",
+        spec=sd.spec,
+        generation=1,
+        status=Status(),
+        now=NOW,
+        created=NOW - 3600,
+        arms=SETTLED,
+    )
+    base.update(kw)
+    return Observation(**base)
+
+
+def baseline_settled(out: Outcome, **kw: Any) -> Status:
+    """The status once the rollback's swap is done (as the planner would leave it)."""
+    arms = Arms(
+        serving=ArmStatus(arm=BASE, deployment="qwen-base", replicas=2, ready_replicas=2),
+        shadow=ArmStatus(arm=SPEC, deployment="qwen-spec", replicas=1, ready_replicas=1),
+        mirror_share=1.0,
+    )
+    return out.status.model_copy(update={"mode": BASE, "target_mode": BASE, "arms": arms, **kw})
+
+
+def test_without_a_ladder_nothing_changes_in_status() -> None:
+    sd = parse_resource(resource(drafter=DSPARK))
+    out = decide(observe(sd, window=window(pairs(1.3))))
+    assert out.status.ladder is None and out.status.routing is None
+    assert out.status.last_verdict is not None and out.status.last_verdict.rung is None
+    assert out.rung == DrafterRung() and not out.rung_changed
+
+
+def test_a_regressed_configured_rung_rolls_back_and_names_the_next() -> None:
+    sd = ladder_sd()
+    first = decide(observe(sd, window=window(pairs(1.3))))
+    second = decide(
+        observe(sd, status=first.status, now=NOW + 10, window=window(pairs(1.3, seed=1)))
+    )
+    assert second.target == BASE and second.transition is not None
+    assert second.transition.rung == "configured"
+    ladder = second.status.ladder
+    assert ladder is not None
+    assert ladder.rung == DrafterRung() and ladder.next == DrafterRung(name="adaptive")
+    assert [(x.rung, x.at, x.reason) for x in ladder.lost] == [
+        ("configured", NOW + 10, "Regressed")
+    ]
+    lost = [e for e in second.events if e.reason == "RungLost"]
+    assert len(lost) == 1 and lost[0].type == "Warning"
+    assert lost[0].message.startswith(
+        "configured (dspark k=7) lost: Regressed: per-token latency +29% with the drafter"
+    )
+    assert lost[0].message.endswith(
+        "; next: adaptive (dspark k=7, adaptive verification), judged as the shadow against "
+        "no drafter — configured lost; next: adaptive"
+    )
+    # The drafter arm keeps its rung until the swap is done.
+    assert second.rung == DrafterRung() and not second.rung_changed
+    assert second.plan.swapping
+
+    # The swap done: the drafter arm (now the shadow) restarts with adaptive verification.
+    done = decide(observe(sd, status=baseline_settled(second), now=NOW + 40, arms=SWAPPED))
+    assert done.rung == DrafterRung(name="adaptive") and done.rung_changed
+    assert done.status.ladder is not None and done.status.ladder.next is None
+    assert done.events == (
+        EventSpec(
+            "Normal",
+            "RungChanged",
+            "the drafter arm now runs adaptive (dspark k=7, adaptive verification)",
+        ),
+    )
+    assert "--speculative-config" in (args := vllm_args(sd.spec, SPEC, done.rung))
+    assert '"enable_adaptive_verification":true' in args[args.index("--speculative-config") + 1]
+    # Until its pods run it, no window is judged.
+    assert not judging(sd.spec, done.status, NOW - 3600, NOW + 41, rolled_out=False)
+    assert judging(sd.spec, done.status, NOW - 3600, NOW + 41, rolled_out=True)
+
+    # Adaptive wins as the shadow: re-promoted as the drafter always is (K + 1 = 3 windows
+    # after the cooldown of 60 s), and the transition names the rung.
+    status = done.status
+    for i, t in enumerate((NOW + 100, NOW + 110, NOW + 120)):
+        out = decide(
+            observe(
+                sd,
+                status=status,
+                now=t,
+                arms=SWAPPED,
+                window=window(pairs(0.7, seed=10 + i, serving=BASE)),
+            )
+        )
+        status = out.status
+    assert out.target == SPEC and out.transition is not None
+    assert (out.transition.reason, out.transition.rung) == ("Improved", "adaptive")
+    assert out.status.last_verdict is not None and out.status.last_verdict.rung == "adaptive"
+
+
+def test_the_shadow_rung_loses_and_the_schedule_is_derived_from_the_evidence() -> None:
+    sd = ladder_sd()
+    levels = [
+        LevelVerdict(low=4, high=5, in_flight=4.0, outcome="improved", ratio=0.5, pairs=300),
+        LevelVerdict(low=32, high=47, in_flight=40.0, outcome="regressed", ratio=1.4, pairs=300),
+    ]
+    ladder = LadderStatus(
+        rung=DrafterRung(name="adaptive"),
+        levels=levels,
+        lost=[RungLoss(rung="configured", at=NOW - 100, reason="Regressed")],
+    )
+    status = Status(
+        mode=BASE, target_mode=BASE, ladder=ladder, policy={"mode": BASE, "since": NOW - 100}
+    )
+    first = decide(
+        observe(sd, status=status, arms=SWAPPED, window=window(pairs(1.3, serving=BASE)))
+    )
+    assert first.status.ladder is not None and first.status.ladder.streak == 1
+    second = decide(
+        observe(
+            sd,
+            status=first.status,
+            now=NOW + 10,
+            arms=SWAPPED,
+            window=window(pairs(1.3, seed=1, serving=BASE)),
+        )
+    )
+    schedule = DrafterRung.model_validate(
+        {
+            "name": "schedule",
+            "schedule": [
+                {"minBatchSize": 1, "maxBatchSize": 23, "numSpeculativeTokens": 7},
+                {"minBatchSize": 24, "maxBatchSize": 1024, "numSpeculativeTokens": 0},
+            ],
+        }
+    )
+    # Nothing swaps (the baseline already serves): the next rung runs at once.
+    assert second.rung == schedule and second.rung_changed
+    assert second.target == BASE and second.transition is None
+    reasons = [e.reason for e in second.events]
+    assert reasons == ["RungLost", "RungChanged"]
+    assert second.events[1].message == (
+        "the drafter arm now runs schedule (dspark, in flight 1-23: k=7, 24-1024: k=0)"
+    )
+    assert second.status.policy is not None and second.status.policy.get("streak", 0) == 0
+    args = vllm_args(sd.spec, SPEC, second.rung)
+    assert (
+        '"num_speculative_tokens_per_batch_size":[[1,23,7],[24,1024,0]]'
+        in (args[args.index("--speculative-config") + 1])
+    )
+
+
+def test_no_rung_left_keeps_the_last_and_climbs_back_after_retry_after() -> None:
+    sd = ladder_sd(ladder={"rungs": ["adaptive"], "retryAfter": "1h"})
+    lost = [
+        RungLoss(rung="configured", at=NOW - 200, reason="Regressed"),
+        RungLoss(rung="adaptive", at=NOW - 100, reason="Regressed"),
+    ]
+    status = Status(
+        mode=BASE,
+        target_mode=BASE,
+        policy={"mode": BASE},
+        ladder=LadderStatus(rung=DrafterRung(name="adaptive"), lost=lost),
+    )
+    assert decide(observe(sd, status=status, arms=SWAPPED)).rung == DrafterRung(name="adaptive")
+    later = decide(observe(sd, status=status, arms=SWAPPED, now=NOW - 200 + 3600))
+    assert later.rung == DrafterRung() and later.rung_changed
+    assert [e.reason for e in later.events] == ["RungRetried", "RungChanged"]
+
+
+def test_a_retry_forgets_the_losses() -> None:
+    sd = ladder_sd()
+    lost = [RungLoss(rung="configured", at=NOW - 10, reason="Regressed")]
+    status = Status(
+        mode=BASE,
+        target_mode=BASE,
+        policy={"mode": BASE},
+        ladder=LadderStatus(rung=DrafterRung(name="adaptive"), lost=lost),
+    )
+    out = decide(observe(sd, status=status, arms=SWAPPED, annotations={"specguard.io/retry": "1"}))
+    assert out.status.ladder is not None and out.status.ladder.lost == []
+
+
+def test_invalid_tool_calls_roll_the_drafter_back_whatever_the_latency() -> None:
+    sd = parse_resource(resource(drafter=DSPARK))
+    calls = pairs(0.6, n=150, domain="tool_call", tool_calls=("valid", "valid")) + pairs(
+        0.6, n=12, domain="tool_call", start=500, tool_calls=("invalid_json", "valid")
+    )
+    out = decide(observe(sd, window=window(calls)))
+    assert out.target == BASE and out.transition is not None
+    assert out.transition.reason == "InvalidToolCalls"
+    assert out.transition.message.startswith(
+        "invalid tool calls on 12 of 162 mirrored pairs with the drafter vs 0 without (12 "
+        "invalid only with the drafter, 0 only without; one-sided exact p=0.00024"
+    )
+    figures = out.status.last_verdict.tool_calls if out.status.last_verdict else None
+    assert figures is not None
+    assert (figures.pairs, figures.only_speculative, figures.only_baseline) == (162, 12, 0)
+    # Turned off, or under the threshold: latency alone decides.
+    off = parse_resource(
+        resource(
+            drafter=DSPARK,
+            rollback={"cooldown": "60s", "startupDeadline": "1m", "toolCallGuardrail": False},
+        )
+    )
+    assert decide(observe(off, window=window(calls))).target == SPEC
+    few = calls[: 2 * 150] + calls[2 * 150 : 2 * 154]
+    assert decide(observe(sd, window=window(few))).target == SPEC
+
+
+def routed_sd() -> SpeculativeDeployment:
+    return parse_resource(resource(drafter=DSPARK, routing={"byDomain": True}))
+
+
+def mixed(seed: int) -> list[Sample]:
+    """Math faster with the drafter, tool calls slower: one load, two answers (math holds
+    most of the served load: 250 × 0.6 against 80 × 1.5)."""
+    return pairs(0.6, n=250, seed=seed, domain="math") + pairs(
+        1.5, n=80, seed=seed + 1, domain="tool_call", start=1000
+    )
+
+
+def test_differing_domains_split_and_the_arms_are_resized_before_the_routes_apply() -> None:
+    sd = routed_sd()
+    first = decide(observe(sd, window=window(mixed(0))))
+    assert first.target == SPEC and first.status.routing is not None
+    assert not first.status.routing.split
+    second = decide(observe(sd, status=first.status, now=NOW + 10, window=window(mixed(2))))
+    assert second.target == SPEC and second.transition is None
+    moves = [e for e in second.events if e.reason == "RouteChanged"]
+    assert [m.message.split(":")[0] for m in moves] == ["tool_call → baseline arm"]
+    routing = second.status.routing
+    assert routing is not None and routing.split
+    assert {d.domain: d.arm for d in routing.domains} == {"math": SPEC, "tool_call": BASE}
+    assert routing.replicas == {SPEC: 2, BASE: 1}  # 56/44 of 3 pods: the counts already fit
+    # The policy judged the traffic the drafter arm keeps (math): improved, no evidence of a loss.
+    assert second.decision.reason.startswith("improved: keeping the drafter")
+    assert second.status.policy is not None and "evidence" not in second.status.policy
+    # The counts fit already: the routes are in effect at once, and the arms copy at most a
+    # quarter of their requests to each other (both serve on the same pods).
+    assert second.status.arms is not None and second.status.arms.routes == {"tool_call": BASE}
+    assert second.status.arms.mirror_share == 0.25
+
+
+def test_a_split_that_needs_other_pod_counts_resizes_first() -> None:
+    sd = routed_sd()
+    heavy = pairs(0.6, n=60, domain="math") + pairs(
+        1.5, n=140, seed=1, domain="tool_call", start=1000
+    )
+    first = decide(observe(sd, window=window(heavy)))
+    second = decide(observe(sd, status=first.status, now=NOW + 10, window=window(heavy)))
+    # Overall the drafter loses here (70% tool calls), two windows in a row: the split, not
+    # a rollback, because the policy judged the math the drafter arm keeps.
+    assert judge(heavy, SETTINGS).outcome == "regressed"
+    assert second.target == SPEC and second.transition is None
+    assert second.status.routing is not None
+    assert second.status.routing.replicas == {SPEC: 1, BASE: 2}  # 30/70 of 3 pods
+    assert second.plan == SwapPlan(
+        {SPEC: 2, BASE: 1}, SPEC, True, False, "swap starts: routers serve from both arms"
+    )
+    assert second.status.arms is not None and second.status.arms.routes == {}
+    # Mid-resize (one drafter pod out, one baseline pod in, both ready): done, routes apply.
+    status = second.status.model_copy(
+        update={
+            "arms": second.status.arms.model_copy(
+                update={"swapping": True, "swap_since": "1970-01-12T13:46:00Z"}
+            )
+        }
+    )
+    done = decide(
+        observe(
+            sd,
+            status=status,
+            now=NOW + 30,
+            arms={SPEC: ArmObserved(1, 1, 1), BASE: ArmObserved(2, 2, 2)},
+        )
+    )
+    assert done.plan == SwapPlan({SPEC: 1, BASE: 2}, SPEC, False, True, "resize complete")
+    assert done.status.arms is not None and done.status.arms.routes == {"tool_call": BASE}
+    assert EventSpec("Normal", "SplitResized", "pods for the split: 1 speculative, 2 baseline") in (
+        done.events
+    )
+
+
+def test_rolled_out_reads_the_drafter_pods() -> None:
+    sd = ladder_sd()
+    args = vllm_args(sd.spec, SPEC, DrafterRung(name="adaptive"))
+    old = vllm_args(sd.spec, SPEC)
+
+    def pod(run: list[str]) -> dict[str, Any]:
+        return {"spec": {"containers": [{"name": "vllm", "args": run}]}}
+
+    assert rolled_out([pod(args), pod(args)], args)
+    assert not rolled_out([pod(args), pod(old)], args)  # one pod still runs the old rung
+    assert not rolled_out([pod(old)], args)
+    assert not rolled_out([], args)
