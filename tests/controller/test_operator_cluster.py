@@ -492,7 +492,9 @@ def test_traffic_rollback_and_repromotion(
         assert all(m.conditions.get("Swapping") == "True" for m in in_swap)
         assert all(m.conditions.get("Swapping") == "False" for m in sampler.moments
                    if not m.swapping and m.conditions)  # fmt: skip
-        assert (rolled - changed) / WINDOW_S <= 3.0, timeline
+        # Three windows and the decision's lag (the tick that sees the window end; on a busy
+        # 2-core machine up to a few seconds).
+        assert (rolled - changed) / WINDOW_S <= 3.5, timeline
         assert settled_sd["status"]["transitions"][-1]["reason"] == "Improved"
         assert op.counter("specguard_rollbacks_total") == 1
         trace = sampler.trace()

@@ -129,14 +129,17 @@ def test_the_demo_deploys_rolls_back_repromotes_and_reports(
     assert "Event Normal Repromoted: Improved" in out
     # The cooldown ran out well inside the tool calls: what kept the drafter off there was the
     # verdicts — with the drafter as the shadow, held at the serving pods' in-flight count, it
-    # was still judged slower (never "improved" while the tool calls ran).
+    # was never judged faster while the tool calls ran (on a quiet machine every such window
+    # was regressed at 1.11-1.15; with the 2 cores loaded by other jobs some read neutral,
+    # 0.98-1.03: docs/demo.md).
     window, cooldown = report["settings"]["window_s"], report["settings"]["cooldown_s"]
     tool_start, math_again = 30.0, 120.0  # the default schedule's phase boundaries
     cooldown_over = tool_start + report["decisions"][0]["windows"] * window + cooldown
     assert cooldown_over + 2 * window <= math_again, report["decisions"]
     after = [v for v in report["verdicts"] if cooldown_over < v["end_s"] <= math_again]
     assert len(after) >= 2 and not [v for v in after if v["outcome"] == "improved"], after
-    assert sum(v["outcome"] == "regressed" for v in after) >= 2, after
+    assert sum(v["outcome"] in ("regressed", "neutral") for v in after) >= 2, after
+    assert all(v["ratio"] is None or v["ratio"] > 0.95 for v in after), after
     assert all(d["swap_done"] is not None for d in report["decisions"])
     overall = report["overall"]
     assert overall["windows"] >= 20 and overall["left_out"] == 0
