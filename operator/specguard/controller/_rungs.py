@@ -52,8 +52,9 @@ from specguard.judge import (
     rung_order,
     settle,
     shadow_window,
+    startup_guardrail,
+    tool_call_excess,
 )
-from specguard.judge._guardrails import startup_guardrail, tool_call_excess
 
 EventType = Literal["Normal", "Warning"]
 Event = tuple[EventType, str, str]

@@ -38,7 +38,13 @@ from specguard.judge._clients import (
 )
 from specguard.judge._cumulative import Cumulative, CumulativeSettings, evidence_summary
 from specguard.judge._evidence import ArmErrors, DraftCounters, Evidence, Startup
-from specguard.judge._guardrails import GUARDRAILS, Guardrail, Trip
+from specguard.judge._guardrails import (
+    GUARDRAILS,
+    Guardrail,
+    Trip,
+    startup_guardrail,
+    tool_call_excess,
+)
 from specguard.judge._histogram import (
     BASIS_PROMETHEUS,
     BASIS_SCRAPE,
@@ -189,7 +195,9 @@ __all__ = [
     "settle",
     "shadow_window",
     "split_replicas",
+    "startup_guardrail",
     "step",
+    "tool_call_excess",
     "tpot",
     "winner",
 ]
