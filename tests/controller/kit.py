@@ -354,16 +354,21 @@ TOOLS = [
 
 @dataclass
 class Load:
-    """Closed-loop streaming clients against the router pods; change ``concurrency`` and
-    ``domain`` while it runs (``mixed``: every other client math, the others tool calls)."""
+    """Closed-loop streaming clients against the router pods; change ``concurrency``,
+    ``domain`` and ``temperatures`` while it runs (``mixed``: every other client math, the
+    others tool calls). ``temperatures``: client ``i`` samples at ``temperatures[i % len]``
+    (empty: the server's default)."""
 
     urls: list[str]
     concurrency: int = 4
     domain: str = "math"
     max_tokens: int = 48
+    model: str = "dsv4"
+    temperatures: tuple[float, ...] = ()
     completed: int = 0
     errors: int = 0
     error_times: list[float] = field(default_factory=list)
+    error_kinds: dict[str, int] = field(default_factory=dict)  # "HTTP 503", "ClientPayloadError"
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
@@ -396,7 +401,7 @@ class Load:
             if domain == "mixed":
                 domain = ("math", "tool_call")[index % 2]
             body: dict[str, Any] = {
-                "model": "dsv4",
+                "model": self.model,
                 "stream": True,
                 "max_tokens": self.max_tokens,
                 "messages": [
@@ -410,25 +415,31 @@ class Load:
             }
             if domain == "tool_call":
                 body["tools"] = TOOLS
+            if self.temperatures:
+                temperature = self.temperatures[index % len(self.temperatures)]
+                body |= {"temperature": temperature, "ignore_eos": True}
             url = self.urls[index % len(self.urls)] + "/v1/chat/completions"
             try:
                 async with session.post(
                     url, json=body, headers={"X-Specguard-Domain": domain}
                 ) as resp:
-                    async for _ in resp.content:
-                        pass
                     if resp.status == 200:
+                        async for _ in resp.content:
+                            pass
                         self.completed += 1
                     else:
-                        self._error()
+                        # the router's own error message (never the request's text)
+                        message = (await resp.text())[:160] if resp.status >= 500 else ""
+                        self._error(f"HTTP {resp.status} {message}".strip())
                         await asyncio.sleep(0.2)
-            except (aiohttp.ClientError, TimeoutError):
-                self._error()
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                self._error(type(exc).__name__)
                 await asyncio.sleep(0.2)
 
-    def _error(self) -> None:
+    def _error(self, kind: str) -> None:
         self.errors += 1
         self.error_times.append(time.time())
+        self.error_kinds[kind] = self.error_kinds.get(kind, 0) + 1
 
 
 def router_urls(cluster: LocalCluster, ns: str, name: str) -> list[str]:
