@@ -112,8 +112,10 @@ async def test_ngram_streams_are_measured_per_token(servers: Any) -> None:
         assert sample.ok and sample.measurement == "stream_usage"
         assert client.total == sample.output_tokens == 64
         assert client.role_chunk  # vLLM's first chat chunk: role only, no token
-        # ngram on a cycle: several tokens per chunk, at most k + 1 = 5
-        assert max(client.tokens) > 1 and max(client.tokens) <= 5
+        # ngram on a cycle: several tokens per chunk (k + 1 = 5 per engine step, more when
+        # vLLM's API server falls behind and merges waiting steps into one chunk: 10 seen in
+        # CI on two busy cores)
+        assert max(client.tokens) > 1
         assert len(client.tokens) < 40
         assert sample.tpot_s is not None
         # the router's figure is the client's (a proxy hop apart): per token, not per chunk
