@@ -7,10 +7,11 @@ samples and the operator acts on them. Which way they go depends on this machine
 on the resource: on two quiet cores ngram (k=4) on the tiny target's greedy cycle (acceptance
 length 5) wins at four streams per pod (0.28-0.79, improved: the drafter stays); with the
 cores loaded by other jobs the speculative path (about twice the CPU of a plain step, and two
-busy engines) lost (1.2-1.5) and the operator rolled it back. A set-up that loses and one that
-wins on every machine — a target whose steps are engine-bound (~10 ms), the loss made by
-concurrency rather than by other jobs — is the next step; until then the test checks that the
-decision follows the real verdicts, whichever way they go.
+busy engines) lost (1.2-1.5) and the operator rolled it back. A set-up where the traffic
+decides (sampled text loses, greedy wins: the two-phase scenario of commit 9af78c8, run with
+this file's readiness wait) rolled back and re-promoted in 4 of 7 runs (docs/simulator.md);
+until it does every time the test checks that the decision follows the real verdicts,
+whichever way they go.
 
 Driven only through the resource, the cluster and `specguard run` (tests/controller/kit.py).
 """
@@ -79,6 +80,13 @@ def body(real: RealVllm, ns: str) -> dict[str, Any]:
     }  # fmt: skip
 
 
+def both_arms_ready(sd: dict[str, Any]) -> bool:
+    arms = (sd.get("status") or {}).get("arms") or {}
+    return mode_is("speculative")(sd) and all(
+        (arms.get(role) or {}).get("readyReplicas", 0) >= 1 for role in ("serving", "shadow")
+    )
+
+
 def mode_is(mode: str) -> Any:
     return lambda s: (s.get("status") or {}).get("mode") == mode
 
@@ -98,7 +106,9 @@ def test_real_vllm_decision_follows_real_measurements(
     ns, cluster = cluster_namespace, local_cluster
     with operator(cluster, ns, tmp_path):
         create_sd(cluster, body(real_cluster, ns))
-        sd_until(cluster, ns, "tiny", "real vLLM pods ready", mode_is("speculative"),
+        # status.mode is the serving arm from the start; the pods take 30-60 s more (real
+        # vLLM), and clients sent before they are ready get 502 "no ready pod".
+        sd_until(cluster, ns, "tiny", "real vLLM pods ready", both_arms_ready,
                  timeout=420)  # fmt: skip
         urls = wait_for("routers", lambda: router_urls(cluster, ns, "tiny") or None, 120)
         seen: dict[str, tuple[str, float | None]] = {}  # windowEnd -> (outcome, ratio)
@@ -128,7 +138,7 @@ def test_real_vllm_decision_follows_real_measurements(
         assert len(judged) >= 2, outcomes  # judged on real router samples
         assert all(r is not None and r > 0 for _, r in judged), outcomes
         assert "SpeculationOff" not in reasons and "AcceptanceCollapsed" not in reasons
-        assert load.completed > 0
+        assert load.completed > 0 and load.errors <= load.completed // 100, load.error_kinds
         regressed_twice = any(a[0] == b[0] == "regressed" for a, b in itertools.pairwise(judged))
         if target == "baseline":
             assert rollback and rollback[0]["message"].startswith("Regressed: "), (
