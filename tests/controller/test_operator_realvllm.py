@@ -8,10 +8,10 @@ on the resource: on two quiet cores ngram (k=4) on the tiny target's greedy cycl
 length 5) wins at four streams per pod (0.28-0.79, improved: the drafter stays); with the
 cores loaded by other jobs the speculative path (about twice the CPU of a plain step, and two
 busy engines) lost (1.2-1.5) and the operator rolled it back. A set-up where the traffic
-decides (sampled text loses, greedy wins: the two-phase scenario of commit 9af78c8, run with
-this file's readiness wait) rolled back and re-promoted in 4 of 7 runs (docs/simulator.md);
-until it does every time the test checks that the decision follows the real verdicts,
-whichever way they go.
+decides (sampled text loses, greedy wins: the two-phase scenario of commit 9af78c8) rolled
+back and re-promoted in 4 of 7 runs, the last one with this file's readiness wait
+(docs/simulator.md); until it does every time the test checks that the decision follows the
+real verdicts, whichever way they go.
 
 Driven only through the resource, the cluster and `specguard run` (tests/controller/kit.py).
 """
