@@ -6,7 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pytest
 
+from specguard._times import rfc3339
 from specguard.api import DrafterRung, LadderStatus, LevelVerdict, RungLoss
 from specguard.api._resource import SpeculativeDeployment, parse_resource
 from specguard.api._status import Arms, ArmStatus, Status
@@ -122,8 +124,9 @@ def test_a_regressed_configured_rung_rolls_back_and_names_the_next() -> None:
     assert ladder is not None
     assert ladder.rung == DrafterRung() and ladder.next == DrafterRung(name="adaptive")
     assert [(x.rung, x.at, x.reason) for x in ladder.lost] == [
-        ("configured", NOW + 10, "Regressed")
+        ("configured", rfc3339(NOW + 10), "Regressed")
     ]
+    assert ladder.to_wire()["lost"][0]["at"] == "1970-01-12T13:46:50Z"  # a date in describe
     lost = [e for e in second.events if e.reason == "RungLost"]
     assert len(lost) == 1 and lost[0].type == "Warning"
     assert lost[0].message.startswith(
@@ -243,6 +246,23 @@ def test_no_rung_left_keeps_the_last_and_climbs_back_after_retry_after() -> None
     assert [e.reason for e in later.events] == ["RungRetried", "RungChanged"]
 
 
+def test_times_an_older_operator_wrote_as_unix_seconds_are_read_as_dates() -> None:
+    """Before RFC 3339, ``ladder.lost[].at`` and ``routing.domains[].since`` were Unix
+    seconds: a status stored then still parses (it is not dropped as invalid) and keeps its
+    times."""
+    stored = {
+        "mode": BASE,
+        "ladder": {"lost": [{"rung": "configured", "at": NOW - 200.5, "reason": "Regressed"}]},
+        "routing": {"domains": [{"domain": "math", "arm": SPEC, "outcome": "improved",
+                                 "since": NOW}]},
+    }  # fmt: skip
+    status = Status.model_validate(stored)
+    assert status.ladder is not None and status.ladder.lost[0].at == "1970-01-12T13:43:19Z"
+    assert status.routing is not None and status.routing.domains[0].since == rfc3339(NOW)
+    with pytest.raises(ValueError, match="at"):
+        RungLoss.model_validate({"rung": "configured", "at": [1], "reason": "Regressed"})
+
+
 def test_a_retry_forgets_the_losses() -> None:
     sd = ladder_sd()
     lost = [RungLoss(rung="configured", at=NOW - 10, reason="Regressed")]
@@ -307,6 +327,10 @@ def test_differing_domains_split_and_the_arms_are_resized_before_the_routes_appl
     routing = second.status.routing
     assert routing is not None and routing.split
     assert {d.domain: d.arm for d in routing.domains} == {"math": SPEC, "tool_call": BASE}
+    assert {d.domain: d.since for d in routing.domains} == {
+        "math": None,
+        "tool_call": "1970-01-12T13:46:50Z",  # when it moved, as a date
+    }
     assert routing.replicas == {SPEC: 2, BASE: 1}  # 56/44 of 3 pods: the counts already fit
     # The policy judged the traffic the drafter arm keeps (math): improved, no evidence of a loss.
     assert second.decision.reason.startswith("improved: keeping the drafter")

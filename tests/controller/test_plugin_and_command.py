@@ -115,7 +115,9 @@ BEYOND = {
             "rung": {"name": "schedule", "schedule": [
                 {"minBatchSize": 1, "maxBatchSize": 23, "numSpeculativeTokens": 7},
                 {"minBatchSize": 24, "maxBatchSize": 1024, "numSpeculativeTokens": 0}]},
-            "lost": [{"rung": "configured", "at": 0, "reason": "Regressed", "message": "+29%"}],
+            "lost": [{"rung": "configured", "at": "2026-12-01T04:58:20Z", "reason": "Regressed",
+                      "message": "+29%"},  # an older operator's Unix seconds:
+                     {"rung": "adaptive", "at": 0, "reason": "Regressed", "message": "+9%"}],
             "levels": [{"low": 4, "high": 5, "inFlight": 4.0, "outcome": "improved",
                         "ratio": 0.5, "pairs": 300}],
         },
@@ -143,7 +145,8 @@ def test_status_and_why_show_the_rung_the_split_and_the_tool_calls() -> None:
         "  shadow: baseline (dsv4-base) 2/2 ready",
         "  mirror share: 1.0",
         "  rung: schedule (in flight 1-23: k=7, 24-1024: k=0)",
-        "    lost: configured at 1970-01-01T00:00:00Z, Regressed: +29%",
+        "    lost: configured at 2026-12-01T04:58:20Z, Regressed: +29%",
+        "    lost: adaptive at 1970-01-01T00:00:00Z, Regressed: +9%",
         "    evidence per in-flight band: 4-5 improved −50.0%",
         "  routes: tool_call → baseline",
         "    math: speculative arm, improved −40.0%, 30% of requests",
@@ -158,7 +161,7 @@ def test_status_and_why_show_the_rung_the_split_and_the_tool_calls() -> None:
         "baseline arm; both arms serve and each is still compared with the other on mirrored "
         "requests. The drafter arm runs the schedule (in flight 1-23: k=7, 24-1024: k=0) "
         "configuration of the ladder. Rungs that lost (tried again after "
-        "spec.ladder.retryAfter): configured."
+        "spec.ladder.retryAfter): configured, adaptive."
     )
     assert "Tool calls: 162 mirrored pairs with tools" in why
     assert format_history(BEYOND) == (

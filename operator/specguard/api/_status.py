@@ -7,17 +7,31 @@ only, oldest first, so the object stays small however long it runs).
 
 from __future__ import annotations
 
-from typing import Literal
+import math
+from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import BeforeValidator, Field
 
 from specguard._arms import ClientLoop, LoadMatch
+from specguard._times import rfc3339
 from specguard.api._spec import BatchSizeRange, RungName
 from specguard.api._wire import Passthrough, WireModel
 from specguard.api.constants import MAX_DOMAINS, MAX_LEVELS, MAX_TRANSITIONS
 from specguard.api.constants import Arm as ArmName
 
 Outcome = Literal["regressed", "improved", "neutral", "inconclusive"]
+
+
+def _unix_to_rfc3339(value: Any) -> Any:
+    """Operators before this one wrote ``status.ladder.lost[].at`` and
+    ``status.routing.domains[].since`` as Unix seconds: read them as the times they are."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return rfc3339(float(value))
+    return value
+
+
+# A time in status that an older operator may have written as Unix seconds.
+Time = Annotated[str, BeforeValidator(_unix_to_rfc3339)]
 
 
 class Condition(WireModel):
@@ -129,7 +143,10 @@ class LevelVerdict(WireModel):
 
 class RungLoss(WireModel):
     rung: RungName = Field(description="The rung that lost.")
-    at: float = Field(description="Unix time it lost; it may be tried again retryAfter later.")
+    at: Time = Field(
+        json_schema_extra={"format": "date-time"},
+        description="When it lost (RFC 3339); it may be tried again retryAfter later.",
+    )
     reason: str = Field(description="CamelCase cause: Regressed, DrafterStartupFailed, ...")
     message: str = Field(default="", description="The numbers.")
     ratio: float | None = Field(default=None, description="Latency ratio it lost with.")
@@ -181,8 +198,10 @@ class DomainRoute(WireModel):
     streak: int = Field(
         default=0, ge=0, description="Windows in a row whose verdict points to the other arm."
     )
-    since: float | None = Field(
-        default=None, description="Unix time it last moved (its cooldown's start)."
+    since: Time | None = Field(
+        default=None,
+        json_schema_extra={"format": "date-time"},
+        description="When it last moved (RFC 3339; its cooldown's start).",
     )
 
 

@@ -21,6 +21,7 @@ from typing import Any
 
 from specguard._args import ArgumentParser, UsageError
 from specguard._objects import lookup
+from specguard._times import rfc3339
 from specguard.api import constants as c
 from specguard.judge import PolicySettings, PolicyState, evidence_summary
 
@@ -91,8 +92,9 @@ def _ladder_lines(ladder: Mapping[str, Any] | None) -> list[str]:
         line += f" → {_rung_text(ladder['next'])} once the swap is done"
     lines = [line]
     for loss in ladder.get("lost") or []:
-        at = dt.datetime.fromtimestamp(float(loss.get("at") or 0), dt.UTC)
-        lines.append(f"    lost: {loss.get('rung')} at {at:%Y-%m-%dT%H:%M:%SZ}, "
+        at = loss.get("at")  # RFC 3339; Unix seconds from an operator before it
+        when = rfc3339(float(at)) if isinstance(at, int | float) else str(at)
+        lines.append(f"    lost: {loss.get('rung')} at {when}, "
                      f"{loss.get('reason')}: {loss.get('message', '')}"[:300])  # fmt: skip
     levels = ladder.get("levels") or []
     if levels:

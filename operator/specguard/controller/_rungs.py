@@ -98,7 +98,11 @@ def ladder_state(status: LadderStatus | None) -> LadderState:
         )
         for lv in status.levels
     )
-    lost = tuple(Loss(x.rung, x.at, x.reason, x.message, x.ratio) for x in status.lost)
+    lost = tuple(
+        Loss(x.rung, at, x.reason, x.message, x.ratio)
+        for x in status.lost
+        if (at := parse_time(x.at)) is not None  # unreadable: as if long ago
+    )
     return LadderState(
         rung=_rung(status.rung) or Rung(),
         next=_rung(status.next),
@@ -115,7 +119,7 @@ def ladder_status(state: LadderState) -> LadderStatus:
         lost=[
             RungLoss(
                 rung=x.rung,
-                at=x.at,
+                at=rfc3339(x.at),
                 reason=x.cause,
                 message=x.message[:1000],
                 ratio=x.ratio,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from specguard._times import parse_time, rfc3339
 from specguard.api import DomainRoute, RoutingStatus, Spec
 from specguard.api.constants import Arm
 from specguard.judge import (
@@ -43,7 +44,7 @@ def routing_state(status: RoutingStatus | None) -> RoutingState:
                 d.pairs,
                 d.share,
                 d.streak,
-                d.since,
+                parse_time(d.since),
             )
             for d in status.domains
         )
@@ -65,7 +66,7 @@ def routing_status(
                 pairs=d.pairs,
                 share=_r(d.share),
                 streak=d.streak,
-                since=d.since,
+                since=None if d.since is None else rfc3339(d.since),
             )
             for d in state.domains
         ],
