@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from specguard._times import parse_time
 from specguard.testing._cluster import LocalCluster
 from specguard.testing._kubelet import ProcessKubelet
 
@@ -123,6 +124,7 @@ def test_the_ladder_rolls_back_tries_adaptive_and_re_promotes_it(
             )
             lost = rolled["status"]["ladder"]["lost"]
             assert [x["rung"] for x in lost] == ["configured"] and lost[0]["reason"] == "Regressed"
+            assert parse_time(lost[0]["at"]) is not None, lost  # a date, as kubectl shows it
             # The rollback's swap done, the drafter arm runs adaptive verification as the shadow.
             sd = until(
                 cluster,
@@ -186,6 +188,7 @@ def test_routing_by_domain_splits_math_and_tool_calls(
             )
             domains = {d["domain"]: d for d in sd["status"]["routing"]["domains"]}
             assert domains["tool_call"]["arm"] == "baseline"
+            assert parse_time(domains["tool_call"]["since"]) is not None  # when it moved: a date
             assert domains["math"]["arm"] == "speculative"
             assert domains["math"]["outcome"] == "improved"
             # Both arms serve, and both are still compared for both domains.

