@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from specguard.judge import DraftCounters, Histogram
+from specguard._arms import ARMS, Arm, LoadMatch
+from specguard.judge import ArmLoad, DraftCounters, Histogram
 
 TPOT_METRIC = "vllm:request_time_per_output_token_seconds"
 RUNNING_METRIC = "vllm:num_requests_running"
@@ -131,6 +132,37 @@ def draft_counters(start: Mapping[str, Reading], end: Mapping[str, Reading]) -> 
         drafts += counter_delta(a.drafts, b.drafts) or 0.0
         accepted += counter_delta(a.accepted, b.accepted) or 0.0
     return DraftCounters(len(pods), exporting, drafts, accepted)
+
+
+def arm_load(
+    start: Mapping[Arm, Mapping[str, Reading]],
+    end: Mapping[Arm, Mapping[str, Reading]],
+    rule: LoadMatch,
+) -> ArmLoad:
+    """Requests in each arm's engines (running + waiting) per pod at a window's start and
+    end: the mean over the pods read at both ends that export both gauges (arm → pod URL →
+    Reading). An arm without such a pod is left out."""
+    before: dict[Arm, float] = {}
+    after: dict[Arm, float] = {}
+    pods: dict[Arm, int] = {}
+    for arm in ARMS:
+        a, b = start.get(arm, {}), end.get(arm, {})
+        both = [
+            (a[url], b[url]) for url in sorted(set(a) & set(b))
+            if _held(a[url]) is not None and _held(b[url]) is not None
+        ]  # fmt: skip
+        if not both:
+            continue
+        pods[arm] = len(both)
+        before[arm] = sum(_held(x) or 0.0 for x, _ in both) / len(both)
+        after[arm] = sum(_held(y) or 0.0 for _, y in both) / len(both)
+    return ArmLoad(before, after, pods, rule)
+
+
+def _held(reading: Reading) -> float | None:
+    if reading.running is None or reading.waiting is None:
+        return None
+    return reading.running + reading.waiting
 
 
 def bucket_delta(before: Reading, after: Reading) -> dict[float, float]:

@@ -31,7 +31,15 @@ from specguard.controller._decide import (
 )
 from specguard.controller._loop import status_patch
 from specguard.controller._swap import ArmObserved, SwapPlan
-from specguard.judge import ArmErrors, Decision, DraftCounters, Evidence, PolicyState, Startup
+from specguard.judge import (
+    ArmErrors,
+    ArmLoad,
+    Decision,
+    DraftCounters,
+    Evidence,
+    PolicyState,
+    Startup,
+)
 from specguard.judge._sample import Role, Sample
 from specguard.judge._verdict import JudgeSettings, Verdict, judge
 
@@ -373,7 +381,8 @@ def test_source_down_and_no_samples_in_judge_degraded(sd: SpeculativeDeployment)
 
 
 def test_gather_fills_the_evidence_record(sd: SpeculativeDeployment) -> None:
-    window = window_of(1.3, drafts=DraftCounters(1, 1, 10.0, 20.0))
+    load = ArmLoad(start={SPEC: 10.0}, end={SPEC: 12.0}, pods={SPEC: 2}, rule="arrivals")
+    window = window_of(1.3, drafts=DraftCounters(1, 1, 10.0, 20.0), load=load)
     obs = observe(sd, window=window, annotations={c.ANNOTATION_PIN_MODE: " baseline ",
                                                   c.ANNOTATION_RETRY: "r"})  # fmt: skip
     assert gather(obs) == Evidence(
@@ -381,14 +390,18 @@ def test_gather_fills_the_evidence_record(sd: SpeculativeDeployment) -> None:
         startup=READY,
         errors=ArmErrors(spec_requests=200, base_requests=200),
         speculation=DraftCounters(1, 1, 10.0, 20.0),
+        load=load,
         pin=BASE,
         retry="r",
     )
     assert gather(observe(sd, annotations={c.ANNOTATION_PIN_MODE: "fast"})) == Evidence(
         startup=READY
     )
+    # Between window ends, the engines read at this tick (the overload guardrail's look).
+    assert gather(observe(sd, load=load)) == Evidence(startup=READY, load=load)
     assert [f.name for f in dataclasses.fields(Evidence)] == [
-        "verdict", "startup", "errors", "speculation", "tool_calls", "pin", "retry", "spans",
+        "verdict", "startup", "errors", "speculation", "load", "tool_calls", "pin", "retry",
+        "spans",
     ]  # fmt: skip
 
 

@@ -16,7 +16,7 @@ from specguard.api.constants import Arm
 from specguard.controller._decide import EventSpec, Observation, Outcome, Window, decide, judging
 from specguard.controller._rungs import rolled_out
 from specguard.controller._swap import ArmObserved, SwapPlan
-from specguard.judge import JudgeSettings, Sample, judge
+from specguard.judge import ArmLoad, JudgeSettings, LoadMatch, Sample, judge
 from specguard.render import vllm_args
 
 from .conftest import resource
@@ -226,6 +226,36 @@ def test_the_shadow_rung_loses_and_the_schedule_is_derived_from_the_evidence() -
         '"num_speculative_tokens_per_batch_size":[[1,23,7],[24,1024,0]]'
         in (args[args.index("--speculative-config") + 1])
     )
+
+
+def test_an_overloaded_shadow_rung_is_lost_at_once_whatever_its_pairs_say() -> None:
+    """Open-loop clients (the shadow copied by arrivals): the adaptive rung, judged as the
+    shadow, reads improved on the requests that ended, but its engine climbs 90 -> 300
+    while the serving baseline pods hold ~190: lost at once (DrafterOverloaded), the next
+    rung named. By the in-flight rule the same numbers count for nothing."""
+    sd = ladder_sd()
+    ladder = LadderStatus(
+        rung=DrafterRung(name="adaptive"),
+        lost=[RungLoss(rung="configured", at=NOW - 100, reason="Regressed")],
+    )
+    status = Status(
+        mode=BASE, target_mode=BASE, ladder=ladder, policy={"mode": BASE, "since": NOW - 100}
+    )
+
+    def load(rule: LoadMatch) -> ArmLoad:
+        return ArmLoad(start={SPEC: 90.0, BASE: 185.0}, end={SPEC: 300.0, BASE: 192.0},
+                       pods={SPEC: 1, BASE: 2}, rule=rule)  # fmt: skip
+
+    improved = pairs(0.6, serving=BASE)
+    out = decide(observe(sd, status=status, arms=SWAPPED,
+                         window=window(improved, load=load("arrivals"))))  # fmt: skip
+    assert [e.reason for e in out.events][:1] == ["RungLost"], out.events
+    assert "cannot keep up with its arrivals" in out.events[0].message
+    assert out.status.ladder is not None
+    assert [loss.reason for loss in out.status.ladder.lost] == ["Regressed", "DrafterOverloaded"]
+    held = decide(observe(sd, status=status, arms=SWAPPED,
+                          window=window(improved, load=load("in_flight"))))  # fmt: skip
+    assert "RungLost" not in [e.reason for e in held.events], held.events
 
 
 def test_no_rung_left_keeps_the_last_and_climbs_back_after_retry_after() -> None:

@@ -11,11 +11,12 @@ from typing import Any
 
 import pytest
 
+from specguard._arms import Arm
 from specguard.api import SpeculativeDeployment
 from specguard.controller._kube import KubeError
 from specguard.controller._loop import Observed, ResourceLoop
 from specguard.controller._metrics import OperatorMetrics
-from specguard.judge import DraftCounters, Sample
+from specguard.judge import ArmLoad, DraftCounters, Sample
 from specguard.sources import Reading, Targets, WindowSamples
 
 from .conftest import merge_patch, resource
@@ -132,8 +133,8 @@ class Loop:
     def __init__(self, window: WindowSamples | None = None) -> None:
         self.kube = FakeKube()
         self.sources: list[FakeSource] = []
-        self.counters: list[tuple[str, ...]] = []
-        self.readings: Mapping[str, Reading] = {}
+        self.counters: list[dict[str, tuple[str, ...]]] = []
+        self.readings: Mapping[Arm, Mapping[str, Reading]] = {}
         self.window = window
         self.loop = ResourceLoop(self.kube, OperatorMetrics(), "llm", "qwen",
                                  open_source=self._open, read_counters=self._read)  # fmt: skip
@@ -142,8 +143,10 @@ class Loop:
         self.sources.append(FakeSource(self.window))
         return self.sources[-1]
 
-    async def _read(self, urls: Sequence[str]) -> Mapping[str, Reading]:
-        self.counters.append(tuple(urls))
+    async def _read(
+        self, urls: Mapping[Arm, Sequence[str]]
+    ) -> Mapping[Arm, Mapping[str, Reading]]:
+        self.counters.append({arm: tuple(u) for arm, u in urls.items()})
         return self.readings
 
     async def tick(self, now: float, observed: Observed | None = None, **spec: Any) -> None:
@@ -272,9 +275,11 @@ async def test_a_window_reads_every_running_router_and_the_drafter_counters() ->
     loop = Loop(WindowSamples("router", T0, T0 + 10, "ok", samples=(sample,)))
     pods = [*PODS, router("10.0.1.1"), router("10.0.1.2", deleting=True),
             router("10.0.1.3", ready=False)]  # fmt: skip
-    loop.readings = {"http://10.0.0.1:8000": Reading(drafts=10.0, accepted=5.0)}
+    loop.readings = {"speculative": {"http://10.0.0.1:8000": Reading(drafts=10.0, accepted=5.0)}}
     await loop.tick(T0, cluster(loop.kube, pods))
-    loop.readings = {"http://10.0.0.1:8000": Reading(drafts=110.0, accepted=305.0)}
+    loop.readings = {
+        "speculative": {"http://10.0.0.1:8000": Reading(drafts=110.0, accepted=305.0)}
+    }
     for second in range(1, 11):
         await loop.tick(T0 + second, cluster(loop.kube, pods))
     (source,) = loop.sources
@@ -284,15 +289,18 @@ async def test_a_window_reads_every_running_router_and_the_drafter_counters() ->
         pods={"speculative": ("http://10.0.0.1:8000", "http://10.0.0.2:8000"),
               "baseline": ("http://10.0.0.3:8000",)},
     )]  # fmt: skip
-    drafters = ("http://10.0.0.1:8000", "http://10.0.0.2:8000")
-    assert loop.counters == [drafters, drafters]  # at the window's start and its end
+    vllm = {"speculative": ("http://10.0.0.1:8000", "http://10.0.0.2:8000"),
+            "baseline": ("http://10.0.0.3:8000",)}  # fmt: skip
+    assert loop.counters == [vllm, vllm]  # at the window's start and its end
     verdict = loop.kube.status["lastVerdict"]
     assert verdict["samples"] == {"speculative": 1.0, "baseline": 0.0}
     assert verdict["outcome"] == "inconclusive"
     assert "windowEnd" in verdict
 
 
-async def test_window_evidence_carries_the_counters(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_window_evidence_carries_the_counters_and_the_arms_load(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from specguard.controller import _loop
 
     seen: list[Any] = []
@@ -300,16 +308,101 @@ async def test_window_evidence_carries_the_counters(monkeypatch: pytest.MonkeyPa
 
     def spy(obs: Any) -> Any:
         if obs.window is not None:
-            seen.append(obs.window.drafts)
+            seen.append((obs.window.drafts, obs.window.load))
         return real(obs)
 
     monkeypatch.setattr(_loop, "decide", spy)
     loop = Loop()
-    loop.readings = {"http://10.0.0.1:8000": Reading(drafts=10.0, accepted=5.0)}
+    spec, spec2, base = "http://10.0.0.1:8000", "http://10.0.0.2:8000", "http://10.0.0.3:8000"
+    loop.readings = {"speculative": {spec: Reading(drafts=0.0, accepted=0.0)}}
+    # The first window spans the arms' pods coming up (a change in the pods): its counters
+    # count, the engines' load across the change does not.
     await loop.tick(T0)
-    loop.readings = {"http://10.0.0.1:8000": Reading(drafts=110.0, accepted=305.0)}
+    await loop.tick(T0 + 1)
+    loop.readings = {
+        "speculative": {spec: Reading(drafts=10.0, accepted=5.0, running=8.0, waiting=0.0),
+                        spec2: Reading(drafts=1.0, accepted=1.0, running=4.0, waiting=0.0)},
+        "baseline": {base: Reading(running=12.0, waiting=2.0)},
+    }  # fmt: skip
     await loop.tick(T0 + 10)
-    assert seen == [DraftCounters(pods=1, exporting=1, drafts=100.0, accepted=300.0)]
+    loop.readings = {
+        # the second drafter pod answers only at the start: it counts for neither figure
+        "speculative": {spec: Reading(drafts=110.0, accepted=305.0, running=64.0, waiting=36.0)},
+        "baseline": {base: Reading(running=15.0, waiting=1.0)},
+    }
+    await loop.tick(T0 + 20)
+    assert seen == [
+        (DraftCounters(pods=1, exporting=1, drafts=10.0, accepted=5.0), None),
+        (
+            DraftCounters(pods=1, exporting=1, drafts=100.0, accepted=300.0),
+            ArmLoad(start={"speculative": 8.0, "baseline": 14.0},
+                    end={"speculative": 100.0, "baseline": 16.0},
+                    pods={"speculative": 1, "baseline": 1}, rule="in_flight"),
+        ),
+    ]  # fmt: skip
+
+
+async def test_between_window_ends_the_engines_are_read_every_quarter_window_by_arrivals(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Clients that arrive at their own pace (loadMatch arrivals): the overload guardrail
+    need not wait for the window's end. Every quarter window (2.5 s of 10) the arms' engines
+    are read against the window's start; a drafter falling behind is rolled back at once."""
+    from specguard.controller import _loop
+
+    seen: list[tuple[float, bool, ArmLoad | None]] = []
+    real = _loop.decide  # type: ignore[attr-defined]
+
+    def spy(obs: Any) -> Any:
+        seen.append((obs.now - T0, obs.window is not None, obs.load))
+        return real(obs)
+
+    monkeypatch.setattr(_loop, "decide", spy)
+    loop = Loop()
+    spec, base = "http://10.0.0.1:8000", "http://10.0.0.3:8000"
+
+    def engines(drafter: float, baseline: float) -> Mapping[Arm, Mapping[str, Reading]]:
+        return {"speculative": {spec: Reading(running=drafter, waiting=0.0)},
+                "baseline": {base: Reading(running=min(baseline, 256), waiting=0.0)}}  # fmt: skip
+
+    evaluation = {"window": "10s", "minRequestsPerArm": 20, "loadMatch": "arrivals"}
+    loop.readings = engines(90, 185)
+    # The first window opened as the routers were told the rule: it does not speak for it.
+    for at in (0.0, 2.5, 5.0, 10.0):
+        await loop.tick(T0 + at, evaluation=evaluation)
+    assert [load is not None for _, ended, load in seen if not ended] == [False] * 3
+    seen.clear()
+    loop.counters.clear()
+    loop.readings = engines(95, 186)
+    for at in (11.0, 12.0, 12.5, 14.0):  # a quarter window after the last look: read at 12.5
+        await loop.tick(T0 + at, evaluation=evaluation)
+    loop.readings = engines(300, 190)
+    await loop.tick(T0 + 15.0, evaluation=evaluation)
+    assert [(at, ended, load is not None) for at, ended, load in seen] == [
+        (11.0, False, False), (12.0, False, False), (12.5, False, True), (14.0, False, False),
+        (15.0, False, True),
+    ]  # fmt: skip
+    assert seen[-1][2] == ArmLoad(
+        start={"speculative": 90.0, "baseline": 185.0},
+        end={"speculative": 300.0, "baseline": 190.0},
+        pods={"speculative": 1, "baseline": 1},
+        rule="arrivals",
+    )
+    assert len(loop.counters) == 2  # at 12.5 s and 15 s: nothing else
+    assert loop.kube.status["targetMode"] == "baseline"
+    (transition,) = loop.kube.status["transitions"]
+    assert transition["reason"] == "DrafterOverloaded", transition
+    # By the in-flight rule, or where a trip would only be reported (a dry run), the
+    # engines are not read between window ends.
+    for rule, policy in (("in_flight", "auto"), ("arrivals", "notify")):
+        other = Loop()
+        other.readings = engines(90, 185)
+        fields: dict[str, Any] = {"evaluation": {**evaluation, "loadMatch": rule},
+                                  "rollback": {"cooldown": "60s", "policy": policy}}  # fmt: skip
+        for at in (0.0, 2.5, 10.0, 12.5, 15.0, 17.5):
+            await other.tick(T0 + at, **fields)
+        assert len(other.counters) == 2, (rule, policy, other.counters)  # at 0 s and 10 s
+        assert other.kube.status["targetMode"] == "speculative"
 
 
 async def test_a_new_spec_closes_the_old_source_and_starts_a_new_window() -> None:
@@ -386,7 +479,7 @@ async def test_resources_arriving_together_are_applied_first_come_first_served()
     assert finished == ["a"] * 9 + ["b"] * 9 + ["c"] * 9
 
 
-async def _no_readings() -> Mapping[str, Reading]:
+async def _no_readings() -> Mapping[Arm, Mapping[str, Reading]]:
     return {}
 
 

@@ -302,7 +302,8 @@ def test_the_regret_bench_table_puts_the_kinds_side_by_side() -> None:
     """bench/regret.py's table, from two summary.json reports: the figures, realized against
     each, the rule's changes, the decisions, and the goal (≤3% of the best, below both)."""
     met = _report(0.0390, 0.0420, 0.0400, 0.0380)
-    missed = {**_report(0.0400, 0.0390, 0.0500, 0.0380), "load_match": [[0.0, "in_flight"]]}
+    missed = {**_report(0.0400, 0.0390, 0.0500, 0.0380), "load_match": [[0.0, "in_flight"]],
+              "phase_best_s": 0.0385}  # the closed-loop report is one written before it
     rows = side_by_side([("closed loop", met), ("open loop", missed)], goal=0.03)
     w = 31  # the widest cell and 2
 
@@ -316,6 +317,7 @@ def test_the_regret_bench_table_puts_the_kinds_side_by_side() -> None:
         row("always drafter", "42.00 ms (−7.1%)", "39.00 ms (+2.6%)"),
         row("never drafter", "40.00 ms (−2.5%)", "50.00 ms (−20.0%)"),
         row("per-window best", "38.00 ms (+2.6%)", "38.00 ms (+5.3%)"),
+        row("per-phase best on/off", "n/a", "38.50 ms (+3.9%)"),
         row("regret, served estimate", "+3.7%", "+6.3%"),
         row("load match", "in_flight→arrivals@25s", "in_flight"),
         row("clients found", "unknown→open@22s", "unknown→open@22s"),
@@ -323,3 +325,23 @@ def test_the_regret_bench_table_puts_the_kinds_side_by_side() -> None:
         row("requests, errors", "1000, 0", "1000, 0"),
         row("goal (≤3%, < both)", "met", "missed: >3% of best, ≥ always"),
     ]
+
+
+def test_the_per_phase_best_takes_the_better_arm_of_each_phase_token_weighted() -> None:
+    """What an on/off policy that knew the schedule would realize: per phase, the better of
+    always and never, weighted by the phase's tokens. In the tool-call phase the drafter's
+    first window looks better (a queue not yet grown) and the per-window best takes it; a
+    phase is served by one arm, and here the baseline is the better one over the phase."""
+    ws = [
+        window(0, 100, 1.0, 0.5, 1.0),  # math: the drafter twice as fast
+        window(1, 300, 0.6, 0.5, 1.0),  # tool calls: the drafter ahead while its queue grows
+        window(1, 300, 2.0, 2.0, 1.0),  # ... then 2x behind: over the phase never is better
+    ]
+    s = summarize(ws, spans((Phase("math", 4, 10), Phase("tool_call", 144, 20))), [],
+                  requests=3, errors=0)  # fmt: skip
+    (_, math_totals), (_, tool_totals) = s.phases
+    assert math_totals is not None and tool_totals is not None
+    assert (tool_totals.always_s, tool_totals.never_s) == ((180 + 600) / 600, (360 + 300) / 600)
+    assert s.phase_best_s == (100 * 1.0 + (360 + 300)) / 700
+    assert s.overall is not None and s.overall.best_s == (100 * 1.0 + 180 + 300) / 700
+    assert summarize([], [], [], requests=0, errors=0).phase_best_s is None

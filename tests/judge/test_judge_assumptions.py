@@ -195,3 +195,30 @@ def test_arms_compared_pooled_need_the_same_arrivals() -> None:
     v = judge(spec + base, SETTINGS)
     assert v.outcome == "inconclusive", v.sentence()
     assert "150 vs 600 requests per pod" in v.sentence(), v.sentence()
+
+
+def test_a_slope_steeper_than_proportional_is_capped_not_followed() -> None:
+    """The drafter 15% slower at equal in-flight, its pairs 6-44% heavier in flight (+24% on
+    average), and the pairs' ratios climbing with their gap at a log-log slope of 3 (what the
+    pairs showed on real vLLM CPU, where the in-flight gap and the ratio share a cause).
+    Before: the window's slope 2.96 was followed and moved a 15% loss to "improved 0.75".
+    Latency grows at most in proportion to in-flight, so the slope followed is capped at 1."""
+    rng = np.random.default_rng(283)
+    n, base_level = 300, 16
+    spec_levels = rng.integers(17, 24, n)
+    gaps = np.log(spec_levels / base_level)
+    tpot = 0.03 * np.exp(rng.normal(0, 0.3, n))
+    log_ratio = math.log(1.15) + gaps.mean() + 3.0 * (gaps - gaps.mean())
+    log_ratio += rng.normal(0, 0.05, n)
+    spec = [
+        replace(s, concurrency=int(level))
+        for s, level in zip(
+            samples("speculative", tpot * np.exp(log_ratio), pair_prefix="p"), spec_levels,
+            strict=True,
+        )
+    ]
+    base = samples("baseline", tpot, concurrency=base_level, pair_prefix="p")
+    v = judge(spec + base, SETTINGS)
+    assert v.outcome == "regressed" and v.load_slope == 1.0, v.sentence()
+    assert v.ratio is not None and 1.10 < v.ratio < 1.20, v.sentence()
+    assert any("capped at 1 (measured 2.9" in r for r in v.reasons), v.reasons

@@ -8,8 +8,13 @@ from dataclasses import replace
 
 import pytest
 
-from specguard.judge._evidence import ArmErrors, DraftCounters, Evidence, Startup
-from specguard.judge._guardrails import Trip, error_rate_exceeded, speculation_guardrail
+from specguard.judge._evidence import ArmErrors, ArmLoad, DraftCounters, Evidence, Startup
+from specguard.judge._guardrails import (
+    Trip,
+    error_rate_exceeded,
+    overload_guardrail,
+    speculation_guardrail,
+)
 from specguard.judge._policy import Decision, PolicyState, step
 from specguard.judge._settings import PolicySettings
 from specguard.judge._verdict import Outcome, Verdict
@@ -354,6 +359,91 @@ def test_speculation_guardrail_rolls_back_through_step() -> None:
                         speculation=DraftCounters(2, 0, 0, 0))  # fmt: skip
     state, d = step(PolicyState(), s, 10.0, evidence)
     assert (d.action, d.cause, state.mode) == ("rollback", "SpeculationOff", "baseline")
+
+
+def load(spec: tuple[float, float], base: tuple[float, float], rule: str = "arrivals") -> Evidence:
+    """Evidence of the arms' engine load: (start, end) requests per pod of each arm."""
+    arms = ArmLoad(
+        start={"speculative": spec[0], "baseline": base[0]},
+        end={"speculative": spec[1], "baseline": base[1]},
+        pods={"speculative": 2, "baseline": 1},
+        rule=rule,  # type: ignore[arg-type]
+    )
+    return Evidence(verdict("improved"), load=arms)
+
+
+@pytest.mark.parametrize(
+    ("spec", "base", "rule", "trips"),
+    [
+        # The bench's open-loop run, the window the pairs still read "improved -37%": the
+        # drafter went 88 -> 271 per pod while the baseline at its arrivals held 184 -> 190.
+        ((88, 271), (184, 190), "arrivals", True),
+        # A look a quarter window in: still short of the baseline's count, then past it.
+        ((93, 182), (156, 178), "arrivals", False),
+        ((93, 230), (156, 180), "arrivals", True),
+        # The same numbers by the in-flight rule: the clients set the count, never trips.
+        ((88, 271), (184, 190), "in_flight", False),
+        # A step up in arrivals: both climb (the faster drafter holds fewer, or nearly as
+        # many): a ramp is left to the statistics.
+        ((10, 92), (10, 164), "arrivals", False),
+        ((5, 150), (15, 164), "arrivals", False),
+        # A baseline shadow drained by the router (its copy budget full) is no yardstick.
+        ((100, 160), (200, 0), "arrivals", False),
+        # A drafter shadow filling up from empty (after a drain, a new rung) that settles
+        # below the baseline: it keeps up.
+        ((2, 60), (80, 80), "arrivals", False),
+        ((5, 110), (150, 150), "arrivals", False),
+        # A stable drafter slower end to end: holds more, but steady...
+        ((60, 62), (40, 41), "arrivals", False),
+        # ... or growing with the arrivals as a constant multiple of the baseline's count:
+        # only the quotient's rise tells these apart from a runaway.
+        ((100, 150), (100, 125), "arrivals", False),
+        ((100, 160), (100, 100), "arrivals", True),
+        # A queue fluctuating: 13 up is within a 20-30 queue's noise.
+        ((20, 33), (10, 10), "arrivals", False),
+        # Climbs past a steady baseline by less than the margin (25% and 8 per pod).
+        ((10, 19), (10, 10), "arrivals", False),
+        ((10, 30), (10, 10), "arrivals", True),
+        # Holds more and falls further behind, but no longer grows (it drains).
+        ((300, 280), (190, 120), "arrivals", False),
+    ],
+)
+def test_overload_rule(
+    spec: tuple[float, float], base: tuple[float, float], rule: str, trips: bool
+) -> None:
+    trip = overload_guardrail(load(spec, base, rule), PolicySettings(), 0.0)
+    assert (trip is not None) == trips, trip
+
+
+def test_overload_trips_say_the_numbers_and_act_through_step() -> None:
+    s = PolicySettings(consecutive_windows=2)
+    evidence = load((88, 271), (184, 190))
+    assert overload_guardrail(evidence, s, 0.0) == Trip(
+        "overload",
+        "DrafterOverloaded",
+        "the drafter arm cannot keep up with its arrivals: requests in its engines grew from "
+        "88 to 271 per pod since the window opened, while the baseline given a serving pod's "
+        "arrivals held 184 to 190 (at equal arrivals, more requests held is a longer wait: "
+        "Little's law)",
+    )
+    state, d = step(PolicyState(), s, 10.0, evidence)
+    assert (d.action, d.cause, state.mode) == ("rollback", "DrafterOverloaded", "baseline")
+    # Off by the setting; and absent evidence (no pod read at both ends) never trips.
+    off = PolicySettings(overload_guardrail=False)
+    assert step(PolicyState(), off, 10.0, evidence)[1].action == "hold"
+    one_arm = replace(evidence.load, end={"speculative": 270.0})  # type: ignore[type-var]
+    assert overload_guardrail(replace(evidence, load=one_arm), s, 0.0) is None
+
+
+def test_an_overloaded_drafter_shadow_is_not_re_promoted() -> None:
+    """The baseline serves; the drafter, measured as the shadow by arrivals, reads improved
+    per token on the requests that ended, but its engines fall behind: held back."""
+    s = PolicySettings(consecutive_windows=1, cooldown_s=0, repromote_windows=1)
+    state = PolicyState(mode="baseline", since=0.0)
+    state, d = step(state, s, 10.0, load((88, 271), (184, 190)))
+    assert d.action == "hold" and "cannot keep up" in d.reason and state.mode == "baseline"
+    state, d = step(state, s, 20.0, load((60, 50), (160, 170)))
+    assert d.action == "repromote", d.reason
 
 
 def test_state_round_trips_through_the_wire() -> None:

@@ -12,7 +12,7 @@ from dataclasses import replace
 import pytest
 from aiohttp import web
 
-from specguard.judge import DraftCounters
+from specguard.judge import ArmLoad, DraftCounters
 from specguard.judge._sample import Arm, Role, Sample
 from specguard.judge._verdict import JudgeSettings
 from specguard.router._pool import Topology
@@ -25,6 +25,7 @@ from specguard.sources import (
     ScrapeSource,
     Source,
     WindowSamples,
+    arm_load,
     draft_counters,
     pod_concurrency,
 )
@@ -262,3 +263,22 @@ def test_draft_counters_are_window_deltas_over_pods_read_at_both_ends() -> None:
     assert draft_counters({"a": Reading()}, {"a": Reading()}) == DraftCounters(1, 0, 0.0, 0.0)
     restarted = {"a": Reading(drafts=20, accepted=10)}  # the counter went down: all new
     assert draft_counters(start, restarted) == DraftCounters(1, 1, 20.0, 10.0)
+
+
+def test_arm_load_is_the_mean_per_pod_read_at_both_ends_with_both_gauges() -> None:
+    start: dict[Arm, dict[str, Reading]] = {
+        "speculative": {"a": Reading(running=10, waiting=2), "b": Reading(running=4, waiting=0),
+                        "gone": Reading(running=50, waiting=50)},
+        "baseline": {"c": Reading(running=7, waiting=1)},
+    }  # fmt: skip
+    end: dict[Arm, dict[str, Reading]] = {
+        "speculative": {"a": Reading(running=64, waiting=40), "b": Reading(running=64, waiting=0),
+                        "new": Reading(running=1, waiting=0)},
+        # an exporter without the waiting gauge counts for nothing
+        "baseline": {"c": Reading(running=9)},
+    }  # fmt: skip
+    assert arm_load(start, end, "arrivals") == ArmLoad(
+        start={"speculative": 8.0}, end={"speculative": 84.0}, pods={"speculative": 2},
+        rule="arrivals",
+    )  # fmt: skip
+    assert arm_load({}, end, "in_flight") == ArmLoad(rule="in_flight")

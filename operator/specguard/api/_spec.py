@@ -555,6 +555,15 @@ class Rollback(SpecModel):
         "not what the request's tool schema asks) confidently more often than the arm "
         "without it, whatever the latency. Needs metricsSource router. Default true.",
     )
+    overload_guardrail: bool = Field(
+        default=True,
+        description="Roll the drafter back at once when clients arrive at their own pace "
+        "(status.arms.loadMatch arrivals) and the drafter arm falls behind them while the "
+        "baseline keeps up: requests in its engines (vLLM's running + waiting) climb over a "
+        "window while the baseline's hold steady at the same arrivals, and pass them. Its "
+        "per-token latency follows a window or two later, with a longer queue "
+        "to drain. It also holds a re-promotion back. Default true.",
+    )
 
 
 class Ladder(SpecModel):

@@ -79,6 +79,7 @@ from specguard.controller._split import route, routing_state, routing_status
 from specguard.controller._swap import ArmObserved, SwapPlan, plan_swap
 from specguard.judge import (
     ArmErrors,
+    ArmLoad,
     Cumulative,
     Decision,
     DraftCounters,
@@ -121,6 +122,7 @@ class Window:
     verdict: Verdict
     source_down: str | None = None  # the source failed: why (JudgeDegraded SourceUnavailable)
     drafts: DraftCounters | None = None  # the drafter arm's counters over it (None: unread)
+    load: ArmLoad | None = None  # requests in the arms' engines at its start and end
     start: float | None = None
     first_started: float | None = None
     # The clients behind its serving requests and the window before (None: no per-request
@@ -162,6 +164,9 @@ class Observation:
     disturbed: Disturbance | None = None  # the last swap, restart or change in the pods
     # The drafter arm's Deployment runs the rung of status.ladder on every pod (_rungs).
     drafter_rolled_out: bool = True
+    # Between window ends: the arms' engines read now against the window's start (the
+    # overload guardrail looks every quarter window; None when not read at this tick).
+    load: ArmLoad | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,6 +261,7 @@ def gather(obs: Observation, verdict: Verdict | None = None) -> Evidence:
         startup=obs.startup,
         errors=None if window is None else ArmErrors.of(window.verdict),
         speculation=None if window is None else window.drafts,
+        load=obs.load if window is None else window.load,
         tool_calls=None if window is None or not window.samples
         else ToolCallPairs.of(window.samples),
         pin=pinned_mode(obs.annotations),

@@ -29,7 +29,14 @@ from typing import Any, Protocol
 
 from specguard._objects import arm_of, lookup, router_urls, vllm_urls
 from specguard._times import parse_time, rfc3339
-from specguard.api import DrafterRung, SpecError, SpeculativeDeployment, Status, parse_resource
+from specguard.api import (
+    DrafterRung,
+    Spec,
+    SpecError,
+    SpeculativeDeployment,
+    Status,
+    parse_resource,
+)
 from specguard.api import constants as c
 from specguard.controller._clients import SETTLE_S, rule_in_force, settled_after
 from specguard.controller._decide import (
@@ -51,6 +58,7 @@ from specguard.controller._rungs import rolled_out
 from specguard.controller._settings import judge_settings
 from specguard.controller._swap import ArmObserved
 from specguard.judge import (
+    ArmLoad,
     JudgeSettings,
     Level,
     LevelPairs,
@@ -66,6 +74,7 @@ from specguard.sources import (
     Source,
     Targets,
     WindowSamples,
+    arm_load,
     draft_counters,
     open_source,
 )
@@ -89,7 +98,9 @@ class KubeWrites(Protocol):
 
 
 OpenSource = Callable[[SpeculativeDeployment], Source]
-ReadCounters = Callable[[Sequence[str]], Awaitable[Mapping[str, Reading]]]
+# The vLLM pods' /metrics now, per arm (arm → pod URL → Reading; pods that answer).
+Readings = Mapping[c.Arm, Mapping[str, Reading]]
+ReadCounters = Callable[[Mapping[c.Arm, Sequence[str]]], Awaitable[Readings]]
 
 
 @dataclass
@@ -119,13 +130,14 @@ def status_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, An
     return patch
 
 
-async def read_drafters(urls: Sequence[str]) -> Mapping[str, Reading]:
-    """The drafter pods' spec-decode counters now (pod URL → reading; pods that answer)."""
-    if not urls:
+async def read_pods(urls: Mapping[c.Arm, Sequence[str]]) -> Readings:
+    """The vLLM pods' counters and gauges now: the drafter arm's spec-decode counters, both
+    arms' requests running and waiting (arm → pod URL → reading; pods that answer)."""
+    if not any(urls.values()):
         return {}
-    async with ScrapeSource({c.ARM_SPECULATIVE: list(urls)}) as scrape:
+    async with ScrapeSource({arm: list(u) for arm, u in urls.items()}) as scrape:
         reading = await scrape.read()
-    return dict(reading.readings.get(c.ARM_SPECULATIVE, {}))
+    return {arm: dict(reading.readings.get(arm, {})) for arm in urls}
 
 
 def _settled(window: WindowSamples, cutoff: float | None, rule: LoadMatch) -> WindowSamples:
@@ -141,6 +153,21 @@ def _settled(window: WindowSamples, cutoff: float | None, rule: LoadMatch) -> Wi
         f"turned to {rule} (and {SETTLE_S:g}s for the routers to see it) are left out"
     )
     return replace(window, samples=kept, notes=(*window.notes, note))
+
+
+def _load_rule(spec: Spec, prev: Status, start: float) -> LoadMatch:
+    """The rule the engines' load since ``start`` speaks for (``ArmLoad.rule``): the rule in
+    force when it held, and the routers had seen it, from ``start`` on, and no routes by
+    domain split the arms' arrivals; else ``in_flight`` (the overload guardrail then never
+    acts)."""
+    cutoff = settled_after(prev)
+    if (cutoff is not None and cutoff > start) or (prev.arms and prev.arms.routes):
+        return "in_flight"
+    return rule_in_force(spec, prev)
+
+
+def _disturbed_since(disturbed: Disturbance | None, start: float | None) -> bool:
+    return disturbed is not None and start is not None and disturbed.at >= start
 
 
 def source_for(sd: SpeculativeDeployment) -> Source:
@@ -163,7 +190,8 @@ class _Resource:
     generation: int | None
     source: Source
     window_start: float | None = None
-    drafts_at_start: Mapping[str, Reading] | None = None
+    readings_at_start: Readings | None = None
+    load_read_at: float | None = None  # the last look between window ends (overload)
     _rendered: tuple[_RenderKey, list[dict[str, Any]]] | None = None
     # The serving requests of the last judged window and its start: the clients are
     # classified over two windows (_clients.py).
@@ -192,7 +220,7 @@ class ResourceLoop:
         name: str,
         *,
         open_source: OpenSource = source_for,
-        read_counters: ReadCounters = read_drafters,
+        read_counters: ReadCounters = read_pods,
         admission: asyncio.Semaphore | None = None,
     ) -> None:
         self.kube = kube
@@ -230,6 +258,16 @@ class ResourceLoop:
         created = parse_time(lookup(body, "metadata", "creationTimestamp")) or now
         arms = observe_arms(self.name, observed.deployments, observed.pods)
         drafter_ready = self._rolled_out(resource, prev, observed)
+        disturbed = self._disturbance(resource, prev, arms, created, now, rolled_out=drafter_ready)
+        window = await self._window(
+            resource, prev, observed, created, now, rolled_out=drafter_ready
+        )
+        if window is not None and _disturbed_since(disturbed, window.start):
+            # A change in the pods, a restart: per-pod counts across it say nothing.
+            window = replace(window, load=None)
+        load = None if window is not None else await self._load_between(
+            resource, prev, observed, now, disturbed
+        )
         obs = Observation(
             name=self.name,
             spec=resource.sd.spec,
@@ -240,13 +278,10 @@ class ResourceLoop:
             annotations=lookup(body, "metadata", "annotations") or {},
             arms=arms,
             startup=drafter_startup(self.name, observed.pods),
-            window=await self._window(
-                resource, prev, observed, created, now, rolled_out=drafter_ready
-            ),
+            window=window,
+            load=load,
             apply_error=self.applier.error,
-            disturbed=self._disturbance(
-                resource, prev, arms, created, now, rolled_out=drafter_ready
-            ),
+            disturbed=disturbed,
             drafter_rolled_out=drafter_ready,
         )
         outcome = decide(obs)
@@ -368,13 +403,14 @@ class ResourceLoop:
         next one afresh."""
         spec = resource.sd.spec
         if not judging(spec, prev, created, now, rolled_out):
-            resource.window_start, resource.drafts_at_start = None, None
+            resource.window_start, resource.readings_at_start = None, None
+            resource.load_read_at = None
             resource.previous, resource.previous_start = (), None
             return None
-        drafters = vllm_urls(self.name, observed.pods, spec.runtime.port)[c.ARM_SPECULATIVE]
+        pods = vllm_urls(self.name, observed.pods, spec.runtime.port)
         if resource.window_start is None:
             resource.window_start = now
-            resource.drafts_at_start = await self._read_counters(drafters)
+            resource.readings_at_start = await self._read_counters(pods)
             return None
         start = resource.window_start
         if now - start < spec.evaluation.window:
@@ -385,26 +421,62 @@ class ResourceLoop:
                   vllm_urls(self.name, observed.pods, spec.runtime.port).items()},
         ))  # fmt: skip
         # The samples and the drafters' counters at once: the decision waits for both.
-        window, drafts_at_end = await asyncio.gather(
-            resource.source.collect(start, now), self._read_counters(drafters)
+        window, at_end = await asyncio.gather(
+            resource.source.collect(start, now), self._read_counters(pods)
         )
-        before = resource.drafts_at_start
-        resource.window_start, resource.drafts_at_start = now, drafts_at_end
+        before = resource.readings_at_start
+        resource.window_start, resource.readings_at_start = now, at_end
         clients = self._clients(resource, window, start, now)
         rule = rule_in_force(spec, prev)
+        spec_arm: c.Arm = c.ARM_SPECULATIVE
         settled = _settled(window, settled_after(prev), rule)
         settings = judge_settings(spec, rule)
         return Window(
             verdict=settled.verdict(settings),
             source_down=f"{window.source} unavailable: {window.problem}"
             if window.state == "down" else None,
-            drafts=None if before is None else draft_counters(before, drafts_at_end),
+            drafts=None if before is None
+            else draft_counters(before.get(spec_arm, {}), at_end.get(spec_arm, {})),
+            load=None if before is None
+            else arm_load(before, at_end, _load_rule(spec, prev, start)),
             start=start,
             first_started=min((x.started_at for x in window.samples), default=None),
             clients=clients,
             samples=settled.samples,
             levels=self._levels(resource, prev, settled.samples, settings, now),
         )  # fmt: skip
+
+    async def _load_between(
+        self,
+        resource: _Resource,
+        prev: Status,
+        observed: Observed,
+        now: float,
+        disturbed: Disturbance | None,
+    ) -> ArmLoad | None:
+        """Between window ends, every quarter window: the arms' engines now against the
+        window's start, for the overload guardrail, which then need not wait for the window's
+        end (a drafter past its throughput peak adds requests by the second). Only where it
+        can act at once: the drafter serving under ``rollback.policy: auto`` with the
+        guardrail on, no routes by domain (their arms' arrivals differ by design), the
+        arrivals rule in force and nothing disturbed since the window opened."""
+        spec, start = resource.sd.spec, resource.window_start
+        before = resource.readings_at_start
+        if start is None or before is None or not spec.rollback.overload_guardrail:
+            return None
+        serving = prev.mode == c.ARM_SPECULATIVE and not (prev.arms and prev.arms.swapping)
+        routes = bool(prev.arms and prev.arms.routes)
+        if not serving or routes or spec.rollback.policy != "auto":
+            return None
+        if _load_rule(spec, prev, start) != "arrivals" or _disturbed_since(disturbed, start):
+            return None
+        every = spec.evaluation.window / 4
+        last = max(start, resource.load_read_at or start)
+        if now - last < every:
+            return None
+        resource.load_read_at = now
+        pods = vllm_urls(self.name, observed.pods, spec.runtime.port)
+        return arm_load(before, await self._read_counters(pods), "arrivals")
 
     @staticmethod
     def _clients(

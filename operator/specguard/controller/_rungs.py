@@ -7,9 +7,10 @@ schedule's derivation); this module applies them to one tick's decision:
 - a rollback of the drafter arm while it serves (any cause but a pin) is a loss of its rung;
 - while the baseline serves, nothing is swapping, no pin holds and no routing split is in
   effect, the shadow rung loses after ``consecutiveWindows`` regressed windows in a row, when
-  its pods never became ready within the startup deadline, or on a confident excess of
-  invalid tool calls; a rung that has lost is replaced, once ``retryAfter`` has passed, by
-  the first eligible one (climbing back);
+  its pods never became ready within the startup deadline, on a confident excess of
+  invalid tool calls, or when its engines fall behind arrivals the baseline keeps up with
+  (the overload guardrail's test); a rung that has lost is replaced, once ``retryAfter``
+  has passed, by the first eligible one (climbing back);
 - a new ``specguard.io/retry`` value forgets every loss;
 - the next rung takes effect once no swap is running (:func:`settle_rung`); the policy's
   streak starts afresh then (its windows judged another configuration).
@@ -49,6 +50,7 @@ from specguard.judge import (
     climb_back,
     describe,
     merge_levels,
+    overload_excess,
     rung_order,
     settle,
     shadow_window,
@@ -200,10 +202,13 @@ def ladder_step(
     if lost is None and shadow_judged:
         startup = startup_guardrail(evidence, settings, now)
         tools = tool_call_excess(evidence, settings)
+        overloaded = overload_excess(evidence, settings)
         if startup is not None:
             lost = (startup.cause, startup.message, None)
         elif tools is not None:
             lost = ("InvalidToolCalls", tools, None)
+        elif overloaded is not None:
+            lost = ("DrafterOverloaded", overloaded, None)
         elif tick.verdict is not None and tick.verdict.outcome != "inconclusive":
             state, regressed = shadow_window(
                 state, tick.verdict.outcome, settings.consecutive_windows

@@ -28,6 +28,7 @@ resource                               judge / policy
 ``rollback.toolCallGuardrail``         ``PolicySettings.tool_call_guardrail`` (its test at
                                        ``evaluation.confidence``:
                                        ``tool_call_confidence``)
+``rollback.overloadGuardrail``         ``PolicySettings.overload_guardrail``
 =====================================  ==============================================
 
 ``evaluation.window`` is not a judge setting: it is how the loop cuts time into windows.
@@ -67,5 +68,6 @@ def policy_settings(spec: Spec) -> PolicySettings:
         max_flaps=r.max_flaps,
         speculation_min_requests=e.min_requests_per_arm,
         tool_call_guardrail=r.tool_call_guardrail,
+        overload_guardrail=r.overload_guardrail,
         tool_call_confidence=e.confidence,
     )

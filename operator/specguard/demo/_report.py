@@ -83,6 +83,19 @@ class Summary:
     served: Totals | None = None
 
     @property
+    def phase_best_s(self) -> float | None:
+        """The better of always and never in each phase, token-weighted over the phases: what
+        an on/off policy that knew the schedule would realize, switching at each phase's
+        start with no swap to wait for. Unlike the per-window best it cannot take a window
+        that only looked good because of load the arm had not caught up with yet (an
+        open-loop queue still growing): a phase is served by one arm."""
+        kept = [pt for _, pt in self.phases if pt is not None]
+        tokens = sum(pt.tokens for pt in kept)
+        if not tokens:
+            return None
+        return sum(min(pt.always_s, pt.never_s) * pt.tokens for pt in kept) / tokens
+
+    @property
     def goal(self) -> dict[str, bool] | None:
         """The issue's goal by the pairs' figures (``goal_served``: by the served windows')."""
         return None if self.overall is None else _goal(self.overall)
@@ -161,6 +174,9 @@ def summary_lines(s: Summary, *, time_scale: float, window_s: float) -> list[str
     lines.append(row("per-window best", t.best_s, None if v is None else v.best_s,
                      f"regret {_change(t.realized_s, t.best_s)}"
                      + ("" if v is None else f" / {_change(v.realized_s, v.best_s)}")))  # fmt: skip
+    if s.phase_best_s is not None:
+        lines.append(row("per-phase best on/off", s.phase_best_s, None,
+                         f"specguard {_change(t.realized_s, s.phase_best_s)}"))  # fmt: skip
     for span, pt in s.phases:
         if pt is None:
             continue
@@ -206,6 +222,7 @@ def summary_json(s: Summary, settings: Mapping[str, Any]) -> dict[str, Any]:
         "per-window minimum",
         "overall": figures(s.overall),
         "served": figures(s.served),
+        "phase_best_s": s.phase_best_s,
         "errors_in_swaps": s.errors_in_swaps,
         "phases": [
             {
@@ -233,7 +250,8 @@ def side_by_side(
     """The regret bench's table (bench/regret.py): one column per run, each a label and the
     ``summary.json`` the demo wrote for it. Per-token latency (ms) realized by the operator,
     always drafter, never drafter and the per-window best from the mirrored pairs, realized
-    against each, the served estimate's regret, the load-match rule over time, the
+    against each, the per-phase best on/off (``Summary.phase_best_s``), the served estimate's
+    regret, the load-match rule over time, the
     decisions, and whether the goal holds: within ``goal`` of the best and below both
     always and never."""
     rows: list[tuple[str, Sequence[str]]] = [("", [label for label, _ in runs])]
@@ -256,6 +274,11 @@ def side_by_side(
     line("always drafter", [figure(r, "always_s", "always_s") for r in reports])
     line("never drafter", [figure(r, "never_s", "never_s") for r in reports])
     line("per-window best", [figure(r, "best_s", "best_s") for r in reports])
+    line("per-phase best on/off", [
+        "n/a" if not r.get("overall") or r.get("phase_best_s") is None else
+        f"{_ms(r['phase_best_s'])} ({_change(r['overall']['realized_s'], r['phase_best_s'])})"
+        for r in reports
+    ])  # fmt: skip
     line("regret, served estimate", [
         "n/a" if not r.get("served") else
         _change(r["served"]["realized_s"], r["served"]["best_s"]) for r in reports

@@ -37,11 +37,12 @@ from specguard.judge._clients import (
     next_load_match,
 )
 from specguard.judge._cumulative import Cumulative, CumulativeSettings, evidence_summary
-from specguard.judge._evidence import ArmErrors, DraftCounters, Evidence, Startup
+from specguard.judge._evidence import ArmErrors, ArmLoad, DraftCounters, Evidence, Startup
 from specguard.judge._guardrails import (
     GUARDRAILS,
     Guardrail,
     Trip,
+    overload_excess,
     startup_guardrail,
     tool_call_excess,
 )
@@ -131,6 +132,7 @@ __all__ = [
     "Action",
     "Arm",
     "ArmErrors",
+    "ArmLoad",
     "ClientLoop",
     "Command",
     "Crossing",
@@ -185,6 +187,7 @@ __all__ = [
     "judge_settings_from_args",
     "merge_levels",
     "next_load_match",
+    "overload_excess",
     "parse_lines",
     "read_lines",
     "route_window",

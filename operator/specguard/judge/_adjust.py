@@ -7,8 +7,10 @@ with it:
   faster. The slope of log latency against log in-flight is measured from the pairs
   themselves (each pair's own gap against its own log ratio: the prompt cancels), and each
   pair's log ratio is moved to equal in-flight by it; the slope's uncertainty goes into the
-  interval. When the gap hardly varies between pairs the slope cannot be measured, and the
-  interval is widened by the largest correction the gap could need instead.
+  interval. The slope followed is capped to [0, ``MAX_LOAD_SLOPE``]: latency does not fall
+  with load nor grow faster than in proportion to it, and a steeper fit is confounding.
+  When the gap hardly varies between pairs the slope cannot be measured, and the interval
+  is widened by the largest correction the gap could need instead.
 - ``pod_spread``: pods of one arm differ in speed (hardware, neighbours). One arm's pods may
   be slower on average than the other's for reasons that have nothing to do with the
   drafter, and within one window that looks exactly like an arm effect. The spread between
@@ -63,7 +65,8 @@ class GapCorrection:
     ``shift``: per pair, the amount subtracted from its log ratio (slope × its log gap);
     ``se``: the standard error the slope's uncertainty adds to the median log ratio;
     ``widen``: (below, above) the interval's ends are moved out by, in log units, when the
-    slope could not be measured (else zeros); ``slope`` the measured slope or None; ``gap``
+    slope could not be measured (else zeros); ``slope`` the slope applied (the measured one
+    capped to [0, ``MAX_LOAD_SLOPE``]) or None; ``gap``
     the mean log in-flight gap, speculative over baseline; ``note`` what a reason says."""
 
     shift: FloatArray
@@ -99,14 +102,19 @@ def in_flight_gap(
             f"could need ({math.exp(reach) - 1:.1%}, latency at most proportional to in-flight)"
         )
         return GapCorrection(np.zeros_like(gaps), 0.0, widen, None, gap, unmeasured)
-    slope, slope_se = fit
+    measured, slope_se = fit
+    # Latency neither falls with load nor grows faster than in proportion to it: a slope
+    # outside [0, 1] is the pairs' own confounding (on real vLLM CPU, gaps of +44-84% read
+    # slopes that moved a 1.4-2.2x loss to 0.54-1.17), not physics, and is not followed.
+    slope = min(max(measured, 0.0), MAX_LOAD_SLOPE)
+    capped = "" if slope == measured else f", capped at {slope:.0f} (measured {measured:.2f})"
     note: str | None = None
     if abs(gap) >= _NOTE_GAP:
         note = (
             f"the speculative arm held {said} in flight against its pairs' baseline: each "
             f"pair moved to equal in-flight by the window's own slope of log latency on log "
-            f"in-flight, {slope:.2f} ± {slope_se:.2f} (from the pairs' gaps), which moved the "
-            f"ratio by about {math.exp(-slope * gap) - 1:+.1%}"
+            f"in-flight, {slope:.2f} ± {slope_se:.2f} (from the pairs' gaps{capped}), which "
+            f"moved the ratio by about {math.exp(-slope * gap) - 1:+.1%}"
         )
     return GapCorrection(slope * gaps, slope_se * abs(gap), (0.0, 0.0), slope, gap, note)
 

@@ -13,9 +13,10 @@ Pure data.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from specguard._arms import ARM_BASELINE, ARM_SPECULATIVE, Arm
+from specguard._arms import ARM_BASELINE, ARM_SPECULATIVE, Arm, LoadMatch
 from specguard.judge._toolcalls import ToolCallPairs
 from specguard.judge._verdict import Verdict
 
@@ -65,6 +66,20 @@ class DraftCounters:
 
 
 @dataclass(frozen=True, slots=True)
+class ArmLoad:
+    """Requests in the arms' engines (vLLM's ``num_requests_running`` + ``num_requests_waiting``)
+    per pod, read at the window's start and end (``specguard.sources.arm_load``: the mean over
+    the pods read at both ends), and the load-match rule the shadow was copied by over the
+    window (``"arrivals"`` only when it held from the window's start: a window that saw the
+    rule change says ``"in_flight"``). An arm without a pod read at both ends is absent."""
+
+    start: Mapping[Arm, float] = field(default_factory=dict)
+    end: Mapping[Arm, float] = field(default_factory=dict)
+    pods: Mapping[Arm, int] = field(default_factory=dict)
+    rule: LoadMatch = "in_flight"
+
+
+@dataclass(frozen=True, slots=True)
 class Evidence:
     """Everything one policy step sees. Defaults mean "not observed" and never act.
 
@@ -75,6 +90,8 @@ class Evidence:
       ``ArmErrors.of(verdict)`` for router samples);
     - ``speculation``: the drafter arm's spec-decode counters over the window (the
       speculation guardrail);
+    - ``load``: requests in each arm's engines at the window's start and at its end, or at a
+      look between window ends (the overload guardrail);
     - ``tool_calls``: the window's mirrored pairs with tools, and where their tool calls were
       invalid (the tool-call guardrail);
     - ``pin``: the mode a user pinned (``specguard.io/pin-mode``): the policy keeps its
@@ -90,10 +107,11 @@ class Evidence:
     startup: Startup = field(default_factory=Startup)
     errors: ArmErrors | None = None
     speculation: DraftCounters | None = None
+    load: ArmLoad | None = None
     tool_calls: ToolCallPairs | None = None
     pin: Arm | None = None
     retry: str | None = None
     spans: str | None = None
 
 
-__all__ = ["ArmErrors", "DraftCounters", "Evidence", "Startup"]
+__all__ = ["ArmErrors", "ArmLoad", "DraftCounters", "Evidence", "Startup"]

@@ -3,8 +3,9 @@
 Each is a pure function ``(evidence, settings, now) -> Trip | None``; ``step`` runs
 :data:`GUARDRAILS` in order while the drafter arm serves and acts on the first that trips
 (even when automatic changes are halted after flaps: they protect clients from a broken
-drafter, not from a slow one). A new guardrail is one more function in that tuple, reading
-its own field of :class:`~specguard.judge.Evidence` and its thresholds in
+drafter or a queue that only grows, not from a drafter merely slower per token). A new
+guardrail is one more function in that tuple, reading its own field of
+:class:`~specguard.judge.Evidence` and its thresholds in
 :class:`~specguard.judge.PolicySettings`.
 
 - **startup** (``DrafterStartupFailed``): a drafter pod has not become ready within
@@ -19,6 +20,22 @@ its own field of :class:`~specguard.judge.Evidence` and its thresholds in
   acceptance length (1 + accepted ÷ drafts) within ``acceptance_margin`` of 1 (a broken
   drafter). Acceptance alone never decides on/off: it stays high while the right decision
   flips with load; these catch a drafter that is not there or useless.
+- **overload** (``DrafterOverloaded``): open-loop clients (the shadow copied by arrivals),
+  and the drafter arm falls behind them while the baseline, given a serving pod's arrivals,
+  keeps up. Read from the engines themselves (requests running + waiting per pod at the
+  window's start, and at its end or at a look between, ``Evidence.load``; the operator
+  looks every quarter window): the baseline pod(s) held steady (the arrivals did too), the
+  drafter pods' count grew — by ``overload_growth`` (relative) and ``overload_slack``
+  requests, and by three standard deviations of a Poisson-like count's change — their
+  count over the baseline's grew by ``overload_growth`` too (a stable arm, slower or not,
+  keeps that quotient), and they hold more than the baseline now (by ``overload_slack``):
+  at equal arrivals their requests take longer end to end (Little's law). Past its
+  throughput peak a
+  drafter's queue then only grows, and its per-token latency follows the batch up; the
+  window's pairs lag that (a window judges the requests that *ended* in it, which arrived
+  when the queue was shorter), so the statistics see it a window or two later, with a
+  longer queue to drain. Never by the in-flight rule: there the clients, not the drafter,
+  set the count, and the shadow is fed to the serving pods' count.
 - **tool calls** (``InvalidToolCalls``): on the window's mirrored pairs with tools, the
   drafter arm's tool calls are invalid (empty, not JSON, not what the schema asks) more
   often than the baseline's with confidence: at least ``tool_call_min_only`` pairs invalid
@@ -28,11 +45,16 @@ its own field of :class:`~specguard.judge.Evidence` and its thresholds in
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from specguard._arms import ARM_BASELINE, ARM_SPECULATIVE
 from specguard.judge._evidence import ArmErrors, Evidence
 from specguard.judge._settings import PolicySettings
+
+# The overload guardrail's noise bound: standard deviations of a count's change.
+_Z = 3.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +140,50 @@ def speculation_guardrail(
     return None
 
 
+def overload_excess(evidence: Evidence, settings: PolicySettings) -> str | None:
+    """The sentence when the serving drafter arm falls behind the arrivals the baseline
+    keeps up with (see the module doc), else None."""
+    load = evidence.load
+    if not settings.overload_guardrail or load is None or load.rule != "arrivals":
+        return None
+    arms = (ARM_SPECULATIVE, ARM_BASELINE)
+    if any(arm not in load.start or arm not in load.end for arm in arms):
+        return None
+    spec_start, spec_end = load.start[ARM_SPECULATIVE], load.end[ARM_SPECULATIVE]
+    base_start, base_end = load.start[ARM_BASELINE], load.end[ARM_BASELINE]
+    margin, slack = 1.0 + settings.overload_growth, settings.overload_slack
+    growth = spec_end - spec_start
+    # The baseline, given the same arrivals, keeps up: its count neither climbed nor fell
+    # away (so the arrivals held; a ramp, where both arms climb, is left to the statistics,
+    # and a baseline shadow being drained by the router says nothing).
+    base_steady = base_start / margin - slack <= base_end <= margin * base_start + slack
+    # The drafter's count climbed by the margin, and by more than a queue's own noise (a
+    # Poisson-like count: three standard deviations of the difference of two readings).
+    grew = spec_end >= margin * spec_start + slack and growth >= _Z * math.sqrt(
+        spec_start + spec_end
+    )
+    # Falling further behind the baseline, not only growing with the arrivals as a stable
+    # but slower arm would (its count then stays a constant multiple of the baseline's).
+    behind = spec_end / max(base_end, 1.0) >= margin * spec_start / max(base_start, 1.0)
+    # And past the baseline's count now: at equal arrivals more requests held is a longer
+    # wait (Little's law). A drafter filling up from empty (a shadow after a drain, a new
+    # rung) climbs too, but settles below the baseline if it keeps up.
+    holds_more = spec_end >= base_end + slack
+    if not (base_steady and grew and behind and holds_more):
+        return None
+    return (
+        f"the drafter arm cannot keep up with its arrivals: requests in its engines grew from "
+        f"{spec_start:.0f} to {spec_end:.0f} per pod since the window opened, while the "
+        f"baseline given a serving pod's arrivals held {base_start:.0f} to {base_end:.0f} (at "
+        "equal arrivals, more requests held is a longer wait: Little's law)"
+    )
+
+
+def overload_guardrail(evidence: Evidence, settings: PolicySettings, now: float) -> Trip | None:
+    sentence = overload_excess(evidence, settings)
+    return None if sentence is None else Trip("overload", "DrafterOverloaded", sentence)
+
+
 def tool_call_excess(evidence: Evidence, settings: PolicySettings) -> str | None:
     """The sentence when the drafter arm's excess of invalid tool calls is confident."""
     pairs = evidence.tool_calls
@@ -134,7 +200,8 @@ def tool_call_guardrail(evidence: Evidence, settings: PolicySettings, now: float
 Guardrail = Callable[[Evidence, PolicySettings, float], "Trip | None"]
 
 GUARDRAILS: tuple[Guardrail, ...] = (
-    startup_guardrail, error_guardrail, speculation_guardrail, tool_call_guardrail,
+    startup_guardrail, error_guardrail, speculation_guardrail, overload_guardrail,
+    tool_call_guardrail,
 )  # fmt: skip
 
 
@@ -154,6 +221,8 @@ __all__ = [
     "error_guardrail",
     "error_rate_exceeded",
     "first_trip",
+    "overload_excess",
+    "overload_guardrail",
     "speculation_guardrail",
     "startup_guardrail",
     "tool_call_excess",

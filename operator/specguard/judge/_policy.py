@@ -31,7 +31,9 @@ Rules (defaults in ``PolicySettings``):
   confidence of at least ``repromote_confidence`` (default: any), count. Not while the
   drafter arm's error rate is far above the baseline's (that clears the evidence), nor
   while its tool calls are confidently more often invalid (the tool-call guardrail's test,
-  on the shadow's pairs). With ``repromote="manual"`` the policy only notifies that it would.
+  on the shadow's pairs), nor while its engines fall behind arrivals the baseline keeps up
+  with (the overload guardrail's test, the drafter as the shadow). With
+  ``repromote="manual"`` the policy only notifies that it would.
 - Flaps: every automatic mode change is a flap. After ``max_flaps`` of them within
   ``flap_window_s``, automatic changes stop (``halted``; decisions become ``notify`` with
   ``warning``) until a ``retry``.
@@ -54,7 +56,13 @@ from specguard._arms import ARM_BASELINE, ARM_SPECULATIVE, ARMS, Arm, other_arm
 from specguard._times import parse_time, rfc3339
 from specguard.judge._cumulative import Cumulative, Direction, add, evidence_summary, reached, weigh
 from specguard.judge._evidence import Evidence
-from specguard.judge._guardrails import Trip, error_rate_exceeded, first_trip, tool_call_excess
+from specguard.judge._guardrails import (
+    Trip,
+    error_rate_exceeded,
+    first_trip,
+    overload_excess,
+    tool_call_excess,
+)
 from specguard.judge._settings import PolicySettings
 from specguard.judge._verdict import Verdict
 
@@ -433,7 +441,11 @@ def _while_baseline(
         kept = _no_evidence(state, settings)
         reason = f"{verdict.outcome} at {verdict.confidence:.1%}, re-promotion needs {floor:.1%}"
         return kept, _hold(kept, reason, settings, now)
-    errors = error_rate_exceeded(evidence.errors, settings) or tool_call_excess(evidence, settings)
+    errors = (
+        error_rate_exceeded(evidence.errors, settings)
+        or tool_call_excess(evidence, settings)
+        or overload_excess(evidence, settings)
+    )
     if errors:
         cleared = _cleared(state)
         return cleared, _hold(cleared, f"{verdict.outcome}, but {errors}", settings, now)

@@ -53,6 +53,10 @@ class PolicySettings:
     speculation_min_requests: int = 200  # drafter-arm requests before "no drafts" counts
     speculation_min_drafts: int = 100  # drafts before "nothing accepted" counts
     acceptance_margin: float = 0.05  # mean acceptance length below 1 + this: collapsed
+    # guardrail: the drafter arm falling behind its arrivals (open-loop clients)
+    overload_guardrail: bool = True
+    overload_growth: float = 0.25  # relative: requests held, and their growth, beyond this
+    overload_slack: float = 8.0  # absolute: requests per pod beyond the relative margin
     # guardrail: invalid tool calls on the drafter arm's half of mirrored pairs
     tool_call_guardrail: bool = True
     tool_call_confidence: float = 0.99  # the one-sided exact test's level

@@ -13,7 +13,8 @@ The operator's interface, the same for every ``metricsSource`` (see sources.wind
 - ``prometheus``: per-arm PromQL over vLLM's TPOT histogram (``PrometheusSource``);
 - ``scrape``: direct ``/metrics`` scrapes of the vLLM pods (``ScrapeSource``);
 - ``exposition``: parsing vLLM's metrics and subtracting readings (``draft_counters``: the
-  drafter arm's spec-decode counters over a window).
+  drafter arm's spec-decode counters over a window; ``arm_load``: requests in each arm's
+  engines at a window's start and end).
 
 See docs/judge.md and docs/samples.md.
 """
@@ -23,6 +24,7 @@ from specguard._exposition import (
     Reading,
     Samples,
     acceptance_between,
+    arm_load,
     counter_delta,
     draft_counters,
     parse_reading,
@@ -59,6 +61,7 @@ __all__ = [
     "Targets",
     "WindowSamples",
     "acceptance_between",
+    "arm_load",
     "counter_delta",
     "draft_counters",
     "open_source",
