@@ -420,7 +420,7 @@ class ResourceLoop:
             pods={arm: tuple(urls) for arm, urls in
                   vllm_urls(self.name, observed.pods, spec.runtime.port).items()},
         ))  # fmt: skip
-        # The samples and the drafters' counters at once: the decision waits for both.
+        # The samples and the pods' readings at once: the decision waits for both.
         window, at_end = await asyncio.gather(
             resource.source.collect(start, now), self._read_counters(pods)
         )
