@@ -104,7 +104,18 @@ def test_reconcile_status_drift_and_no_idle_writes(
         create_sd(cluster, sd_body("qwen", ns))
         wait_for("owned Deployments", lambda: deployment(cluster, ns, "qwen-router"), 60)
         applied_s = time.monotonic() - started
-        sd = settled(cluster, ns, "qwen")
+        settled(cluster, ns, "qwen")
+        # Ready speaks for the serving arm only; the shadow's pods may start later.
+        sd = sd_until(
+            cluster,
+            ns,
+            "qwen",
+            "the shadow arm ready",
+            lambda s: (
+                ((s.get("status") or {}).get("arms") or {}).get("shadow", {}).get("readyReplicas")
+            ),
+            timeout=120,
+        )
         status = sd["status"]
         assert status["observedGeneration"] == 1
         assert status["arms"]["serving"] == {
