@@ -63,11 +63,19 @@ def test_the_rule_changes_after_two_windows_that_ask_for_it() -> None:
     assert load_match_after(sd.spec, kept, None, "later") == LoadMatchAfter(
         "arrivals", second.clients
     )
-    # Unknown resets the count; evidence for the rule in force too.
+    # Unknown keeps the count (and says how far the switch is); evidence for the rule in
+    # force resets it.
     third = load_match_after(sd.spec, kept, CLOSED, NOW_ISO)
     assert (third.rule, third.clients and third.clients.streak) == ("arrivals", 1)
     fourth = load_match_after(sd.spec, status("arrivals", third.clients), UNKNOWN, NOW_ISO)
-    assert (fourth.rule, fourth.clients and fourth.clients.streak) == ("arrivals", 0)
+    assert fourth == LoadMatchAfter("arrivals", ClientsStatus(
+        loop="unknown",
+        message=UNKNOWN.sentence() + " (1 of 2 windows to switch to in_flight)",
+        streak=1,
+        since="2026-01-01T00:00:10Z",
+    ))  # fmt: skip
+    fifth = load_match_after(sd.spec, status("arrivals", fourth.clients), OPEN, NOW_ISO)
+    assert (fifth.rule, fifth.clients and fifth.clients.streak) == ("arrivals", 0)
 
 
 def test_a_fixed_rule_is_kept_and_the_finding_still_reported() -> None:

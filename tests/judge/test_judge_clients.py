@@ -206,9 +206,13 @@ def test_the_rule_changes_after_two_windows_of_evidence() -> None:
     assert state.rule == "in_flight"
     state = next_load_match(state, evidence("open"))
     assert state == LoadMatchState("in_flight", 1)
-    state = next_load_match(state, evidence("unknown"))  # resets
+    state = next_load_match(state, evidence("unknown"))  # neither counts nor resets
+    assert state == LoadMatchState("in_flight", 1)
+    state = next_load_match(state, evidence("closed"))  # evidence for the rule in force
     assert state == LoadMatchState("in_flight", 0)
-    state = next_load_match(next_load_match(state, evidence("open")), evidence("open"))
+    state = next_load_match(state, evidence("open"))
+    state = next_load_match(state, evidence("unknown"))
+    state = next_load_match(state, evidence("open"))
     assert state == LoadMatchState("arrivals", 0)
     state = next_load_match(state, evidence("closed"))
     state = next_load_match(state, evidence("open"))  # evidence for the rule in force

@@ -4,10 +4,11 @@ The routers load the shadow as the other arm would be loaded had it served these
 (docs/judge.md, closed or open clients): ``in_flight`` for closed-loop clients, ``arrivals``
 for open-loop ones. With ``spec.evaluation.loadMatch: auto`` (the default) the operator
 classifies each judged window's serving requests together with the window before
-(``judge.client_loop``) and changes the rule after two windows in a row ask for the other
-one (``judge.next_load_match``); the rule is ``status.arms.loadMatch`` (the routers read it
-every 2 s) and the finding ``status.clients``. A fixed ``in_flight`` or ``arrivals`` in the
-spec is used as it is; the finding is still reported.
+(``judge.client_loop``) and changes the rule after two windows ask for the other one with
+none asking for the rule in force between them (``judge.next_load_match``; a window that
+tells neither way leaves the count as it is); the rule is ``status.arms.loadMatch`` (the
+routers read it every 2 s) and the finding ``status.clients``. A fixed ``in_flight`` or
+``arrivals`` in the spec is used as it is; the finding is still reported.
 
 The loop judges each window with the rule that was in force while it ran
 (:func:`rule_in_force`), leaving out the requests that started before the routers can have
@@ -20,7 +21,14 @@ from dataclasses import dataclass
 
 from specguard._times import parse_time
 from specguard.api import ClientsStatus, Spec, Status
-from specguard.judge import LoadMatch, LoadMatchState, LoopEvidence, LoopSettings, next_load_match
+from specguard.judge import (
+    LOAD_MATCHES,
+    LoadMatch,
+    LoadMatchState,
+    LoopEvidence,
+    LoopSettings,
+    next_load_match,
+)
 
 # The routers read status every 2 s: a request that started this long after the rule changed
 # was copied (or not) by the new rule.
@@ -75,9 +83,8 @@ def load_match_after(
         else:
             rule = state.rule
             if state.streak:
-                message += (
-                    f" ({state.streak} of {SETTINGS.windows} windows to switch to {evidence.rule})"
-                )
+                other = next(m for m in LOAD_MATCHES if m != rule)
+                message += f" ({state.streak} of {SETTINGS.windows} windows to switch to {other})"
         clients = ClientsStatus(
             loop=evidence.kind,
             message=message[:1024],
