@@ -138,25 +138,31 @@ def arm_load(
     start: Mapping[Arm, Mapping[str, Reading]],
     end: Mapping[Arm, Mapping[str, Reading]],
     rule: LoadMatch,
+    last: Mapping[Arm, Mapping[str, Reading]] | None = None,
 ) -> ArmLoad:
     """Requests in each arm's engines (running + waiting) per pod at a window's start and
-    end: the mean over the pods read at both ends that export both gauges (arm → pod URL →
-    Reading). An arm without such a pod is left out."""
+    end, and at the look before the end when there was one (``last``): the mean over the
+    pods read at every one of them that export both gauges (arm → pod URL → Reading). An arm
+    without such a pod is left out."""
     before: dict[Arm, float] = {}
     after: dict[Arm, float] = {}
+    between: dict[Arm, float] = {}
     pods: dict[Arm, int] = {}
     for arm in ARMS:
-        a, b = start.get(arm, {}), end.get(arm, {})
-        both = [
-            (a[url], b[url]) for url in sorted(set(a) & set(b))
-            if _held(a[url]) is not None and _held(b[url]) is not None
-        ]  # fmt: skip
-        if not both:
+        readings = [start.get(arm, {}), end.get(arm, {})]
+        if last is not None:
+            readings.append(last.get(arm, {}))
+        urls = sorted(set.intersection(*(set(r) for r in readings)))
+        held = [[_held(r[url]) for r in readings] for url in urls]
+        kept = [[x or 0.0 for x in h] for h in held if None not in h]
+        if not kept:
             continue
-        pods[arm] = len(both)
-        before[arm] = sum(_held(x) or 0.0 for x, _ in both) / len(both)
-        after[arm] = sum(_held(y) or 0.0 for _, y in both) / len(both)
-    return ArmLoad(before, after, pods, rule)
+        pods[arm] = len(kept)
+        before[arm] = sum(h[0] for h in kept) / len(kept)
+        after[arm] = sum(h[1] for h in kept) / len(kept)
+        if last is not None:
+            between[arm] = sum(h[2] for h in kept) / len(kept)
+    return ArmLoad(before, after, pods, rule, between)
 
 
 def _held(reading: Reading) -> float | None:

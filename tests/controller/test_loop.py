@@ -374,12 +374,14 @@ async def test_between_window_ends_the_engines_are_read_every_quarter_window_by_
     seen.clear()
     loop.counters.clear()
     loop.readings = engines(95, 186)
-    for at in (11.0, 12.0, 12.5, 14.0):  # a quarter window after the last look: read at 12.5
+    # A quarter window after the last look: read at 12.5 (the window's first look only
+    # records), then at 15 against the window's start and that look.
+    for at in (11.0, 12.0, 12.5, 14.0):
         await loop.tick(T0 + at, evaluation=evaluation)
     loop.readings = engines(300, 190)
     await loop.tick(T0 + 15.0, evaluation=evaluation)
     assert [(at, ended, load is not None) for at, ended, load in seen] == [
-        (11.0, False, False), (12.0, False, False), (12.5, False, True), (14.0, False, False),
+        (11.0, False, False), (12.0, False, False), (12.5, False, False), (14.0, False, False),
         (15.0, False, True),
     ]  # fmt: skip
     assert seen[-1][2] == ArmLoad(
@@ -387,6 +389,7 @@ async def test_between_window_ends_the_engines_are_read_every_quarter_window_by_
         end={"speculative": 300.0, "baseline": 190.0},
         pods={"speculative": 1, "baseline": 1},
         rule="arrivals",
+        last={"speculative": 95.0, "baseline": 186.0},
     )
     assert len(loop.counters) == 2  # at 12.5 s and 15 s: nothing else
     assert loop.kube.status["targetMode"] == "baseline"
@@ -403,6 +406,38 @@ async def test_between_window_ends_the_engines_are_read_every_quarter_window_by_
             await other.tick(T0 + at, **fields)
         assert len(other.counters) == 2, (rule, policy, other.counters)  # at 0 s and 10 s
         assert other.kube.status["targetMode"] == "speculative"
+
+
+@pytest.mark.parametrize(
+    "case", ["guardrail off", "baseline serving", "routes by domain", "pods changed"]
+)
+async def test_the_engines_are_not_read_between_window_ends_where_no_trip_could_act(
+    case: str,
+) -> None:
+    """Only the drafter serving, with the guardrail on, no routes by domain and nothing
+    disturbed since the window opened: otherwise only the window ends read the engines."""
+    fields: dict[str, Any] = {
+        "evaluation": {"window": "10s", "minRequestsPerArm": 20, "loadMatch": "arrivals"},
+        "rollback": {"cooldown": "60s",
+                     "overloadGuardrail": case != "guardrail off"},
+    }  # fmt: skip
+    loop = Loop()
+    if case == "baseline serving":  # an operator that finds the baseline serving
+        await loop.tick(T0 - 20, **fields)
+        status = copy.deepcopy(loop.kube.status)
+        status["mode"] = status["targetMode"] = status["policy"]["mode"] = "baseline"
+        loop = Loop()
+        loop.kube.status = status
+    loop.readings = {"speculative": {"http://10.0.0.1:8000": Reading(running=90.0, waiting=0.0)},
+                     "baseline": {"http://10.0.0.3:8000": Reading(running=185.0, waiting=0.0)}}
+    pods = list(PODS)
+    for at in (0.0, 2.5, 10.0, 11.0, 12.5, 15.0, 17.5):
+        if at == 11.0 and case == "pods changed":
+            pods = [*PODS, vllm("baseline", "10.0.0.4")]
+        if at >= 10.0 and case == "routes by domain":
+            loop.kube.status["arms"]["routes"] = {"tool_call": "baseline"}
+        await loop.tick(T0 + at, cluster(loop.kube, pods), **fields)
+    assert len(loop.counters) == 2, (case, loop.counters)  # at 0 s and 10 s
 
 
 async def test_a_new_spec_closes_the_old_source_and_starts_a_new_window() -> None:

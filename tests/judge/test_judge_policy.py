@@ -361,13 +361,20 @@ def test_speculation_guardrail_rolls_back_through_step() -> None:
     assert (d.action, d.cause, state.mode) == ("rollback", "SpeculationOff", "baseline")
 
 
-def load(spec: tuple[float, float], base: tuple[float, float], rule: str = "arrivals") -> Evidence:
-    """Evidence of the arms' engine load: (start, end) requests per pod of each arm."""
+def load(
+    spec: tuple[float, float],
+    base: tuple[float, float],
+    rule: str = "arrivals",
+    last: tuple[float, float] | None = None,
+) -> Evidence:
+    """Evidence of the arms' engine load: (start, end) requests per pod of each arm, and
+    (drafter, baseline) at the operator's last look in the window, if any."""
     arms = ArmLoad(
         start={"speculative": spec[0], "baseline": base[0]},
         end={"speculative": spec[1], "baseline": base[1]},
         pods={"speculative": 2, "baseline": 1},
         rule=rule,  # type: ignore[arg-type]
+        last={} if last is None else {"speculative": last[0], "baseline": last[1]},
     )
     return Evidence(verdict("improved"), load=arms)
 
@@ -415,6 +422,29 @@ def test_overload_rule(
     assert (trip is not None) == trips, trip
 
 
+@pytest.mark.parametrize(
+    ("spec", "base", "last", "trips"),
+    [
+        # Runs away: climbed since the window opened and since the last look.
+        ((88, 271), (184, 190), (200, 188), True),
+        # Filling up after a change in load and settling above the baseline: it climbed
+        # since the window opened (which alone trips) but hardly since the last look.
+        ((30, 70), (55, 56), None, True),
+        ((30, 70), (55, 56), (68, 55), False),
+        # A climb since the last look within a queue's noise (one standard deviation).
+        ((88, 271), (184, 190), (260, 188), False),
+        # The baseline drained by the router and refilled since the last look.
+        ((100, 180), (150, 140), (150, 60), False),
+    ],
+)
+def test_overload_needs_the_climb_to_go_on_since_the_last_look(
+    spec: tuple[float, float], base: tuple[float, float], last: tuple[float, float] | None,
+    trips: bool,
+) -> None:
+    trip = overload_guardrail(load(spec, base, last=last), PolicySettings(), 0.0)
+    assert (trip is not None) == trips, trip
+
+
 def test_overload_trips_say_the_numbers_and_act_through_step() -> None:
     s = PolicySettings(consecutive_windows=2)
     evidence = load((88, 271), (184, 190))
@@ -422,8 +452,8 @@ def test_overload_trips_say_the_numbers_and_act_through_step() -> None:
         "overload",
         "DrafterOverloaded",
         "the drafter arm cannot keep up with its arrivals: requests in its engines grew from "
-        "88 to 271 per pod since the window opened, while the baseline given a serving pod's "
-        "arrivals held 184 to 190 (at equal arrivals, more requests held is a longer wait: "
+        "88 to 271 per pod since the window opened, while the baseline, at the same arrivals "
+        "per pod, held 184 to 190 (at equal arrivals, more requests held is a longer wait: "
         "Little's law)",
     )
     state, d = step(PolicyState(), s, 10.0, evidence)

@@ -65,8 +65,9 @@ async def _load_and_read(router_url: str, spec: str, base: str, rate: int) -> li
 
 
 def _trips(rate: int) -> tuple[list[str | None], list[tuple[float, float]]]:
-    """Per 10 s window (two readings apart): the guardrail's sentence or None; and each
-    reading's requests in the engines (drafter, baseline)."""
+    """Per 10 s window (two readings apart, the one between as the last look): the
+    guardrail's sentence or None; and each reading's requests in the engines (drafter,
+    baseline)."""
     with (
         start_sim(sim_args(drafter=True)) as spec,
         start_sim(sim_args(drafter=False)) as base,
@@ -79,9 +80,9 @@ def _trips(rate: int) -> tuple[list[str | None], list[tuple[float, float]]]:
         (s,), (b,) = r["speculative"].values(), r["baseline"].values()
         held.append(((s.running or 0) + (s.waiting or 0), (b.running or 0) + (b.waiting or 0)))
     settings = PolicySettings()
-    sentences = [
-        overload_excess(Evidence(load=arm_load(a, b, "arrivals")), settings)
-        for a, b in zip(readings, readings[2:], strict=False)
+    sentences = [  # each window looked at half-way, as the operator does every quarter
+        overload_excess(Evidence(load=arm_load(a, b, "arrivals", last=m)), settings)
+        for a, m, b in zip(readings, readings[1:], readings[2:], strict=False)
     ]
     return sentences, held
 

@@ -282,3 +282,12 @@ def test_arm_load_is_the_mean_per_pod_read_at_both_ends_with_both_gauges() -> No
         rule="arrivals",
     )  # fmt: skip
     assert arm_load({}, end, "in_flight") == ArmLoad(rule="in_flight")
+    # With a look between: the pods read at all three (b was not read at the look).
+    last: dict[Arm, dict[str, Reading]] = {
+        "speculative": {"a": Reading(running=30, waiting=6)},
+        "baseline": {"c": Reading(running=8, waiting=0)},
+    }
+    assert arm_load(start, end, "arrivals", last) == ArmLoad(
+        start={"speculative": 12.0}, end={"speculative": 104.0}, pods={"speculative": 1},
+        rule="arrivals", last={"speculative": 36.0},
+    )  # fmt: skip

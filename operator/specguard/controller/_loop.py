@@ -192,6 +192,7 @@ class _Resource:
     window_start: float | None = None
     readings_at_start: Readings | None = None
     load_read_at: float | None = None  # the last look between window ends (overload)
+    load_last: Readings | None = None  # the pods' readings at that look, in this window
     _rendered: tuple[_RenderKey, list[dict[str, Any]]] | None = None
     # The serving requests of the last judged window and its start: the clients are
     # classified over two windows (_clients.py).
@@ -404,7 +405,7 @@ class ResourceLoop:
         spec = resource.sd.spec
         if not judging(spec, prev, created, now, rolled_out):
             resource.window_start, resource.readings_at_start = None, None
-            resource.load_read_at = None
+            resource.load_read_at, resource.load_last = None, None
             resource.previous, resource.previous_start = (), None
             return None
         pods = vllm_urls(self.name, observed.pods, spec.runtime.port)
@@ -424,8 +425,9 @@ class ResourceLoop:
         window, at_end = await asyncio.gather(
             resource.source.collect(start, now), self._read_counters(pods)
         )
-        before = resource.readings_at_start
+        before, last = resource.readings_at_start, resource.load_last
         resource.window_start, resource.readings_at_start = now, at_end
+        resource.load_last = None
         clients = self._clients(resource, window, start, now)
         rule = rule_in_force(spec, prev)
         spec_arm: c.Arm = c.ARM_SPECULATIVE
@@ -438,7 +440,7 @@ class ResourceLoop:
             drafts=None if before is None
             else draft_counters(before.get(spec_arm, {}), at_end.get(spec_arm, {})),
             load=None if before is None
-            else arm_load(before, at_end, _load_rule(spec, prev, start)),
+            else arm_load(before, at_end, _load_rule(spec, prev, start), last),
             start=start,
             first_started=min((x.started_at for x in window.samples), default=None),
             clients=clients,
@@ -455,8 +457,9 @@ class ResourceLoop:
         disturbed: Disturbance | None,
     ) -> ArmLoad | None:
         """Between window ends, every quarter window: the arms' engines now against the
-        window's start, for the overload guardrail, which then need not wait for the window's
-        end (a drafter past its throughput peak adds requests by the second). Only where it
+        window's start and the last look, for the overload guardrail, which then need not
+        wait for the window's end (a drafter past its throughput peak adds requests by the
+        second); the window's first look only records (None). Only where it
         can act at once: the drafter serving under ``rollback.policy: auto`` with the
         guardrail on, no routes by domain (their arms' arrivals differ by design), the
         arrivals rule in force and nothing disturbed since the window opened."""
@@ -465,18 +468,21 @@ class ResourceLoop:
         if start is None or before is None or not spec.rollback.overload_guardrail:
             return None
         serving = prev.mode == c.ARM_SPECULATIVE and not (prev.arms and prev.arms.swapping)
-        routes = bool(prev.arms and prev.arms.routes)
-        if not serving or routes or spec.rollback.policy != "auto":
+        if not serving or spec.rollback.policy != "auto":
             return None
+        # _load_rule says in_flight with routes by domain too
         if _load_rule(spec, prev, start) != "arrivals" or _disturbed_since(disturbed, start):
             return None
         every = spec.evaluation.window / 4
-        last = max(start, resource.load_read_at or start)
-        if now - last < every:
+        looked = max(start, resource.load_read_at or start)
+        if now - looked < every:
             return None
         resource.load_read_at = now
         pods = vllm_urls(self.name, observed.pods, spec.runtime.port)
-        return arm_load(before, await self._read_counters(pods), "arrivals")
+        last, resource.load_last = resource.load_last, await self._read_counters(pods)
+        if last is None:
+            return None  # the window's first look only records: a trip needs two
+        return arm_load(before, resource.load_last, "arrivals", last)
 
     @staticmethod
     def _clients(

@@ -71,12 +71,15 @@ class ArmLoad:
     per pod, read at the window's start and end (``specguard.sources.arm_load``: the mean over
     the pods read at both ends), and the load-match rule the shadow was copied by over the
     window (``"arrivals"`` only when it held from the window's start: a window that saw the
-    rule change says ``"in_flight"``). An arm without a pod read at both ends is absent."""
+    rule change says ``"in_flight"``). An arm without a pod read at both ends is absent.
+    ``last``: the same count at the operator's previous look in this window, when it looked
+    between window ends (empty otherwise)."""
 
     start: Mapping[Arm, float] = field(default_factory=dict)
     end: Mapping[Arm, float] = field(default_factory=dict)
     pods: Mapping[Arm, int] = field(default_factory=dict)
     rule: LoadMatch = "in_flight"
+    last: Mapping[Arm, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

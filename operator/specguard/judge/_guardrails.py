@@ -29,8 +29,11 @@ guardrail is one more function in that tuple, reading its own field of
   requests, and by three standard deviations of a Poisson-like count's change — their
   count over the baseline's grew by ``overload_growth`` too (a stable arm, slower or not,
   keeps that quotient), and they hold more than the baseline now (by ``overload_slack``):
-  at equal arrivals their requests take longer end to end (Little's law). Past its
-  throughput peak a
+  at equal arrivals their requests take longer end to end (Little's law). When the operator
+  looked between window ends, the drafter's count must also still be climbing since its
+  last look (by one standard deviation) and the baseline's steady since it: a queue that
+  runs away climbs at every look, one settling after a change in load stops (the first
+  look of a window only records). Past its throughput peak a
   drafter's queue then only grows, and its per-token latency follows the batch up; the
   window's pairs lag that (a window judges the requests that *ended* in it, which arrived
   when the queue was shorter), so the statistics see it a window or two later, with a
@@ -169,12 +172,22 @@ def overload_excess(evidence: Evidence, settings: PolicySettings) -> str | None:
     # wait (Little's law). A drafter filling up from empty (a shadow after a drain, a new
     # rung) climbs too, but settles below the baseline if it keeps up.
     holds_more = spec_end >= base_end + slack
-    if not (base_steady and grew and behind and holds_more):
+    # Still climbing at this look, with the baseline still steady, where there was a look
+    # before it: a queue that runs away climbs at every look; one that settles (an arm
+    # filling up after a change in load) stops.
+    still = True
+    if all(arm in load.last for arm in arms):
+        spec_last, base_last = load.last[ARM_SPECULATIVE], load.last[ARM_BASELINE]
+        still = (
+            spec_end - spec_last >= math.sqrt(spec_end + spec_last)
+            and base_last / margin - slack <= base_end <= margin * base_last + slack
+        )
+    if not (base_steady and grew and behind and holds_more and still):
         return None
     return (
         f"the drafter arm cannot keep up with its arrivals: requests in its engines grew from "
         f"{spec_start:.0f} to {spec_end:.0f} per pod since the window opened, while the "
-        f"baseline given a serving pod's arrivals held {base_start:.0f} to {base_end:.0f} (at "
+        f"baseline, at the same arrivals per pod, held {base_start:.0f} to {base_end:.0f} (at "
         "equal arrivals, more requests held is a longer wait: Little's law)"
     )
 
