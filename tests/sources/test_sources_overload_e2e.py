@@ -89,8 +89,10 @@ def _trips(rate: int) -> tuple[list[str | None], list[tuple[float, float]]]:
 
 def test_a_drafter_past_its_peak_trips_and_one_that_keeps_up_does_not() -> None:
     over, held = _trips(40)
+    print(f"\n40/s: {sum(map(bool, over))} of {len(over)} windows trip; held {held}")
     assert any(over), f"no window tripped; requests held (drafter, baseline): {held}"
     tripped = next(s for s in over if s)
     assert tripped is not None and "cannot keep up with its arrivals" in tripped
     kept_up, held = _trips(15)
+    print(f"15/s: {sum(map(bool, kept_up))} of {len(kept_up)} windows trip; held {held}")
     assert not any(kept_up), f"{kept_up}; requests held (drafter, baseline): {held}"
