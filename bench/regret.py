@@ -22,10 +22,14 @@ with the demo's client following the schedule:
 Every figure is the demo's accounting (``specguard.demo._accounting``, tested by exact
 equality), from the raw mirrored pairs: per window, the drafter ÷ baseline ratio on the
 pairs, the client's realized per-token latency and the share the drafter served give "always
-drafter", "never drafter" and the per-window best; token-weighted over the schedule. The
-goal: realized within 3% of the per-window best and below both always and never, on each
-kind. Each run's files (summary.json, samples.jsonl, client.jsonl, timeline.png) stay in
-``--out``/KIND; ``--tables`` prints the table again from them.
+drafter", "never drafter" and the per-window best; token-weighted over the schedule. Two
+more references: the per-phase best on/off (the better arm of each phase), and the best
+after K windows (``accounting.lagged_best``: the best on/off policy that switches after
+``--consecutive-windows`` K windows in a row showed the other arm faster, K + 1 to bring the
+drafter back, with no swap to wait for) — what an operator that needs K windows of evidence
+can at best realize. The goal: realized within 3% of the per-window best and below both
+always and never, on each kind. Each run's files (summary.json, samples.jsonl, client.jsonl,
+timeline.png) stay in ``--out``/KIND; ``--tables`` prints the table again from them.
 """
 
 from __future__ import annotations

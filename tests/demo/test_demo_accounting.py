@@ -13,13 +13,21 @@ from specguard.demo._accounting import (
     Window,
     borrow_ratios,
     cut,
+    lagged_best,
     measure,
     served_ratios,
     totals,
     windows_between,
     with_inflight,
 )
-from specguard.demo._report import decisions, in_swaps, side_by_side, summarize, summary_lines
+from specguard.demo._report import (
+    decisions,
+    in_swaps,
+    side_by_side,
+    summarize,
+    summary_json,
+    summary_lines,
+)
 from specguard.demo._schedule import Phase, format_schedule, parse_schedule, spans
 from specguard.judge._sample import Sample
 
@@ -183,6 +191,15 @@ def test_summary_says_whether_the_goal_is_met() -> None:
     text = "\n".join(summary_lines(summary, time_scale=2.0, window_s=10.0))
     assert "regret +0.0%" in text and "12 client requests, 1 errors" in text
     assert "none: the operator did not change the mode" in text
+    assert "best after" not in text  # no lag given
+    lagged = summarize(ws, spans(SCHEDULE[:2]), [], requests=12, errors=1, lag=(2, 3))
+    # The drafter serves both windows (the baseline was faster in one only): 0.25, then 1.0.
+    assert lagged.lagged_best_s == (100 * 0.25 + 400 * 1.0) / 500
+    text = "\n".join(summary_lines(lagged, time_scale=2.0, window_s=10.0))
+    assert "  best after 2/3 windows    850.00                  specguard −47.1%; it is " \
+           "+88.9% of the per-window best\n" in text  # fmt: skip
+    report = summary_json(lagged, {})
+    assert (report["lagged_best_s"], report["lag_windows"]) == (0.85, [2, 3])
     late = summarize([window(1, 400, 1.0, 2.0, 1.0)], spans(SCHEDULE[:2]), [], requests=1,
                      errors=0)  # fmt: skip
     assert late.goal == {"within_5pct_of_best": False, "better_than_always": False,
@@ -301,7 +318,8 @@ def _report(realized: float, always: float, never: float, best: float) -> dict[s
 def test_the_regret_bench_table_puts_the_kinds_side_by_side() -> None:
     """bench/regret.py's table, from two summary.json reports: the figures, realized against
     each, the rule's changes, the decisions, and the goal (≤3% of the best, below both)."""
-    met = _report(0.0390, 0.0420, 0.0400, 0.0380)
+    met = {**_report(0.0390, 0.0420, 0.0400, 0.0380), "lagged_best_s": 0.0392,
+           "lag_windows": [2, 3]}
     missed = {**_report(0.0400, 0.0390, 0.0500, 0.0380), "load_match": [[0.0, "in_flight"]],
               "phase_best_s": 0.0385}  # the closed-loop report is one written before it
     rows = side_by_side([("closed loop", met), ("open loop", missed)], goal=0.03)
@@ -318,6 +336,7 @@ def test_the_regret_bench_table_puts_the_kinds_side_by_side() -> None:
         row("never drafter", "40.00 ms (−2.5%)", "50.00 ms (−20.0%)"),
         row("per-window best", "38.00 ms (+2.6%)", "38.00 ms (+5.3%)"),
         row("per-phase best on/off", "n/a", "38.50 ms (+3.9%)"),
+        row("best after K windows", "39.20 ms after 2/3 (−0.5%)", "n/a"),
         row("regret, served estimate", "+3.7%", "+6.3%"),
         row("load match", "in_flight→arrivals@25s", "in_flight"),
         row("clients found", "unknown→open@22s", "unknown→open@22s"),
@@ -345,3 +364,38 @@ def test_the_per_phase_best_takes_the_better_arm_of_each_phase_token_weighted() 
     assert s.phase_best_s == (100 * 1.0 + (360 + 300)) / 700
     assert s.overall is not None and s.overall.best_s == (100 * 1.0 + 180 + 300) / 700
     assert summarize([], [], [], requests=0, errors=0).phase_best_s is None
+
+
+def test_the_lagged_best_switches_after_k_windows_showing_the_other_arm_faster() -> None:
+    """The best on/off policy that must see its evidence first: it serves the drafter until
+    the baseline was faster in ``rollback_after`` windows in a row, then the baseline until
+    the drafter was faster in ``repromote_after``; a window where the served arm was faster
+    breaks the count, a window without figures neither counts nor breaks it."""
+    ws = [
+        window(0, 100, 1.0, 0.5, 1.0),  # math: drafter 1.0, baseline 2.0 -> serves 1.0
+        window(1, 100, 2.0, 2.0, 1.0),  # tool calls: drafter 2.0, baseline 1.0 (1 in a row)
+        window(1, 100, 0.5, 0.5, 1.0),  # the drafter faster again: the count breaks
+        window(1, 100, 2.0, 2.0, 1.0),  # 1
+        window(1, 100, 1.0, None, 1.0),  # no ratio: left out, the count stays
+        window(1, 100, 2.0, 2.0, 1.0),  # 2: rolls back after this window
+        window(1, 100, 1.0, 2.0, 0.0),  # the baseline serves 1.0
+        window(2, 100, 2.0, 0.5, 0.0),  # math: the baseline 2.0, the drafter 1.0 (1)
+        window(2, 100, 2.0, 0.5, 0.0),  # 2
+        window(2, 100, 2.0, 0.5, 0.0),  # 3: re-promoted after this window
+        window(2, 100, 1.0, 0.5, 1.0),  # the drafter serves 1.0
+    ]
+    served = [1.0, 2.0, 0.5, 2.0, 2.0, 1.0, 2.0, 2.0, 2.0, 1.0]
+    assert lagged_best(ws, rollback_after=2, repromote_after=3) == sum(
+        100 * x for x in served) / 1000  # fmt: skip
+    # Acting on every window: one window late at each change (the drafter in the tool calls'
+    # first window, the baseline in the drafter's good one, the drafter in the next, the
+    # baseline in the math's first).
+    quick = [1.0, 2.0, 1.0, 2.0, 1.0, 1.0, 2.0, 1.0, 1.0, 1.0]
+    assert lagged_best(ws, rollback_after=1, repromote_after=1) == sum(
+        100 * x for x in quick) / 1000  # fmt: skip
+    found, quickest = totals(ws), lagged_best(ws, rollback_after=1, repromote_after=1)
+    assert found is not None and quickest is not None and found.best_s < quickest
+    assert lagged_best([window(1, 100, 1.0, None, 1.0)], rollback_after=2,
+                       repromote_after=3) is None  # fmt: skip
+    with pytest.raises(ValueError, match="at least 1"):
+        lagged_best(ws, rollback_after=0, repromote_after=3)

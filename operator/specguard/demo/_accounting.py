@@ -352,6 +352,37 @@ def totals(windows: Iterable[Window]) -> Totals | None:
     )
 
 
+def lagged_best(
+    windows: Iterable[Window], *, rollback_after: int, repromote_after: int
+) -> float | None:
+    """Token-weighted per-token latency (seconds) of the best on/off policy that must see
+    its evidence first: it knows every window's figures once the window is over, serves one
+    arm per window (the drafter first), and switches after ``rollback_after`` windows in a
+    row in which the baseline was faster (``repromote_after`` in which the drafter was, to
+    switch back), at once, with no swap to wait for, no cooldown and no tolerance. A window
+    where the arm it serves was faster breaks the count; a window without figures (no
+    ratio, no served share) is left out, as in :func:`totals`, and neither counts nor breaks
+    it. What an operator needing K windows of evidence could at best realize: the
+    per-window best less the windows it takes to see a change. None when no window counts."""
+    if rollback_after < 1 or repromote_after < 1:
+        raise ValueError("rollback_after and repromote_after: at least 1")
+    on_drafter, streak = True, 0
+    cost = 0.0
+    tokens = 0
+    for w in windows:
+        arms = w.arms_s()
+        if arms is None:
+            continue
+        spec, base = arms
+        own, other = (spec, base) if on_drafter else (base, spec)
+        cost += own * w.tokens
+        tokens += w.tokens
+        streak = streak + 1 if other < own else 0
+        if streak >= (rollback_after if on_drafter else repromote_after):
+            on_drafter, streak = not on_drafter, 0
+    return cost / tokens if tokens else None
+
+
 def windows_between(start: float, end: float, window_s: float) -> float:
     """How many evaluation windows lie between two epoch times."""
     return (end - start) / window_s
@@ -363,6 +394,7 @@ __all__ = [
     "Window",
     "borrow_ratios",
     "cut",
+    "lagged_best",
     "measure",
     "served_ratios",
     "totals",

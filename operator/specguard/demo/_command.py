@@ -419,6 +419,7 @@ class Demo:
             requests=len(client),
             errors=len(failed),
             errors_in_swaps=in_swaps(failed, found),
+            lag=(args.consecutive_windows, args.consecutive_windows + 1),
         )
         lines = summary_lines(summary, time_scale=args.time_scale, window_s=args.window)
         png = args.out / "timeline.png"
