@@ -26,8 +26,8 @@ drafter", "never drafter" and the per-window best; token-weighted over the sched
 more references: the per-phase best on/off (the better arm of each phase), and the best
 after K windows (``accounting.lagged_best``: the best on/off policy that switches after
 ``--consecutive-windows`` K windows in a row showed the other arm faster, K + 1 to bring the
-drafter back, with no swap to wait for) — what an operator that needs K windows of evidence
-can at best realize. The goal: realized within 3% of the per-window best and below both
+drafter back, with no swap to wait for) — a reference for an operator that acts on K
+windows in a row (not a bound). The goal: realized within 3% of the per-window best and below both
 always and never, on each kind. Each run's files (summary.json, samples.jsonl, client.jsonl,
 timeline.png) stay in ``--out``/KIND; ``--tables`` prints the table again from them.
 """

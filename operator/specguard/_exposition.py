@@ -141,27 +141,30 @@ def arm_load(
     last: Mapping[Arm, Mapping[str, Reading]] | None = None,
 ) -> ArmLoad:
     """Requests in each arm's engines (running + waiting) per pod at a window's start and
-    end, and at the look before the end when there was one (``last``): the mean over the
-    pods read at every one of them that export both gauges (arm → pod URL → Reading). An arm
-    without such a pod is left out."""
+    end: the mean over the pods read at both that export both gauges (arm → pod URL →
+    Reading); an arm without such a pod is left out. ``last``, the look before the end when
+    there was one: the same pods' mean at it, for an arm whose every such pod was read
+    there too (a pod that missed the look leaves the arm's ``last`` out, not the arm)."""
     before: dict[Arm, float] = {}
     after: dict[Arm, float] = {}
     between: dict[Arm, float] = {}
     pods: dict[Arm, int] = {}
     for arm in ARMS:
-        readings = [start.get(arm, {}), end.get(arm, {})]
-        if last is not None:
-            readings.append(last.get(arm, {}))
-        urls = sorted(set.intersection(*(set(r) for r in readings)))
-        held = [[_held(r[url]) for r in readings] for url in urls]
-        kept = [[x or 0.0 for x in h] for h in held if None not in h]
+        first, final = start.get(arm, {}), end.get(arm, {})
+        kept = {}
+        for url in sorted(set(first) & set(final)):
+            a, b = _held(first[url]), _held(final[url])
+            if a is not None and b is not None:
+                kept[url] = (a, b)
         if not kept:
             continue
         pods[arm] = len(kept)
-        before[arm] = sum(h[0] for h in kept) / len(kept)
-        after[arm] = sum(h[1] for h in kept) / len(kept)
-        if last is not None:
-            between[arm] = sum(h[2] for h in kept) / len(kept)
+        before[arm] = sum(a for a, _ in kept.values()) / len(kept)
+        after[arm] = sum(b for _, b in kept.values()) / len(kept)
+        looked = (last or {}).get(arm, {})
+        at_look = [_held(looked[url]) if url in looked else None for url in kept]
+        if last is not None and None not in at_look:
+            between[arm] = sum(x or 0.0 for x in at_look) / len(kept)
     return ArmLoad(before, after, pods, rule, between)
 
 

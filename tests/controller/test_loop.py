@@ -408,6 +408,28 @@ async def test_between_window_ends_the_engines_are_read_every_quarter_window_by_
         assert other.kube.status["targetMode"] == "speculative"
 
 
+async def test_the_looks_fall_at_the_windows_quarters_on_one_second_ticks() -> None:
+    """On the operator's one-second ticks the looks fall at the window's quarters (13, 15
+    and 18 s of a window from 10 to 20 s), not a quarter window after the last look (13,
+    16, 19): the window's end is then checked against a look about a quarter window old,
+    not one a second old (a climb within one second would rarely pass the noise bound)."""
+    loop = Loop()
+    spec, base = "http://10.0.0.1:8000", "http://10.0.0.3:8000"
+    loop.readings = {"speculative": {spec: Reading(running=100.0, waiting=0.0)},
+                     "baseline": {base: Reading(running=150.0, waiting=0.0)}}  # fmt: skip
+    evaluation = {"window": "10s", "minRequestsPerArm": 20, "loadMatch": "arrivals"}
+    for at in range(11):  # the first window opened with the rule: it does not speak for it
+        await loop.tick(T0 + at, evaluation=evaluation)
+    read_at = []
+    for at in range(11, 21):
+        before = len(loop.counters)
+        await loop.tick(T0 + at, evaluation=evaluation)
+        if len(loop.counters) > before:
+            read_at.append(at)
+    assert read_at == [13, 15, 18, 20]
+    assert loop.kube.status["targetMode"] == "speculative"  # the engines held steady
+
+
 @pytest.mark.parametrize(
     "case", ["guardrail off", "baseline serving", "routes by domain", "pods changed"]
 )

@@ -282,12 +282,20 @@ def test_arm_load_is_the_mean_per_pod_read_at_both_ends_with_both_gauges() -> No
         rule="arrivals",
     )  # fmt: skip
     assert arm_load({}, end, "in_flight") == ArmLoad(rule="in_flight")
-    # With a look between: the pods read at all three (b was not read at the look).
+    # With a look between: the mean of the same pods at it.
     last: dict[Arm, dict[str, Reading]] = {
-        "speculative": {"a": Reading(running=30, waiting=6)},
+        "speculative": {"a": Reading(running=30, waiting=6), "b": Reading(running=20, waiting=0),
+                        "new": Reading(running=1, waiting=0)},
         "baseline": {"c": Reading(running=8, waiting=0)},
-    }
+    }  # fmt: skip
     assert arm_load(start, end, "arrivals", last) == ArmLoad(
-        start={"speculative": 12.0}, end={"speculative": 104.0}, pods={"speculative": 1},
-        rule="arrivals", last={"speculative": 36.0},
+        start={"speculative": 8.0}, end={"speculative": 84.0}, pods={"speculative": 2},
+        rule="arrivals", last={"speculative": 28.0},
+    )  # fmt: skip
+    # A pod that missed the look (b: its metrics timed out) leaves out the arm's look, not
+    # the arm: the window's start and end still count, over both pods.
+    del last["speculative"]["b"]
+    assert arm_load(start, end, "arrivals", last) == ArmLoad(
+        start={"speculative": 8.0}, end={"speculative": 84.0}, pods={"speculative": 2},
+        rule="arrivals",
     )  # fmt: skip

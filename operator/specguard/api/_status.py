@@ -232,7 +232,10 @@ class ClientsStatus(WireModel):
     )
     message: str = Field(default="", max_length=1024, description="The evidence in words.")
     streak: int = Field(
-        default=0, ge=0, description="Windows in a row whose clients asked for the other rule."
+        default=0,
+        ge=0,
+        description="Windows whose clients asked for the other rule since one asked for the "
+        "rule in force (windows that told neither way are skipped).",
     )
     since: str | None = Field(
         default=None,

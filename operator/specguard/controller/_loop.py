@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -473,9 +474,13 @@ class ResourceLoop:
         # _load_rule says in_flight with routes by domain too
         if _load_rule(spec, prev, start) != "arrivals" or _disturbed_since(disturbed, start):
             return None
+        # Looks at the window's quarters (start + k·window/4, k = 1..3), not a quarter after
+        # the last one: with one-second ticks that would put the last look a second before
+        # the window's end, whose check against it would then need a climb within a second.
         every = spec.evaluation.window / 4
-        looked = max(start, resource.load_read_at or start)
-        if now - looked < every:
+        quarter = min(3, math.floor((now - start) / every))
+        due = start + quarter * every
+        if quarter < 1 or (resource.load_read_at is not None and resource.load_read_at >= due):
             return None
         resource.load_read_at = now
         pods = vllm_urls(self.name, observed.pods, spec.runtime.port)

@@ -360,10 +360,12 @@ def lagged_best(
     arm per window (the drafter first), and switches after ``rollback_after`` windows in a
     row in which the baseline was faster (``repromote_after`` in which the drafter was, to
     switch back), at once, with no swap to wait for, no cooldown and no tolerance. A window
-    where the arm it serves was faster breaks the count; a window without figures (no
-    ratio, no served share) is left out, as in :func:`totals`, and neither counts nor breaks
-    it. What an operator needing K windows of evidence could at best realize: the
-    per-window best less the windows it takes to see a change. None when no window counts."""
+    where the other arm was not faster breaks the count (every window counts as one, a
+    phase's short last one too); a window without figures (no ratio, no served share) is
+    left out, as in :func:`totals`, and neither counts nor breaks it. A reference for an
+    operator that acts on K windows in a row: the per-window best less the windows it takes
+    to see a change. It is not a bound: a rule that weighs evidence across windows, or a
+    tolerance that ignores marginal windows, can do better. None when no window counts."""
     if rollback_after < 1 or repromote_after < 1:
         raise ValueError("rollback_after and repromote_after: at least 1")
     on_drafter, streak = True, 0

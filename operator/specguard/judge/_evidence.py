@@ -72,8 +72,9 @@ class ArmLoad:
     the pods read at both ends), and the load-match rule the shadow was copied by over the
     window (``"arrivals"`` only when it held from the window's start: a window that saw the
     rule change says ``"in_flight"``). An arm without a pod read at both ends is absent.
-    ``last``: the same count at the operator's previous look in this window, when it looked
-    between window ends (empty otherwise)."""
+    ``last``: the same pods' count at the operator's previous look in this window, when it
+    looked between window ends and read every one of them there (else the arm is absent
+    from it)."""
 
     start: Mapping[Arm, float] = field(default_factory=dict)
     end: Mapping[Arm, float] = field(default_factory=dict)
