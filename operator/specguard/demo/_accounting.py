@@ -355,8 +355,8 @@ def totals(windows: Iterable[Window]) -> Totals | None:
 def lagged_best(
     windows: Iterable[Window], *, rollback_after: int, repromote_after: int
 ) -> float | None:
-    """Token-weighted per-token latency (seconds) of the best on/off policy that must see
-    its evidence first: it knows every window's figures once the window is over, serves one
+    """Token-weighted per-token latency (seconds) of an on/off policy that must see its
+    evidence first: it knows every window's figures once the window is over, serves one
     arm per window (the drafter first), and switches after ``rollback_after`` windows in a
     row in which the baseline was faster (``repromote_after`` in which the drafter was, to
     switch back), at once, with no swap to wait for, no cooldown and no tolerance. A window

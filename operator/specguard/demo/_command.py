@@ -40,6 +40,7 @@ from specguard.demo._schedule import (
     total_seconds,
 )
 from specguard.demo._watch import EventRecord, Monitor, verdict_text
+from specguard.judge import PolicySettings
 from specguard.testing import group_members
 
 # Measured on the development machine (2 shared cores, cached binaries): cluster start,
@@ -412,6 +413,7 @@ class Demo:
             args.window,
         )
         failed = [r.ended if r.ended is not None else r.started for r in client if not r.ok]
+        policy = PolicySettings(consecutive_windows=args.consecutive_windows)
         summary = summarize(
             windows,
             self.spans,
@@ -419,7 +421,8 @@ class Demo:
             requests=len(client),
             errors=len(failed),
             errors_in_swaps=in_swaps(failed, found),
-            lag=(args.consecutive_windows, args.consecutive_windows + 1),
+            # the windows the resource's policy needs (re-promotion: its default, K + 1)
+            lag=(args.consecutive_windows, policy.windows_to_repromote),
         )
         lines = summary_lines(summary, time_scale=args.time_scale, window_s=args.window)
         png = args.out / "timeline.png"

@@ -81,8 +81,8 @@ class Summary:
     errors_in_swaps: int = 0
     # The same figures with each phase's served ratio (accounting.served_ratios)
     served: Totals | None = None
-    # accounting.lagged_best: the best on/off policy that switches after ``lag`` windows in
-    # a row showing the other arm faster (rollback, re-promotion), with no swap to wait for
+    # accounting.lagged_best: the on/off reference that switches after ``lag`` windows in a
+    # row showing the other arm faster (rollback, re-promotion), with no swap to wait for
     lagged_best_s: float | None = None
     lag: tuple[int, int] | None = None
 
