@@ -34,6 +34,15 @@ Rules (defaults in ``PolicySettings``):
   on the shadow's pairs), nor while its engines fall behind arrivals the baseline keeps up
   with (the overload guardrail's test, the drafter as the shadow). With
   ``repromote="manual"`` the policy only notifies that it would.
+- Which windows count (``judge._matching``): a window whose estimate points toward a change
+  counts toward it only where that direction does not depend on the clients' kind (under
+  ``in_flight`` copies: clients told closed, or a shadow no slower per request end to end;
+  under ``arrivals`` copies: clients told open by the window). Otherwise it brings no
+  evidence toward the change, and the hold says why.
+- What the clients got (``judge._served``): the serving arm's figures of every counted
+  window are remembered per load (``PolicyState.served``); a statistical change toward an
+  arm whose own record at a comparable load shows the clients were slower with it than they
+  are now (or its engines fell behind there) is held, and the hold says why.
 - Flaps: every automatic mode change is a flap. After ``max_flaps`` of them within
   ``flap_window_s``, automatic changes stop (``halted``; decisions become ``notify`` with
   ``warning``) until a ``retry``.
@@ -63,6 +72,8 @@ from specguard.judge._guardrails import (
     overload_excess,
     tool_call_excess,
 )
+from specguard.judge._matching import uncounted
+from specguard.judge._served import Served, contradiction, fell_behind, remember
 from specguard.judge._settings import PolicySettings
 from specguard.judge._verdict import Verdict
 
@@ -84,7 +95,8 @@ class PolicyState:
     while it does not); ``cumulative``: the evidence across windows toward the other mode;
     ``since``: Unix time of the last mode change (the cooldown's start); ``flap_times``:
     Unix times of the automatic changes; ``halted``: automatic changes stopped after flaps;
-    ``retry_seen``: the retry value already acted on."""
+    ``retry_seen``: the retry value already acted on; ``served``: what each arm gave the
+    clients when it served, per load (``judge._served``)."""
 
     mode: Arm = ARM_SPECULATIVE
     streak: int = 0
@@ -93,6 +105,7 @@ class PolicyState:
     flap_times: tuple[float, ...] = ()
     halted: bool = False
     retry_seen: str | None = None
+    served: tuple[Served, ...] = ()
 
     @property
     def direction(self) -> Direction:
@@ -118,6 +131,8 @@ class PolicyState:
             if ratio is not None:
                 evidence.update(ratio=round(ratio, 6), weight=round(c.weight, 1))
             out["evidence"] = evidence
+        if self.served:
+            out["served"] = [record.to_wire() for record in self.served]
         return out
 
     @classmethod
@@ -141,6 +156,13 @@ class PolicyState:
             values["retry_seen"] = _text("retrySeen", data["retrySeen"])
         if data.get("evidence") is not None:
             values.update(_evidence(data["evidence"], mode))
+        if data.get("served") is not None:
+            served = data["served"]
+            if not isinstance(served, list):
+                raise ValueError(f"served: expected a list, got {served!r}")
+            values["served"] = tuple(
+                Served.from_wire(record, f"served[{i}]") for i, record in enumerate(served)
+            )
         elif data.get("streak") is not None:  # before the evidence object
             agreeing = "regressed" if mode == ARM_SPECULATIVE else "improved"
             streak = _count("streak", data["streak"])
@@ -301,11 +323,16 @@ def _judged(
     state: PolicyState, settings: PolicySettings, now: float, evidence: Evidence
 ) -> tuple[PolicyState, Decision]:
     trip = first_trip(evidence, settings, now) if state.mode == ARM_SPECULATIVE else None
+    verdict = evidence.verdict
+    figures = evidence.served
+    if verdict is not None and evidence.spans is None and figures and figures.arm == state.mode:
+        state = replace(state, served=remember(state.served, figures, now))
     if settings.policy == "off":
         return state, _hold(state, "policy off", settings, now, trip=trip)
     if trip is not None:
+        if trip.guardrail == "overload":
+            state = replace(state, served=fell_behind(state.served, ARM_SPECULATIVE))
         return _act(state, settings, now, ARM_BASELINE, f"guardrail: {trip.message}", trip=trip)
-    verdict = evidence.verdict
     if verdict is None:
         return state, _hold(state, "no window ended", settings, now)
     if evidence.spans is not None:
@@ -317,8 +344,41 @@ def _judged(
         kept = _no_evidence(state, settings)
         return kept, _hold(kept, f"inconclusive, holding {state.mode}: {why}", settings, now)
     if state.mode == ARM_SPECULATIVE:
-        return _while_speculative(state, settings, now, verdict)
+        return _while_speculative(state, settings, now, evidence, verdict)
     return _while_baseline(state, settings, now, evidence, verdict)
+
+
+def _not_counted(
+    state: PolicyState, settings: PolicySettings, now: float, evidence: Evidence, verdict: Verdict
+) -> tuple[PolicyState, Decision] | None:
+    """The hold for a window that points toward a change but does not count toward it
+    (``judge._matching``), or None when it counts."""
+    why = uncounted(evidence.matching, verdict, state.mode)
+    if why is None:
+        return None
+    kept = _no_evidence(state, settings)
+    change = "a rollback" if state.mode == ARM_SPECULATIVE else "a re-promotion"
+    ratio = "" if verdict.ratio is None else f" {verdict.ratio:.3f}"
+    reason = f"{verdict.outcome}{ratio}, not counted toward {change}: {why}; holding {state.mode}"
+    return kept, _hold(kept, reason, settings, now)
+
+
+def _contradicted(
+    state: PolicyState, now: float, evidence: Evidence, verdict: Verdict, to: Arm
+) -> str | None:
+    """Why what the clients got from ``to`` holds a statistical change toward it."""
+    if evidence.served is None or evidence.served.arm != state.mode:
+        return None
+    return contradiction(state.served, evidence.served, to, verdict.tolerance, now)
+
+
+def _held(
+    state: PolicyState, settings: PolicySettings, now: float, reason: str, why: str
+) -> tuple[PolicyState, Decision]:
+    """A statistical change the served history holds: the evidence stays (the change comes
+    once the record is old or the load moves on), the reason says what held it."""
+    verb = "roll back" if state.mode == ARM_SPECULATIVE else "re-promote"
+    return state, _hold(state, f"would {verb} ({reason}), held: {why}", settings, now)
 
 
 def _act(
@@ -402,19 +462,33 @@ def _progress(state: PolicyState, settings: PolicySettings, need: int, agreeing:
 
 
 def _while_speculative(
-    state: PolicyState, settings: PolicySettings, now: float, verdict: Verdict
+    state: PolicyState,
+    settings: PolicySettings,
+    now: float,
+    evidence: Evidence,
+    verdict: Verdict,
 ) -> tuple[PolicyState, Decision]:
+    skipped = _not_counted(state, settings, now, evidence, verdict)
+    if skipped is not None:
+        return skipped
     counted = _weighed(state, settings, verdict, "regressed")
     need = settings.consecutive_windows
     sentence = verdict.sentence()
+    loss = counted.cumulative
+    cumulative: Cumulative | None = None
     if counted.streak >= need:
         reason = f"regressed {counted.streak} windows in a row: {sentence}"
-        return _act(counted, settings, now, ARM_BASELINE, reason)
-    evidence = counted.cumulative
-    if reached(evidence, "loss", settings.cumulative):
-        summary = evidence_summary(evidence, "loss", settings.cumulative)
+    elif reached(loss, "loss", settings.cumulative):
+        cumulative = loss
+        summary = evidence_summary(loss, "loss", settings.cumulative)
         reason = f"sustained loss: {summary}; last window {sentence}"
-        return _act(counted, settings, now, ARM_BASELINE, reason, cumulative=evidence)
+    else:
+        reason = ""
+    if reason:
+        held = _contradicted(counted, now, evidence, verdict, ARM_BASELINE)
+        if held is not None:
+            return _held(counted, settings, now, reason, held)
+        return _act(counted, settings, now, ARM_BASELINE, reason, cumulative=cumulative)
     progress = _progress(counted, settings, need, "regressed")
     head = f"{verdict.outcome}: keeping the drafter"
     reason = f"{head} ({progress}): {sentence}" if progress else f"{head}: {sentence}"
@@ -449,6 +523,9 @@ def _while_baseline(
     if errors:
         cleared = _cleared(state)
         return cleared, _hold(cleared, f"{verdict.outcome}, but {errors}", settings, now)
+    skipped = _not_counted(state, settings, now, evidence, verdict)
+    if skipped is not None:
+        return skipped
     counted = _weighed(state, settings, verdict, "improved")
     need = settings.windows_to_repromote
     sentence = verdict.sentence()
@@ -465,6 +542,9 @@ def _while_baseline(
         head = f"{verdict.outcome}: staying without the drafter"
         reason = f"{head} ({progress}): {sentence}" if progress else f"{head}: {sentence}"
         return counted, _hold(counted, reason, settings, now)
+    held = _contradicted(counted, now, evidence, verdict, ARM_SPECULATIVE)
+    if held is not None:
+        return _held(counted, settings, now, reason, held)
     if settings.repromote == "manual":
         return _cleared(counted), Decision(
             "notify",
