@@ -5,9 +5,12 @@ Reduced to what the load match acts on in a cluster:
 - **clients**: a closed loop (a fixed number of streams, each sending its next request a
   client turnaround of 1–6 ms, plus an optional think time, after its last answer) or an open
   loop (Poisson arrivals at a fixed rate per serving pod, whatever the answers);
-- **routers**, each with its own real ``router.Topology`` (its own in-flight counts), asking
+- **routers**, each with its own real ``router.Topology`` (its own in-flight counts, told of
+  every start and end with ``begin``/``end`` as the proxy does), asking
   ``Topology.mirror_decision`` whether to copy and ``Topology.pick`` where to send, with a
-  shadow budget per router;
+  shadow budget per router; copies the in-flight rule queues are handed back by
+  ``Topology.take_copy`` after each start and end and at every step (the proxy's timer), and
+  a serving request whose queued copy was dropped before it ended carries no pair id;
 - **pods**: a running batch of at most ``max_num_seqs``, a waiting queue behind it, a step
   time that grows with the batch; a drafter emits ``tokens_per_step`` tokens per step.
 
@@ -74,6 +77,8 @@ class Request:
     client: int  # -1: a shadow copy; -2: an open-loop arrival
     pair: int | None
     concurrency: int = 0
+    twin: Request | None = None  # a queued copy's serving request
+    done: bool = False
 
 
 @dataclass
@@ -139,6 +144,16 @@ class Run:
     samples: tuple[Sample, ...]  # every completed request, both roles, started after warmup
     rules: tuple[tuple[float, LoadMatch], ...]  # (time, rule) at the start and every change
     evidence: tuple[LoopEvidence, ...]  # rule="auto": each window's classification
+    # After warmup: copies whose turn came ("selected": sent at once, queued, or dropped at
+    # once), turns passed on ("defer": no copy), what became of the copies ("sent", and the
+    # drop reasons: waited, flushed, budget, drain), and how long sent ones waited queued.
+    copies: dict[str, int]
+    waits: tuple[float, ...]
+
+    @property
+    def delivered(self) -> float:
+        """The share of the copies whose turn came that were sent."""
+        return self.copies["sent"] / max(1, self.copies["selected"])
 
     @property
     def rule(self) -> LoadMatch:
@@ -179,7 +194,7 @@ def run(plant: Plant, *, seconds: float = 120.0, warmup: float = 30.0, seed: int
             + [Endpoint(p.name, p.name, shadow_arm) for p in shadow]
         )
         views.append(top)
-    # Each router's own count of its requests on each pod.
+    # Each router's own view of each pod (its own in-flight counts).
     counts = [{p.name: p for arm in (serving_arm, shadow_arm) for p in top.pods[arm]}
               for top in views]  # fmt: skip
     shadow_running = [0] * plant.routers
@@ -206,6 +221,8 @@ def run(plant: Plant, *, seconds: float = 120.0, warmup: float = 30.0, seed: int
         return sum(1 for p in serving for r in p.queue if r.client == -2)
 
     sent = {"serving": 0, "mirrored": 0}
+    copies = dict.fromkeys(("selected", "sent", "defer", "waited", "flushed", "budget", "drain"), 0)
+    waits: list[float] = []
 
     def record(request: Request, pod: Pod, t: float) -> None:
         e2e = t - request.started
@@ -231,25 +248,61 @@ def run(plant: Plant, *, seconds: float = 120.0, warmup: float = 30.0, seed: int
         pod = by_name[chosen.name]
         pod.queue.append(request)
         request.concurrency = len(pod.queue)
-        counts[router][pod.name].in_flight += 1
+        views[router].begin(counts[router][pod.name], request.started)
         return pod
+
+    def copy(request: Request, t: float) -> None:
+        """Send a copy (now, or when the queue hands it back), as the proxy does."""
+        if shadow_running[request.router] >= plant.budget:
+            views[request.router].budget_full()  # what the router does: the copy is dropped
+            copies["budget"] += t >= warmup
+            if request.twin is not None:
+                request.twin.pair = None
+            return
+        request.started = t
+        enqueue(request, request.router, shadow_arm)
+        shadow_running[request.router] += 1
+        copies["sent"] += t >= warmup
+
+    def release(router: int, t: float) -> None:
+        """The queued copies the router's shadow now has room for (Topology.take_copy)."""
+        while True:
+            due, dropped = views[router].take_copy(t)
+            for gone, reason in dropped:
+                assert isinstance(gone.payload, Request)
+                copies[reason] += gone.since >= warmup
+                twin = gone.payload.twin
+                if twin is not None and not twin.done:
+                    twin.pair = None
+            if due is None:
+                return
+            assert isinstance(due.payload, Request)
+            if due.since >= warmup:
+                waits.append(t - due.since)
+            copy(due.payload, t)
 
     def send(client: int, t: float) -> None:
         nonlocal next_pair
         router = client % plant.routers if client >= 0 else int(rng.integers(plant.routers))
-        pair = None
         tokens = float(rng.integers(low, high))
-        due = views[router].mirror_decision() == "copy"
-        if due and shadow_running[router] >= plant.budget:
-            views[router].budget_full()  # what the router does: the copy is dropped
-        elif due:
-            pair, next_pair = next_pair, next_pair + 1
-            enqueue(Request(tokens, tokens, t, router, -1, pair), router, shadow_arm)
-            shadow_running[router] += 1
-        enqueue(Request(tokens, tokens, t, router, client, pair), router, serving_arm)
+        request = Request(tokens, tokens, t, router, client, None)
+        decision = views[router].mirror_decision(now=t)
+        if decision not in ("share", "defer"):
+            copies["selected"] += t >= warmup
+        if decision in ("copy", "queue"):
+            request.pair, next_pair = next_pair, next_pair + 1
+            twin = Request(tokens, tokens, t, router, -1, request.pair, twin=request)
+            if decision == "copy":
+                copy(twin, t)
+            else:
+                views[router].enqueue(twin, None, t)
+        elif decision != "share":
+            copies[decision] += t >= warmup
+        enqueue(request, router, serving_arm)
+        release(router, t)
         if t >= warmup:
             sent["serving"] += 1
-            sent["mirrored"] += pair is not None
+            sent["mirrored"] += request.pair is not None
 
     state = LoadMatchState(rule)
     rules: list[tuple[float, LoadMatch]] = [(0.0, rule)]
@@ -269,7 +322,8 @@ def run(plant: Plant, *, seconds: float = 120.0, warmup: float = 30.0, seed: int
             send(client, at)
         for pod in (*serving, *shadow):
             for request in pod.step(plant.dt, plant.max_num_seqs):
-                counts[request.router][pod.name].in_flight -= 1
+                request.done = True
+                views[request.router].end(counts[request.router][pod.name], t, t - request.started)
                 if request.client == -1:
                     shadow_running[request.router] -= 1
                 record(request, pod, t)
@@ -284,6 +338,8 @@ def run(plant: Plant, *, seconds: float = 120.0, warmup: float = 30.0, seed: int
                 elif request.client == -2 and held:
                     at, _, client = heapq.heappop(held)  # a capped arrival goes now
                     send(client, t)
+        for router in range(plant.routers):
+            release(router, t)  # after the ends, and the proxy's timer
         if plant.rule == "auto" and t >= next_window:
             begin = t - plant.window_s
             ended = tuple(s for s in samples[judged_upto:] if s.role == "serving")
@@ -320,4 +376,6 @@ def run(plant: Plant, *, seconds: float = 120.0, warmup: float = 30.0, seed: int
         kept,
         tuple(rules),
         tuple(evidence),
+        copies,
+        tuple(waits),
     )

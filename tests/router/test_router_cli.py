@@ -67,7 +67,9 @@ def test_static_topology_defaults() -> None:
     args, _ = parse(["--serving", "http://a:1", "http://b:2", "--shadow", "http://c:3"])
     top = static_topology(args.serving, args.shadow, args.mirror_share, args.serving_arm)
     assert top.mode == "speculative" and top.mirror_share == 1.0  # in-flight matching caps it
-    assert top.load_match == "in_flight" and top.copy_share() == 1.0
+    # In flight: what the shadow completes at the serving pods' count, by Little's law (a
+    # serving pod's arrivals per shadow pod until request times are known).
+    assert top.load_match == "in_flight" and top.copy_share() == 0.5
     top = static_topology(
         args.serving, args.shadow, args.mirror_share, args.serving_arm, load_match="arrivals"
     )

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import socket
 import struct
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -151,3 +152,71 @@ async def test_close_before_done_is_still_client_closed(
         await asyncio.sleep(0.01)
     assert outcomes(router) == {"client_closed": 1.0}
     assert len(router.feed) == 0
+
+
+@pytest.mark.parametrize("how", ["close", "reset"])
+@pytest.mark.parametrize("cancellation", [True, False], ids=["cancelled", "uncancelled"])
+async def test_a_client_gone_before_the_headers_is_one_info_line(
+    serve_router: ServeRouter, caplog: pytest.LogCaptureFixture, how: str, cancellation: bool
+) -> None:
+    """Issue 36: a client that leaves before the response headers made aiohttp log ``ERROR
+    aiohttp.server`` with a traceback (``_relay_stream -> response.prepare ->
+    ClientConnectionResetError``). It happens when the client's connection is already
+    closing as the pod's headers come in, before the close has cancelled the handler: here
+    the upstream's headers and the client's close are sent in one step, so the router's
+    loop sees both at its next poll, the headers first (without handler cancellation the
+    handler meets the closed connection whatever the order). One INFO line, no traceback."""
+    caplog.set_level(logging.DEBUG)
+    arrived = asyncio.Event()
+    upstreams: list[asyncio.StreamWriter] = []
+
+    async def pod(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = next(
+            int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length:")
+        )  # fmt: skip
+        await reader.readexactly(length)
+        upstreams.append(writer)
+        arrived.set()
+        await asyncio.sleep(30)  # the answer is written by the test
+
+    server = await asyncio.start_server(pod, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    router, url = await serve_router(one_pod(f"http://127.0.0.1:{port}"), cancellation)
+    host, router_port = url.removeprefix("http://").rsplit(":", 1)
+    # A plain socket: its close goes out at once (an asyncio transport closes a loop turn
+    # later, when the router has long taken the headers).
+    client = socket.create_connection((host, int(router_port)))
+    payload = json.dumps(BODY).encode()
+    client.sendall(
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: r\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n" % len(payload) + payload
+    )
+    await asyncio.wait_for(arrived.wait(), timeout=30)
+    upstreams[0].write(
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+    )
+    if how == "reset":
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    client.close()
+    try:
+        for _ in range(3000):
+            if router.topology.pods["speculative"][0].in_flight == 0:
+                break
+            await asyncio.sleep(0.01)
+        assert outcomes(router) == {"client_closed": 1.0}
+        assert len(router.feed) == 0
+    finally:
+        upstreams[0].close()
+        server.close()
+    errors = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert not errors, [(r.name, r.getMessage()) for r in errors]
+    assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
+    lines = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "specguard.router"]
+    assert len(lines) == 1 and lines[0][0] == "INFO", lines
+    assert re.fullmatch(
+        r"client closed its connection before the response headers "
+        r"\(serving pod serve-0, \d+\.\d s after the request\)",
+        lines[0][1],
+    ), lines

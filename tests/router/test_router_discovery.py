@@ -119,14 +119,31 @@ def test_mirror_decision_by_rule() -> None:
     for pod in top.pods["baseline"]:
         pod.in_flight = 50  # far busier than the serving pods: arrivals do not care
     decisions = [top.mirror_decision() for _ in range(10)]
-    assert decisions.count("copy") == 5 and decisions.count("in_flight") == 0
+    assert decisions.count("copy") == 5 and {"queue", "defer"}.isdisjoint(decisions)
     assert decisions[::2] == ["share"] * 5  # evenly spread
     top.set_roles("speculative", 0.2, load_match="arrivals")  # the ceiling wins
     assert [top.mirror_decision() for _ in range(10)].count("copy") == 2
+    # In flight: the shadow's share is what it completes at the serving pods' in-flight
+    # count (Little's law; equal request times until some have ended: a serving pod's
+    # arrivals). A copy whose turn came waits while the shadow is busy, and a turn that
+    # finds as many copies waiting as the shadow's target passes on.
     top.set_roles("speculative", 1.0, load_match="in_flight")
-    assert {top.mirror_decision() for _ in range(4)} == {"in_flight"}
+    assert top.copy_share() == 0.5
+    decisions = []
+    for _ in range(4):
+        decisions.append(top.mirror_decision())
+        if decisions[-1] == "queue":
+            top.enqueue("waiting", None, 0.0)  # what the proxy does
+    assert decisions.count("share") == 2 and decisions.count("queue") == 1, decisions
+    assert decisions.count("defer") == 1, decisions
+    assert top.take_copy(0.0) == (None, [])  # 50 in flight: no room
     top.pods["baseline"][0].in_flight = 0
-    assert top.mirror_decision() == "copy"
+    assert top.take_copy(0.0) == (None, [])  # and nothing served: a target of 0
+    top.pods["speculative"][0].in_flight = 1  # a target of a half
+    pending, dropped = top.take_copy(0.0)
+    assert pending is not None and pending.payload == "waiting" and not dropped
+    # The turn passed on is taken by the next request, then the share goes on as before.
+    assert [top.mirror_decision() for _ in range(4)] == ["copy", "copy", "share", "copy"]
     top.set_roles("speculative", 1.0, swapping=True, load_match="arrivals")
     assert {top.mirror_decision() for _ in range(4)} == {"share"}
     # Turning to arrivals, a router first lets its earlier copies end: a shadow held at the
@@ -134,7 +151,8 @@ def test_mirror_decision_by_rule() -> None:
     top.set_roles("speculative", 1.0, load_match="in_flight")
     top.pods["baseline"][0].in_flight = 3
     top.set_roles("speculative", 1.0, load_match="arrivals")
-    assert "copy" not in (decisions := [top.mirror_decision() for _ in range(6)])
+    decisions = [top.mirror_decision() for _ in range(6)]
+    assert "copy" not in decisions
     assert decisions.count("drain") == 3  # every other request: the share is a half
     top.pods["baseline"][0].in_flight = 0
     assert [top.mirror_decision() for _ in range(4)].count("copy") == 2
@@ -147,4 +165,4 @@ def test_mirror_decision_by_rule() -> None:
     assert [top.mirror_decision() for _ in range(4)].count("copy") == 2
     top.set_roles("speculative", 1.0, load_match="in_flight")
     top.budget_full()
-    assert top.mirror_decision() == "copy"
+    assert sorted(top.mirror_decision() for _ in range(2)) == ["copy", "share"]

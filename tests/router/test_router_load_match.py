@@ -11,6 +11,7 @@ windows, ``next_load_match``) and lands on the right rule from the wrong one.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from .plant import BASELINE, DRAFTER, TOOL_DRAFTER, Engine, Plant, Run, run
@@ -27,10 +28,31 @@ OPEN: dict[str, Any] = {"clients": "open", "rate": 16.0}
 OPEN_TOOLS: dict[str, Any] = {"clients": "open", "rate": 10.0}
 # The judge's default in-flight check: max(2 requests, 25% of the larger); held much tighter.
 ALLOWED = 2.0
+# What the routers hold: the shadow's time-averaged in-flight count per pod within 5% of the
+# serving pods' (measured: within 0.1% at HIGH, 4% at LOW where a faster shadow needs every
+# request; 0.4-3.5% at 2-3 streams per router), and at least 95% of the copies whose turn
+# came delivered (measured: 98.6-100%).
+MATCH = 0.05
+DELIVERED = 0.95
+# Closed loops of 2-3 streams per router: 2 serving + 1 shadow pod with 2 routers, and 4
+# serving + 1 shadow pod with 1 and 3 routers. Light loads: few requests a second, so a
+# longer run.
+LOW_CONCURRENCY = (
+    Plant(serving_pods=2, routers=2, streams=4),
+    Plant(serving_pods=2, routers=2, streams=6),
+    Plant(serving_pods=4, routers=1, streams=2),
+    Plant(serving_pods=4, routers=1, streams=3),
+    Plant(serving_pods=4, routers=3, streams=6),
+    Plant(serving_pods=4, routers=3, streams=9),
+)
 
 
 def allowed(serving_in_flight: float) -> float:
     return max(ALLOWED, 0.05 * serving_in_flight)
+
+
+def matched(result: Run) -> bool:
+    return abs(result.shadow_in_flight / result.serving_in_flight - 1.0) <= MATCH
 
 
 def both_ways(drafter: Engine = DRAFTER, **kw: Any) -> tuple[Run, Run]:
@@ -43,9 +65,32 @@ def both_ways(drafter: Engine = DRAFTER, **kw: Any) -> tuple[Run, Run]:
 def test_closed_loop_in_flight_match_holds_the_serving_count_whichever_arm_is_faster() -> None:
     for load in (HIGH, LOW):
         for result in both_ways(**load):
-            gap = abs(result.shadow_in_flight - result.serving_in_flight)
-            assert gap <= allowed(result.serving_in_flight), (load, result)
+            ratio = result.shadow_in_flight / result.serving_in_flight
+            assert matched(result), (load, ratio)
+            assert result.delivered >= DELIVERED, (load, result.copies)
             assert result.pairs >= 100, result
+
+
+def test_low_concurrency_the_copies_are_delivered_and_the_shadow_is_not_underfed() -> None:
+    """2-3 closed-loop streams per router, where copies dropped for lack of room left the
+    shadow underfed (issue 34): each router's fractional target (its serving requests in
+    flight × shadow ÷ serving pods: 1.5, a quarter ...) is held on average over time, a copy
+    whose turn came waits in the router's queue until the shadow has room, and the share
+    copied is what the shadow completes at that count, so almost every copy is delivered.
+    Both ways: a slower shadow (the baseline behind a drafter far ahead at this load) and a
+    faster one (the drafter behind the baseline: it needs nearly every request)."""
+    for base in LOW_CONCURRENCY:
+        for drafter_serving in (True, False):
+            plant = replace(
+                base,
+                serving=DRAFTER if drafter_serving else BASELINE,
+                shadow=BASELINE if drafter_serving else DRAFTER,
+            )
+            result = run(plant, seconds=240.0)
+            ratio = result.shadow_in_flight / result.serving_in_flight
+            assert matched(result), (plant, drafter_serving, ratio)
+            assert result.delivered >= DELIVERED, (plant, drafter_serving, result.copies)
+            assert result.pairs >= 30, (plant, drafter_serving, result.pairs)
 
 
 def test_closed_loop_with_a_third_of_the_serving_pods_and_one_router() -> None:
@@ -53,14 +98,16 @@ def test_closed_loop_with_a_third_of_the_serving_pods_and_one_router() -> None:
     for plant in (
         Plant(serving_pods=3, shadow_pods=1, routers=1, streams=300, ramp_s=20.0),
         Plant(serving_pods=2, shadow_pods=2, routers=3, streams=200, ramp_s=20.0),
-        # Light load over many serving pods per shadow pod: 1 in flight per router, a share of
-        # a quarter of a request per router; the shadow still runs (one copy at a time).
+        # Light load over many serving pods per shadow pod: 1 in flight per router, a target
+        # of a quarter of a request per router; the shadow runs one copy at a time, a quarter
+        # of the time (it used to run one always: 1.7x the serving pods' count, 54 pairs).
         Plant(serving_pods=4, shadow_pods=1, routers=2, streams=2),
     ):
-        result = run(plant)
+        result = run(plant, seconds=240.0 if plant.streams == 2 else 120.0)
         gap = abs(result.shadow_in_flight - result.serving_in_flight)
         assert gap <= allowed(result.serving_in_flight), (plant, result)
-        assert result.pairs >= 30, (plant, result)  # measured: 54 at the light load
+        assert matched(result), (plant, result.shadow_in_flight / result.serving_in_flight)
+        assert result.pairs >= 30, (plant, result)  # measured: 40 at the light load
 
 
 def test_closed_loop_verdict_does_not_depend_on_the_serving_arm_with_in_flight() -> None:

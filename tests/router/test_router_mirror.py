@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
+from specguard.router import Pod, Topology
 from specguard.router._proxy import RouterConfig
 
 if TYPE_CHECKING:
@@ -141,58 +142,149 @@ async def test_the_shadow_holds_no_more_in_flight_than_a_serving_pod(
 ) -> None:
     """In-flight matching over real HTTP: three requests at once are all copied (the shadow
     then runs three, as the serving pod does); once they are answered, the shadow (hanging)
-    still holds three, so the next request is not copied and the skip is counted."""
-    serve, hang = await upstream(gap_s=0.02), await upstream("hang")
-    rt = await start_router(h.topology([serve.url], [hang.url], share=1.0))
+    still holds three, so the next request's copy waits in the queue, and is dropped when it
+    has waited longer than the queue allows (counted); its serving half, still running then,
+    carries no pair id."""
+    serve, hang = await upstream(gap_s=0.05), await upstream("hang")
+    rt = await start_router(
+        h.topology([serve.url], [hang.url], share=1.0), RouterConfig(shadow_queue_wait_s=0.3)
+    )
     body = {**CHAT, "stream": True, "max_tokens": 20}
     await asyncio.gather(*(post(rt.url + "/v1/chat/completions", body) for _ in range(3)))
     assert rt.router.shadow_in_flight == 3
-    status, _, _ = await post(rt.url + "/v1/chat/completions", body)
+    status, _, took = await post(rt.url + "/v1/chat/completions", body)
     assert status == 200 and rt.router.shadow_in_flight == 3
+    assert took > 0.3  # 20 tokens 50 ms apart: the copy's wait ran out meanwhile
     async with aiohttp.ClientSession() as s, s.get(rt.url + "/metrics") as r:
         metrics = await r.text()
-    assert 'specguard_router_mirror_dropped_total{reason="in_flight"} 1.0' in metrics
+    assert "specguard_router_mirror_queued_total 1.0" in metrics
+    assert "specguard_router_mirror_queue 0.0" in metrics
+    assert 'specguard_router_mirror_dropped_total{reason="waited"} 1.0' in metrics
+    assert 'specguard_router_mirrored_total{arm="baseline"} 3.0' in metrics
     assert 'specguard_router_in_flight{arm="baseline",role="shadow"} 3.0' in metrics
     serving = [s for s in rt.router.feed.read(None, 10).samples if s.role == "serving"]
     assert sorted(s.pair_id is not None for s in serving) == [False, True, True, True]
 
 
-def test_room_is_per_pod_and_rounds_to_the_nearest_request() -> None:
-    from specguard.router import Endpoint, Topology
+async def test_a_queued_copy_goes_as_soon_as_the_shadow_has_room(
+    upstream: UpstreamFactory, start_router: RouterFactory, h: type[Helpers]
+) -> None:
+    """One closed-loop stream, a shadow five times as slow: the second request's copy finds
+    the first copy still running (the target is the one request in flight), waits, and is
+    sent the moment the first ends, while the stream goes on; nothing is dropped, and every
+    copy's pair id is on its serving half (the second one's ended while its copy waited)."""
+    serve, shadow = await upstream(gap_s=0.01), await upstream(gap_s=0.05)
+    rt = await start_router(h.topology([serve.url], [shadow.url], share=1.0))
+    body = {**CHAT, "stream": True, "max_tokens": 10}
+    status, _, _ = await post(rt.url + "/v1/chat/completions", body)  # ~0.1 s, copy ~0.5 s
+    status, _, _ = await post(rt.url + "/v1/chat/completions", body)
+    assert status == 200 and rt.router.shadow_in_flight == 1 and rt.router.topology.queued == 1
+    while rt.router.topology.queued:  # the stream goes on (nothing in flight: no target)
+        status, _, _ = await post(rt.url + "/v1/chat/completions", body)
+        assert status == 200
+    await h.wait_for(lambda: rt.router.shadow_in_flight == 0 and rt.router.topology.queued == 0)
+    async with aiohttp.ClientSession() as s, s.get(rt.url + "/metrics") as r:
+        metrics = await r.text()
+    assert _counter(metrics, 'specguard_router_mirrored_total{arm="baseline"}') >= 2
+    assert _counter(metrics, "specguard_router_mirror_queued_total") >= 1
+    assert "specguard_router_mirror_queue 0.0" in metrics
+    dropped = sum(
+        _counter(metrics, f'specguard_router_mirror_dropped_total{{reason="{reason}"}}')
+        for reason in ("waited", "flushed", "budget", "drain", "no_pod")
+    )
+    assert dropped == 0
+    samples = rt.router.feed.read(None, 100).samples
+    copies = sorted((s for s in samples if s.role == "shadow"), key=lambda s: s.started_at)
+    first, second = copies[:2]
+    assert second.started_at - (first.started_at + first.e2e_s) < 0.1  # sent as room appeared
+    serving_ids = {s.pair_id for s in samples if s.role == "serving"}
+    assert {s.pair_id for s in copies} <= serving_ids
+
+
+def _counter(metrics: str, name: str) -> float:
+    for line in metrics.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[-1])
+    raise AssertionError(f"{name} not in the metrics")
+
+
+def one_shadow_pod(serving_pods: int) -> tuple[Topology, list[Pod], Pod]:
+    from specguard.router import Endpoint
 
     top = Topology()
     top.set_roles("speculative", 1.0)
     top.set_endpoints(
-        [Endpoint(f"s{i}", f"s{i}", "speculative") for i in range(2)]
+        [Endpoint(f"s{i}", f"s{i}", "speculative") for i in range(serving_pods)]
         + [Endpoint("b0", "b0", "baseline")]
     )
-    serving, (shadow,) = top.pods["speculative"], top.pods["baseline"]
-    # 2 serving pods, 1 shadow pod: the shadow may hold half the serving requests (with the
-    # one being routed), rounded to the nearest.
+    return top, top.pods["speculative"], top.pods["baseline"][0]
+
+
+def test_room_follows_the_fractional_target_over_time() -> None:
+    from specguard.router import Endpoint
+
+    top, serving, shadow = one_shadow_pod(2)
+    # 2 serving pods, 1 shadow pod: the shadow's target is half the serving requests (with
+    # the one being routed). Whole part: always room below it; none above the next whole.
     for in_serving, in_shadow, room in (
-        (0, 0, True), (1, 0, True), (1, 1, False), (2, 1, True), (3, 2, False), (4, 2, True),
-        (279, 139, True), (279, 140, False),
+        (0, 0, True), (1, 0, True), (3, 1, True), (3, 2, False), (279, 139, True),
+        (279, 140, False), (279, 141, False),
     ):  # fmt: skip
         serving[0].in_flight, serving[1].in_flight = in_serving - in_serving // 2, in_serving // 2
         shadow.in_flight = in_shadow
-        assert top.shadow_has_room() is room, (in_serving, in_shadow)
-    # 4 serving pods per shadow pod, the routed request the only one: the nearest whole share
-    # (a quarter) is 0, yet one copy may run (or a light load would never be measured); a
-    # second may not.
-    top.set_endpoints(
-        [Endpoint(f"s{i}", f"s{i}", "speculative") for i in range(4)]
-        + [Endpoint("b0", "b0", "baseline")]
-    )
-    serving, (shadow,) = top.pods["speculative"], top.pods["baseline"]
-    for pod in serving:
-        pod.in_flight = 0
-    shadow.in_flight = 0
-    assert top.shadow_has_room()
-    shadow.in_flight = 1
+        assert top.shadow_has_room(routing=1) is room, (in_serving, in_shadow)
+    # The fraction: 3 serving requests in flight -> a target of 1.5 (no request routed).
+    # Holding 1 it falls behind, so a second copy may start; holding 2 it runs ahead, and
+    # the room closes until the time-average is back: the average is 1.5, not 1 or 2.
+    top, serving, shadow = one_shadow_pod(2)
+    for pod in (serving[0], serving[0], serving[1]):
+        top.begin(pod, 0.0)
+    top.begin(shadow, 0.0)
+    assert top.shadow_has_room()  # 1 < 1.5, not ahead on average (deficit 0)
+    top.begin(shadow, 1.0)  # behind for 1 s at 0.5: deficit +0.5 request-seconds
+    assert not top.shadow_has_room()  # 2 > 1.5
+    top.end(shadow, 4.0)  # ahead for 3 s at 0.5: deficit -1.0
+    assert not top.shadow_has_room()  # 1 < 1.5, but ahead on average
+    assert top.next_check(4.0) is None  # nothing queued
+    top.enqueue("copy", None, 4.0)
+    assert top.next_check(4.0) == 6.0  # behind at 0.5 a second: back to 0 after 2 s
+    copy, dropped = top.take_copy(5.0)
+    assert copy is None and not dropped
+    copy, dropped = top.take_copy(6.0)
+    assert copy is not None and copy.payload == "copy" and not dropped
+    # Time-averaged over the 6 s: 1 s at 1, 3 s at 2, 2 s at 1 = 1.5.
+    # A quarter over 4 serving pods per shadow pod: one copy at a time, a quarter of the time.
+    top, serving, shadow = one_shadow_pod(4)
+    top.begin(serving[0], 0.0)
+    assert top.shadow_has_room()  # target 0.25, holding 0, not ahead
+    top.begin(shadow, 0.0)
     assert not top.shadow_has_room()
+    top.end(shadow, 1.0)  # 1 s at 1 against 0.25: 0.75 ahead
+    assert not top.shadow_has_room()
+    top.enqueue("copy", None, 1.0)
+    assert top.next_check(1.0) == 4.0  # 3 s at 0 to pay it back: one copy in four seconds
     top.set_roles("speculative", 1.0, swapping=True)
-    shadow.in_flight = 0
     assert not top.shadow_has_room()  # no copies during a swap
+    copy, dropped = top.take_copy(4.0)
+    assert copy is None and [reason for _, reason in dropped] == ["flushed"]
     top.set_roles("speculative", 1.0)
     top.set_endpoints([Endpoint("s0", "s0", "speculative")])
     assert not top.shadow_has_room()  # no shadow pod
+
+
+def test_a_queued_copy_is_dropped_after_its_wait() -> None:
+    from specguard.router import Endpoint, Topology
+
+    top = Topology(queue_wait_s=2.0)
+    top.set_roles("speculative", 1.0)
+    top.set_endpoints([Endpoint("s0", "s0", "speculative"), Endpoint("b0", "b0", "baseline")])
+    (shadow,) = top.pods["baseline"]
+    top.begin(shadow, 0.0)
+    assert top.mirror_decision(now=0.0) == "queue"  # target 1 with the routed request: full
+    top.enqueue("first", None, 0.0)
+    # As many copies may wait as the target holds (1); the next turn passes on, not dropped.
+    assert top.mirror_decision(now=0.5) == "defer"
+    assert top.next_check(0.5) == 2.0
+    copy, dropped = top.take_copy(2.5)
+    assert copy is None and [(p.payload, reason) for p, reason in dropped] == [("first", "waited")]
+    assert top.queued == 0

@@ -47,8 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     static.add_argument(
         "--load-match", choices=LOAD_MATCHES,
-        help="in_flight (closed-loop clients): copy a request only while the shadow arm "
-        "holds no more requests in flight per pod than the serving arm; arrivals (open-loop "
+        help="in_flight (closed-loop clients): the shadow arm holds, time-averaged, the "
+        "serving arm's requests in flight per pod (copies wait for room); arrivals (open-loop "
         "clients): copy shadow URLs / serving URLs of the requests, so each shadow pod gets "
         "a serving pod's arrivals (default in_flight; in Kubernetes mode the operator "
         "publishes it in status.arms.loadMatch)",
@@ -80,6 +80,17 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument(
         "--shadow-timeout", type=float, default=cfg.shadow_timeout_s, metavar="SECONDS",
         help=f"longest a shadow copy may run, in seconds (default {cfg.shadow_timeout_s:g})",
+    )  # fmt: skip
+    tune.add_argument(
+        "--shadow-queue", type=int, default=cfg.shadow_queue, metavar="N",
+        help="in-flight rule: copies that may wait for room on the shadow arm (at most as "
+        "many as its target holds, and this many; 0: none wait) "
+        f"(default {cfg.shadow_queue})",
+    )  # fmt: skip
+    tune.add_argument(
+        "--shadow-queue-wait", type=float, default=cfg.shadow_queue_wait_s, metavar="SECONDS",
+        help="longest a copy may wait for room before it is dropped, in seconds "
+        f"(default {cfg.shadow_queue_wait_s:g})",
     )  # fmt: skip
     tune.add_argument(
         "--samples-capacity", type=int, default=cfg.samples_capacity, metavar="N",
@@ -153,10 +164,13 @@ def config_from(args: argparse.Namespace) -> RouterConfig:
     ):
         if value < 1:
             raise UsageError(f"{flag}: must be at least 1, got {value}")
+    if args.shadow_queue < 0:
+        raise UsageError(f"--shadow-queue: must be 0 or more, got {args.shadow_queue}")
     for flag, seconds in (
         ("--connect-timeout", args.connect_timeout),
         ("--read-timeout", args.read_timeout),
         ("--shadow-timeout", args.shadow_timeout),
+        ("--shadow-queue-wait", args.shadow_queue_wait),
     ):
         if not seconds > 0:
             raise UsageError(f"{flag}: must be a positive number of seconds, got {seconds}")
@@ -166,6 +180,8 @@ def config_from(args: argparse.Namespace) -> RouterConfig:
         read_timeout_s=args.read_timeout,
         shadow_max_in_flight=args.shadow_max_in_flight,
         shadow_timeout_s=args.shadow_timeout,
+        shadow_queue=args.shadow_queue,
+        shadow_queue_wait_s=args.shadow_queue_wait,
         samples_capacity=args.samples_capacity,
     )
 

@@ -71,14 +71,32 @@ class RouterMetrics:
         )  # fmt: skip
         self.mirrored = Counter(
             "specguard_router_mirrored",
-            "Requests copied to the shadow arm.",
+            "Copies sent to the shadow arm (delivered: at once, or from the queue).",
             ("arm",), registry=self.registry,
         )  # fmt: skip
+        self.mirror_queued = Counter(
+            "specguard_router_mirror_queued",
+            "Copies that waited for room on the shadow arm (in-flight rule) before being "
+            "sent or dropped.",
+            registry=self.registry,
+        )
+        self.mirror_queue = Gauge(
+            "specguard_router_mirror_queue",
+            "Copies waiting for room on the shadow arm now.",
+            registry=self.registry,
+        )
+        self.mirror_deferred = Counter(
+            "specguard_router_mirror_deferred",
+            "Turns of the mirror share passed to the next request because as many copies "
+            "as the shadow's target already waited (in-flight rule): no copy was made.",
+            registry=self.registry,
+        )
         self.mirror_dropped = Counter(
             "specguard_router_mirror_dropped",
-            "Requests the share would have mirrored but were not: in_flight (the shadow arm "
-            "already holds the serving arm's in-flight count per pod), budget (full), drain "
-            "(by arrivals, the shadow's earlier copies must end first), no_pod.",
+            "Copies decided but never sent: waited (queued past --shadow-queue-wait), "
+            "flushed (queued when the roles changed: a swap, the rule turned to arrivals, no "
+            "pod), budget (--shadow-max-in-flight full), drain (by arrivals, the shadow's "
+            "earlier copies must end first), no_pod.",
             ("reason",), registry=self.registry,
         )  # fmt: skip
         self.ready_pods = Gauge(
@@ -88,9 +106,9 @@ class RouterMetrics:
         )  # fmt: skip
         self.mirror_share = Gauge(
             "specguard_router_mirror_share",
-            "Largest share of requests mirrored to the shadow arm (fewer while it holds the "
-            "serving arm's in-flight count per pod, or shadow ÷ serving pods when it is "
-            "matched by arrivals).",
+            "Largest share of requests mirrored to the shadow arm (fewer: what the shadow "
+            "completes at the serving pods' in-flight count when matched by in-flight count, "
+            "shadow ÷ serving pods when matched by arrivals).",
             registry=self.registry,
         )
         self.load_match = Gauge(
@@ -121,7 +139,7 @@ class RouterMetrics:
             "Samples pushed out of the bounded /samples ring.",
             registry=self.registry,
         )
-        for reason in ("in_flight", "budget", "drain", "no_pod"):
+        for reason in ("waited", "flushed", "budget", "drain", "no_pod"):
             self.mirror_dropped.labels(reason)
 
     def observe(self, sample: Sample) -> None:

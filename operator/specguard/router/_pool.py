@@ -1,14 +1,21 @@
-"""Which pods the router can send to, by arm, and how busy each one is.
+"""Which pods the router can send to, by arm, how busy each one is, and which requests are
+copied to the shadow.
 
-Pure state: discovery (static flags or the Kubernetes watch) replaces the pod lists and the
-roles; the proxy picks the least busy pod and counts requests in and out. A pod object keeps
-its in-flight count across updates so a watch event never resets the concurrency figure.
+Pure state (no I/O, no clock of its own: every call that depends on time is given ``now``,
+seconds on one monotonic clock): discovery (static flags or the Kubernetes watch) replaces
+the pod lists and the roles; the proxy picks the least busy pod and reports each request's
+start and end (``begin``/``end``). A pod object keeps its in-flight count across updates so a
+watch event never resets the concurrency figure.
 
 Which requests are copied to the shadow (``Topology.mirror_decision``) follows the load-match
 rule the operator publishes (``status.arms.loadMatch``; ``judge.client_loop`` detects it):
 
-- ``"in_flight"`` (closed-loop clients): copy while the shadow arm holds no more requests in
-  flight per pod than the serving arm (``shadow_has_room``);
+- ``"in_flight"`` (closed-loop clients): a closed-loop replay at the serving pods' in-flight
+  count. The share copied is what the shadow completes at that count (Little's law: shadow ÷
+  serving pods × serving ÷ shadow request time, ``copy_share``); a copy whose turn came waits
+  in a small queue until the shadow has room (``shadow_has_room``, ``take_copy``), and the
+  room follows this router's fractional target over time (error diffusion), so the shadow's
+  time-averaged in-flight count per pod is the serving pods'.
 - ``"arrivals"`` (open-loop clients): copy a serving pod's arrivals to each shadow pod, i.e.
   the share shadow pods ÷ serving pods, evenly spread; the shadow's in-flight count then
   follows its own speed (Little's law).
@@ -19,6 +26,8 @@ Either way ``mirror_share`` is the ceiling the operator sets (0 during a swap).
 from __future__ import annotations
 
 import itertools
+import math
+from collections import deque
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Literal
@@ -26,10 +35,21 @@ from typing import Literal
 from specguard._arms import ARMS, Arm, other_arm
 from specguard.judge import LoadMatch
 
-# What ``Topology.mirror_decision`` says about one request: copy it, leave it (the share's
-# turn has not come), or leave it because the shadow has no room or is being drained
-# (counted as dropped, by that reason).
-MirrorDecision = Literal["copy", "share", "in_flight", "drain"]
+# What ``Topology.mirror_decision`` says about one request: copy it now, queue its copy
+# until the shadow has room, leave it (the share's turn has not come), or leave it because
+# the shadow is being drained or the queue is full (counted as dropped, by that reason).
+MirrorDecision = Literal["copy", "queue", "share", "drain", "defer"]
+# Why a queued copy was never sent: it waited past ``queue_wait_s`` (``waited``), or the
+# roles changed under it (a swap, the rule turned to arrivals, no pod left: ``flushed``).
+QueueDrop = Literal["waited", "flushed"]
+
+# Copies one router may hold waiting for room, and for how long (RouterConfig's defaults).
+QUEUE_LIMIT = 16
+QUEUE_WAIT_S = 10.0
+# How fast the request-time estimates follow (per completed request).
+_TOOK_WEIGHT = 1.0 / 32.0
+# The time-average error a router may carry, in request times of the shadow (see _advance).
+_DEFICIT_REQUESTS = 2.0
 
 
 @dataclass(eq=False)
@@ -51,6 +71,20 @@ class Endpoint:
     arm: Arm
 
 
+@dataclass(eq=False)
+class PendingCopy:
+    """A copy waiting in ``Topology``'s queue for room on the arm it goes to. ``payload`` is
+    the caller's own (the proxy's request copy, the plant's request)."""
+
+    payload: object
+    served_by: Arm
+    since: float
+
+    @property
+    def target(self) -> Arm:
+        return other_arm(self.served_by)
+
+
 @dataclass
 class Topology:
     """Ready pods by arm, which arm serves, and the share of requests to mirror."""
@@ -65,11 +99,21 @@ class Topology:
     # arms then serve, and each copies its requests to the other.
     routes: dict[str, Arm] = field(default_factory=dict)
     pods: dict[Arm, list[Pod]] = field(default_factory=lambda: {arm: [] for arm in ARMS})
+    # In-flight rule: copies waiting for room, at most this many, for at most this long.
+    queue_limit: int = QUEUE_LIMIT
+    queue_wait_s: float = QUEUE_WAIT_S
     _turn: itertools.count[int] = field(default_factory=itertools.count)
     _credit: float = 0.0
     # Set when the rule turns to "arrivals" or a shadow copied by arrivals fills the budget:
     # no copy until this router's earlier ones have ended (mirror_decision).
     _draining: bool = False
+    _queue: deque[PendingCopy] = field(default_factory=deque)
+    # Per arm copied to: the integral over time of (target - held) in-flight requests, in
+    # request-seconds (_advance); the room check steers it back to 0.
+    _deficit: dict[Arm, float] = field(default_factory=lambda: dict.fromkeys(ARMS, 0.0))
+    _clock: float | None = None
+    # Per arm: a running mean of how long its requests take, in seconds (None: none ended).
+    _took: dict[Arm, float | None] = field(default_factory=lambda: dict.fromkeys(ARMS, None))
 
     @property
     def serving_arm(self) -> Arm:
@@ -87,6 +131,8 @@ class Topology:
         load_match: LoadMatch = "in_flight",
         routes: dict[str, Arm] | None = None,
     ) -> None:
+        if (mode, swapping, load_match) != (self.mode, self.swapping, self.load_match):
+            self._deficit = dict.fromkeys(ARMS, 0.0)
         self.mode = mode
         self.mirror_share = min(max(mirror_share, 0.0), 1.0)
         self.swapping = swapping
@@ -102,17 +148,85 @@ class Topology:
             return self.mode
         return self.routes.get(domain, self.mode)
 
+    # -- request accounting --------------------------------------------------------------
+
+    def begin(self, pod: Pod, now: float) -> None:
+        """A request (served or copied) starts on ``pod`` at ``now``."""
+        self._advance(now)
+        pod.in_flight += 1
+
+    def end(self, pod: Pod, now: float, took: float | None = None) -> None:
+        """A request on ``pod`` ends at ``now``; ``took``: how long it ran, when it completed
+        (failed and abandoned requests say nothing about the arm's request time)."""
+        self._advance(now)
+        pod.in_flight -= 1
+        if took is not None and took >= 0.0 and math.isfinite(took):
+            mean = self._took[pod.arm]
+            self._took[pod.arm] = took if mean is None else mean + (took - mean) * _TOOK_WEIGHT
+
+    def arrived(self, pod: Pod, begun: float, now: float) -> None:
+        """A request counted on ``pod`` since ``begun`` (so that the next decisions saw it)
+        reached it only at ``now`` (the proxy's task started a loop turn later): the
+        time-average takes that gap back, as the pod did not hold it meanwhile."""
+        if self.load_match != "in_flight" or self.swapping or now <= begun:
+            return
+        self._advance(now)
+        cap = _DEFICIT_REQUESTS * (self._took[pod.arm] or 1.0)
+        self._deficit[pod.arm] = min(self._deficit[pod.arm] + (now - begun), cap)
+
+    def _advance(self, now: float) -> None:
+        """Bring each copied-to arm's deficit up to ``now``: the integral of this router's
+        fractional target minus what the arm held, since the last count change (counts only
+        change through ``begin``/``end``, so they were constant in between). Bounded at
+        ``_DEFICIT_REQUESTS`` of the arm's request times either way, so a stretch with
+        nothing to copy (or copies held back by the share) is not paid back by a burst."""
+        last, self._clock = self._clock, now if self._clock is None else max(now, self._clock)
+        if last is None or now <= last or self.load_match != "in_flight" or self.swapping:
+            return
+        for target in ARMS if self.routes else (self.shadow_arm,):
+            wanted = self._wanted(other_arm(target))
+            if wanted is None:
+                continue
+            cap = _DEFICIT_REQUESTS * (self._took[target] or 1.0)
+            value = self._deficit[target] + (wanted - _held(self.pods[target])) * (now - last)
+            self._deficit[target] = min(max(value, -cap), cap)
+
+    def _wanted(self, served_by: Arm, routing: int = 0) -> float | None:
+        """This router's target in flight on the other arm than ``served_by``: its requests
+        in flight on ``served_by`` (with ``routing`` more) per pod, times the other arm's
+        pods. None without pods on either arm."""
+        serving, shadow = self.pods[served_by], self.pods[other_arm(served_by)]
+        if not serving or not shadow:
+            return None
+        return (_held(serving) + routing) * len(shadow) / len(serving)
+
+    # -- what is copied ------------------------------------------------------------------
+
     def copy_share(self, served_by: Arm | None = None) -> float:
-        """The share of served requests to copy: ``mirror_share`` (a ceiling), and under
-        ``"arrivals"`` at most shadow ÷ serving ready pods, so that each shadow pod gets a
-        serving pod's arrivals (all of them at most: a shadow with more pods than the
-        serving arm is underfed, which the judge's arrivals check reports). ``served_by``:
-        the arm serving the request (default the serving arm; with routes by domain each arm
-        serves some domains and is the shadow of the others)."""
-        if self.load_match != "arrivals":
-            return self.mirror_share
+        """The share of served requests to copy, ``mirror_share`` at most (a ceiling).
+        ``served_by``: the arm serving the request (default the serving arm; with routes by
+        domain each arm serves some domains and is the shadow of the others).
+
+        - ``"arrivals"``: shadow ÷ serving ready pods, so that each shadow pod gets a
+          serving pod's arrivals (all of them at most: a shadow with more pods than the
+          serving arm is underfed, which the judge's arrivals check reports).
+        - ``"in_flight"``: what the shadow completes while it holds the serving pods'
+          in-flight count per pod, by Little's law: shadow ÷ serving pods × the serving
+          arm's request time ÷ the shadow arm's (this router's running means; 1 until both
+          have ended requests). A slower shadow gets fewer copies than a serving pod gets
+          requests, a faster one more, up to every request (beyond that a faster shadow on
+          as many pods is underfed: each request is copied once at most)."""
         serving_arm = self.serving_arm if served_by is None else served_by
-        serving, shadow = self.pods[serving_arm], self.pods[other_arm(serving_arm)]
+        target = other_arm(serving_arm)
+        serving, shadow = self.pods[serving_arm], self.pods[target]
+        if self.load_match != "arrivals":
+            if not serving or not shadow:
+                return self.mirror_share
+            served, copied = self._took[serving_arm], self._took[target]
+            speed = served / copied if served is not None and copied else 1.0
+            cap = _DEFICIT_REQUESTS * (copied or 1.0)
+            steer = 1.0 + max(self._deficit[target], 0.0) / cap
+            return min(self.mirror_share, len(shadow) / len(serving) * speed * steer)
         if not serving:
             return 0.0
         return min(self.mirror_share, len(shadow) / len(serving))
@@ -126,12 +240,19 @@ class Topology:
         if self.load_match == "arrivals":
             self._draining = True
 
-    def mirror_decision(self, served_by: Arm | None = None) -> MirrorDecision:
-        """Whether the request being routed is copied to the other arm than ``served_by``
-        (default the serving arm: the shadow; see the module doc). The share is spread by
-        error diffusion: exactly that share over any run of requests, evenly. Under
-        ``"in_flight"`` a request whose turn came is still left when the arm it would be
-        copied to has no room. Nothing is copied during a swap.
+    def mirror_decision(self, served_by: Arm | None = None, now: float = 0.0) -> MirrorDecision:
+        """Whether the request being routed (not yet counted: see ``begin``) is copied to
+        the other arm than ``served_by`` (default the serving arm: the shadow; see the
+        module doc). The share (``copy_share``) is spread by error diffusion: exactly that
+        share over any run of requests, evenly. Nothing is copied during a swap.
+
+        Under ``"in_flight"`` a copy whose turn came is sent now when the arm it goes to has
+        room (and no earlier copy waits), else queued (``"queue"``: the caller hands it to
+        ``enqueue``, and sends it when ``take_copy`` gives it back). When as many copies
+        already wait as the arm's target holds (at least one, ``queue_limit`` at most) the
+        turn passes to the next request (``"defer"``: no copy is made): the share ran ahead
+        of what the shadow completes, and a longer queue would only make copies wait longer
+        behind their serving halves.
 
         When the rule turns to ``"arrivals"``, and whenever a shadow copied by arrivals fills
         this router's budget (``budget_full``), copying waits until this router's earlier
@@ -154,8 +275,80 @@ class Topology:
             if not self.routes and any(pod.in_flight for pod in self.pods[target]):
                 return "drain"
             self._draining = False
-        matched = self.load_match == "in_flight" and self.pods[target]
-        return "in_flight" if matched and not self.shadow_has_room(served_by) else "copy"
+        if self.load_match != "in_flight" or not self.pods[target]:
+            return "copy"
+        self._advance(now)
+        waiting = sum(c.target == target for c in self._queue)
+        if not waiting and self.shadow_has_room(served_by, routing=1):
+            return "copy"
+        wanted = self._wanted(other_arm(target), routing=1) or 0.0
+        if waiting >= min(self.queue_limit, max(1, math.ceil(wanted - 1e-9))):
+            self._credit += 1.0  # the turn passes to the next request
+            self._credit = min(self._credit, 1.0)
+            return "defer"
+        return "queue"
+
+    def enqueue(self, payload: object, served_by: Arm | None, now: float) -> PendingCopy:
+        """Queue a copy ``mirror_decision`` said to queue."""
+        pending = PendingCopy(payload, self.serving_arm if served_by is None else served_by, now)
+        self._queue.append(pending)
+        return pending
+
+    @property
+    def queued(self) -> int:
+        return len(self._queue)
+
+    def take_copy(
+        self, now: float
+    ) -> tuple[PendingCopy | None, list[tuple[PendingCopy, QueueDrop]]]:
+        """The oldest queued copy whose arm now has room (None: none has), to be sent now
+        (``begin`` it before asking again), and the queued copies dropped on the way: those
+        that waited past ``queue_wait_s``, and those the roles no longer copy (a swap, the
+        rule turned to arrivals, no pod on either arm)."""
+        self._advance(now)
+        dropped: list[tuple[PendingCopy, QueueDrop]] = []
+        chosen: PendingCopy | None = None
+        kept: deque[PendingCopy] = deque()
+        full: set[Arm] = set()
+        for pending in self._queue:
+            if not self._copies_to(pending):
+                dropped.append((pending, "flushed"))
+            elif now - pending.since > self.queue_wait_s:
+                dropped.append((pending, "waited"))
+            elif chosen is None and pending.target not in full:
+                if self.shadow_has_room(pending.served_by):
+                    chosen = pending
+                else:
+                    full.add(pending.target)
+                    kept.append(pending)
+            else:
+                kept.append(pending)
+        self._queue = kept
+        return chosen, dropped
+
+    def next_check(self, now: float) -> float | None:
+        """When ``take_copy`` may next have something to do with no request starting or
+        ending meanwhile: the oldest queued copy's wait runs out, or an arm's deficit
+        reaches 0 and opens the room (None: nothing queued)."""
+        if not self._queue:
+            return None
+        self._advance(now)
+        soonest = min(p.since for p in self._queue) + self.queue_wait_s
+        for target in {p.target for p in self._queue}:
+            wanted = self._wanted(other_arm(target))
+            held = _held(self.pods[target])
+            behind = self._deficit[target]
+            if wanted is not None and held < wanted and behind < 0.0:
+                soonest = min(soonest, now + -behind / (wanted - held))
+        return max(soonest, now)
+
+    def _copies_to(self, pending: PendingCopy) -> bool:
+        """The roles still copy what ``pending``'s serving arm serves to its arm."""
+        if self.swapping or self.load_match != "in_flight":
+            return False
+        if not self.pods[pending.served_by] or not self.pods[pending.target]:
+            return False
+        return pending.served_by == self.serving_arm or pending.served_by in self.routes.values()
 
     def set_endpoints(self, endpoints: Iterable[Endpoint]) -> None:
         """Replace the ready pods, keeping the counters of pods that are still there."""
@@ -172,30 +365,32 @@ class Topology:
             fresh[arm].sort(key=lambda p: p.name)
         self.pods = fresh
 
-    def shadow_has_room(self, served_by: Arm | None = None) -> bool:
+    def shadow_has_room(self, served_by: Arm | None = None, *, routing: int = 0) -> bool:
         """Concurrency matching: may one more request be copied to the shadow arm now?
         (``served_by``: the arm serving the request, default the serving arm; with routes
-        by domain each arm serves some domains and is the shadow of the others.)
+        by domain each arm serves some domains and is the shadow of the others;
+        ``routing``: requests being routed, not yet counted on the serving side.)
 
-        Yes while the shadow arm's requests in flight per ready pod stay at or below the
-        serving arm's, counting the request being routed on the serving side and rounding to
-        the nearest request: a shadow pod then runs the batch a serving pod runs, whichever
-        arm is faster. A slower shadow gets fewer copies than a serving pod gets requests (at
-        one arrival rate it would hold more in flight, Little's law, and be judged at a load
-        the serving pods do not see); a faster one gets more, up to every request. Counts are
-        this router's own; with several routers each matches its own share of the load, so
-        the sums match to within half a request per router. One copy may always run: at a
-        light load spread over many serving pods per shadow pod the nearest whole number is
-        0, and the shadow would never be measured. Never during a swap (no judging then) or
-        without pods."""
+        This router's target on the shadow arm is its serving requests in flight per
+        serving pod times the shadow pods: fractional (1.5 for 3 requests on 2 serving pods
+        per shadow pod, a quarter for 1 on 4). The shadow may hold ``floor(target)`` copies,
+        and one more while it has held less than the target on average (its deficit, the
+        time integral of target minus held, is not below 0): over time it holds the target
+        exactly, whatever the rounding, so summed over routers a shadow pod holds what a
+        serving pod holds, whichever arm is faster. Never during a swap (no judging then)
+        or without pods."""
         serving_arm = self.serving_arm if served_by is None else served_by
-        serving, shadow = self.pods[serving_arm], self.pods[other_arm(serving_arm)]
-        if self.swapping or not serving or not shadow:
+        wanted = self._wanted(serving_arm, routing)
+        if self.swapping or wanted is None:
             return False
-        serving_in_flight = sum(pod.in_flight for pod in serving) + 1
-        shadow_in_flight = sum(pod.in_flight for pod in shadow)
-        target = serving_in_flight * len(shadow) / len(serving)
-        return shadow_in_flight == 0 or shadow_in_flight + 0.5 <= target
+        held = _held(self.pods[other_arm(serving_arm)])
+        behind = self._deficit[other_arm(serving_arm)]
+        if held + 1 <= wanted + 1e-9:
+            return True
+        if held < wanted:  # a fractional target: one more while not ahead on average
+            return behind >= 0.0
+        # A whole target held: one more only to pay back time spent below it.
+        return held <= wanted + 1e-9 and behind > 0.0
 
     def pick(self, arm: Arm, exclude: Collection[Pod] = ()) -> Pod | None:
         """The ready pod of ``arm`` with the fewest requests in flight (ties rotate),
@@ -209,3 +404,7 @@ class Topology:
         fewest = min(pod.in_flight for pod in candidates)
         tied = [pod for pod in candidates if pod.in_flight == fewest]
         return tied[next(self._turn) % len(tied)]
+
+
+def _held(pods: Iterable[Pod]) -> int:
+    return sum(pod.in_flight for pod in pods)

@@ -2,9 +2,11 @@
 the shadow arm, measure both, and serve ``/health``, ``/metrics`` and ``/samples``.
 
 A request is copied when ``Topology.mirror_decision`` says so: under the load-match rule
-``"in_flight"`` (closed-loop clients) while the shadow arm holds no more requests in flight
-per pod than the serving arm, under ``"arrivals"`` (open-loop clients) a serving pod's
-arrivals per shadow pod; the operator publishes the rule and the share's ceiling.
+``"in_flight"`` (closed-loop clients) as a closed-loop replay at the serving pods' in-flight
+count per pod — a copy whose turn came waits in a small queue until the shadow has room and
+is sent by ``_release`` (after each start and end, and on a timer) —, under ``"arrivals"``
+(open-loop clients) a serving pod's arrivals per shadow pod; the operator publishes the rule
+and the share's ceiling.
 
 aiohttp serves and aiohttp forwards (chosen by measurement: bench/router_overhead.py
 --stacks, numbers in docs/router.md). Rules the code keeps:
@@ -42,7 +44,7 @@ from specguard.judge import LOAD_MATCHES, Arm, Role
 from specguard.meter import Measured, StreamMeter, measure_json, request_domain, to_sample
 from specguard.router._feed import CursorError, SampleFeed
 from specguard.router._metrics import RouterMetrics, domain_label
-from specguard.router._pool import Pod, Topology
+from specguard.router._pool import QUEUE_LIMIT, QUEUE_WAIT_S, Pod, Topology
 from specguard.router._strip import UsageStripper
 from specguard.toolcalls import ToolCallCheck
 
@@ -71,6 +73,10 @@ class RouterConfig:
     read_timeout_s: float = 600.0
     shadow_max_in_flight: int = 256
     shadow_timeout_s: float = 600.0
+    # In-flight rule: copies waiting for the shadow's room (at most as many as its target,
+    # and this many), and how long one may wait before it is dropped.
+    shadow_queue: int = QUEUE_LIMIT
+    shadow_queue_wait_s: float = QUEUE_WAIT_S
     samples_capacity: int = 100_000
     # Ask the serving pod for continuous usage when the client streams without it (and strip
     # it again) so serving samples count tokens exactly, as shadow ones do.
@@ -98,6 +104,10 @@ class Router:
         self._serving: aiohttp.ClientSession | None = None
         self._shadow: aiohttp.ClientSession | None = None
         self._shadow_tasks: set[asyncio.Task[None]] = set()
+        self._timer: asyncio.TimerHandle | None = None
+        self._closing = False
+        topology.queue_limit = self.config.shadow_queue
+        topology.queue_wait_s = self.config.shadow_queue_wait_s
         self.refresh_gauges()
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -132,6 +142,9 @@ class Router:
         )
 
     async def _close(self, _app: web.Application) -> None:
+        self._closing = True
+        if self._timer is not None:
+            self._timer.cancel()
         for task in list(self._shadow_tasks):
             task.cancel()
         if self._shadow_tasks:
@@ -222,13 +235,13 @@ class Router:
             )
         if arm != top.serving_arm:
             self.metrics.routed.labels(domain_label(domain), arm).inc()
-        pair_id = None
+        pair = None
         if parsed is not None:
-            pair_id = self._mirror(parsed, path, headers, domain, served_by=arm)
+            pair = self._mirror(parsed, path, headers, domain, served_by=arm)
         measured = parsed is not None
         # Tool calls are checked on both arms of a mirrored pair (the guardrail compares
         # them); a request that is not copied has nothing to be compared with.
-        tools = ToolCallCheck.for_request(parsed) if pair_id is not None else None
+        tools = ToolCallCheck.for_request(parsed) if pair is not None else None
         # The dict (a second copy of the prompt) is not needed past this point: let it go
         # rather than hold it for the whole generation.
         del parsed
@@ -238,7 +251,7 @@ class Router:
                 return await self._forward(
                     request, pod=pod, body=upstream_body, headers=headers,
                     stripper=stripper, measured=measured, domain=domain,
-                    pair_id=pair_id, started=started, wall=wall, tools=tools,
+                    pair=pair, started=started, wall=wall, tools=tools,
                 )  # fmt: skip
             except (_PodUnreachableError, _PodRefusedError) as error:
                 # Nothing reached the client: try each other ready pod once. A dead pod ends
@@ -249,7 +262,7 @@ class Router:
                 if next_pod is None:
                     status = error.status if isinstance(error, _PodRefusedError) else 502
                     if measured:  # the arm failed this request: the judge counts it
-                        of = _SampleOf(pod.arm, "serving", pod.name, domain, 1, pair_id, wall)
+                        of = _SampleOf(pod.arm, "serving", pod.name, domain, 1, pair, wall)
                         self._record(_failed(started, time.perf_counter()), of, status)
                     if isinstance(error, _PodRefusedError):
                         return web.Response(
@@ -269,19 +282,23 @@ class Router:
         stripper: UsageStripper | None,
         measured: bool,
         domain: str,
-        pair_id: str | None,
+        pair: _Pair | None,
         started: float,
         wall: float,
         tools: ToolCallCheck | None = None,
     ) -> web.StreamResponse:
         assert self._serving is not None
         arm = pod.arm
-        pod.in_flight += 1
+        top = self.topology
+        begun = time.perf_counter()
+        top.begin(pod, begun)
         concurrency = pod.in_flight
         gauge = self.metrics.in_flight.labels(arm, "serving")
         gauge.inc()
         result = _Outcome()
-        sample_of = _SampleOf(arm, "serving", pod.name, domain, concurrency, pair_id, wall)
+        sample_of = _SampleOf(arm, "serving", pod.name, domain, concurrency, pair, wall)
+        # A serving request more raises the shadow's target: a queued copy may go now.
+        self._release()
         try:
             url = pod.url + request.raw_path
             try:
@@ -330,7 +347,8 @@ class Router:
                 result.value = "client_closed"
             raise
         finally:
-            pod.in_flight -= 1
+            ended = time.perf_counter()
+            top.end(pod, ended, ended - begun if result.completed else None)
             gauge.dec()
             self.metrics.requests.labels(arm, "serving", result.value).inc()
 
@@ -349,7 +367,18 @@ class Router:
         response = web.StreamResponse(
             status=upstream.status, reason=upstream.reason, headers=_downstream_headers(upstream)
         )
-        await response.prepare(request)
+        try:
+            await response.prepare(request)
+        except ConnectionResetError:
+            # The client left while the router waited for the pod's answer, and its
+            # connection closed before the handler was cancelled. Not a fault of the router
+            # or the pod (INFO, no traceback); counted as client_closed, not recorded.
+            result.value = "client_closed"
+            log.info(
+                "client closed its connection before the response headers (serving pod %s, "
+                "%.1f s after the request)", sample_of.pod, time.perf_counter() - started,
+            )  # fmt: skip
+            return response
         meter = StreamMeter(started, tools) if measured else None
         clock = time.perf_counter
         # Every byte of the upstream's stream has been handed to the client's connection:
@@ -456,7 +485,7 @@ class Router:
             domain=of.domain,
             concurrency=of.concurrency,
             status=status,
-            pair_id=of.pair_id,
+            pair_id=None if of.pair is None or of.pair.dropped else of.pair.id,
             started_at=of.wall,
         )
         if len(self.feed) == self.config.samples_capacity:
@@ -475,66 +504,128 @@ class Router:
         headers: CIMultiDict[str],
         domain: str,
         served_by: Arm | None = None,
-    ) -> str | None:
+    ) -> _Pair | None:
         """Copy the request to the other arm than ``served_by`` (default the serving arm: the
-        shadow) if ``Topology.mirror_decision`` says so; its ``pair_id``, or None."""
+        shadow) if ``Topology.mirror_decision`` says so, now or once the shadow has room
+        (queued: ``_release`` sends it); its pair, or None."""
         top = self.topology
-        arm = other_arm(top.serving_arm if served_by is None else served_by)
-        decision = top.mirror_decision(served_by)
-        if decision != "copy":
-            if decision != "share":  # no room (in_flight), or the shadow drains (drain)
-                self.metrics.mirror_dropped.labels(decision).inc()
+        served = top.serving_arm if served_by is None else served_by
+        now = time.perf_counter()
+        decision = top.mirror_decision(served, now)
+        if decision == "share":
             return None
+        if decision == "defer":
+            self.metrics.mirror_deferred.inc()
+            return None
+        if decision == "drain":  # by arrivals, the shadow's earlier copies must end first
+            self.metrics.mirror_dropped.labels(decision).inc()
+            return None
+        copy = _Copy(_Pair(uuid.uuid4().hex), served, parsed, path, headers, domain)
+        if decision == "queue":
+            top.enqueue(copy, served, now)
+            self.metrics.mirror_queued.inc()
+            self.metrics.mirror_queue.set(top.queued)
+            self._schedule(now)
+            return copy.pair
+        return copy.pair if self._send(copy) else None
+
+    def _send(self, copy: _Copy) -> bool:
+        """Start the copy's shadow task (fire and forget); False when it was dropped (the
+        copy budget is full, or no pod of its arm is ready)."""
+        top = self.topology
+        arm = other_arm(copy.served_by)
         if self.shadow_in_flight >= self.config.shadow_max_in_flight:
             self.metrics.mirror_dropped.labels("budget").inc()
             top.budget_full()
-            return None
-        pod = self.topology.pick(arm)
+            copy.pair.dropped = True
+            return False
+        pod = top.pick(arm)
         if pod is None:
             self.metrics.mirror_dropped.labels("no_pod").inc()
-            return None
-        pair_id = uuid.uuid4().hex
+            copy.pair.dropped = True
+            return False
         # Counted now, not when the task first runs: the next request's room check (maybe
         # before this task starts) must see this copy.
-        pod.in_flight += 1
+        begun = time.perf_counter()
+        top.begin(pod, begun)
         gauge = self.metrics.in_flight.labels(pod.arm, "shadow")
         gauge.inc()
         sample_of = _SampleOf(
-            pod.arm, "shadow", pod.name, domain, pod.in_flight, pair_id, time.time()
+            pod.arm, "shadow", pod.name, copy.domain, pod.in_flight, copy.pair, time.time()
         )
+        flight = _Flight(pod, begun)
         task = asyncio.get_running_loop().create_task(
-            self._shadow_request(pod, parsed=parsed, path=path, headers=headers, of=sample_of)
+            self._shadow_request(copy, flight, of=sample_of)
         )
         self._shadow_tasks.add(task)
 
         def done(task: asyncio.Task[None]) -> None:
             self._shadow_tasks.discard(task)
-            pod.in_flight -= 1
+            self._land(flight, None)  # a task cancelled before it ran
             gauge.dec()
 
         task.add_done_callback(done)
         self.metrics.mirrored.labels(arm).inc()
-        return pair_id
+        return True
 
-    async def _shadow_request(
-        self,
-        pod: Pod,
-        *,
-        parsed: dict[str, Any],
-        path: str,
-        headers: CIMultiDict[str],
-        of: _SampleOf,
-    ) -> None:
+    def _land(self, flight: _Flight, took: float | None) -> None:
+        """A copy's request is over (once): count it off its pod at once, not a loop turn
+        later in the task's done callback (on a busy loop the count would run ahead of what
+        the pod holds), and send a queued copy if that made room."""
+        if flight.ended:
+            return
+        flight.ended = True
+        self.topology.end(flight.pod, time.perf_counter(), took)
+        self._release()
+
+    def _release(self) -> None:
+        """Send the queued copies the shadow now has room for (``Topology.take_copy``),
+        count the ones dropped on the way, and wake up again when time alone may open room
+        or end a copy's wait."""
+        top = self.topology
+        if not top.queued:
+            return
+        now = time.perf_counter()
+        while True:
+            copy, dropped = top.take_copy(now)
+            for pending, reason in dropped:
+                assert isinstance(pending.payload, _Copy)
+                pending.payload.pair.dropped = True
+                self.metrics.mirror_dropped.labels(reason).inc()
+            if copy is None:
+                break
+            assert isinstance(copy.payload, _Copy)
+            self._send(copy.payload)
+        self.metrics.mirror_queue.set(top.queued)
+        self._schedule(now)
+
+    def _schedule(self, now: float) -> None:
+        """(Re)arm the one timer that calls ``_release`` at ``Topology.next_check``."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        when = self.topology.next_check(now)
+        if when is not None and not self._closing:
+            # A millisecond late: the wait has then surely run out, the deficit reached 0.
+            delay = max(when - now, 0.0) + 0.001
+            self._timer = asyncio.get_running_loop().call_later(delay, self._release)
+
+    async def _shadow_request(self, copy: _Copy, flight: _Flight, *, of: _SampleOf) -> None:
         """One shadow copy (``of``: the sample it becomes; the pod's in-flight count was
-        raised by ``_mirror`` and is lowered when this task ends, however it ends)."""
+        raised by ``_send`` and is lowered when the request ends, however it ends)."""
         assert self._shadow is not None
+        pod = flight.pod
         started = time.perf_counter()
+        # Counted from _send, at the pod only from now: the time-average takes the gap back.
+        self.topology.arrived(pod, flight.begun, started)
+        took: float | None = None
         sample_of = replace(of, wall=time.time())
         outcome = "upstream_error"
-        body = json.dumps(_shadow_body(parsed)).encode()
-        tools = ToolCallCheck.for_request(parsed)
+        body = json.dumps(_shadow_body(copy.parsed)).encode()
+        tools = ToolCallCheck.for_request(copy.parsed)
+        path, headers = copy.path, copy.headers
         # The bytes are all the copy needs: do not keep the prompt twice until it ends.
-        del parsed
+        del copy
         shadow_headers = CIMultiDict(headers)
         shadow_headers["Content-Type"] = "application/json"
         clock = time.perf_counter
@@ -551,6 +642,8 @@ class Router:
                     measured = measure_json(await upstream.read(), started, clock(), tools)
                 outcome = str(upstream.status)
                 self._record(measured, sample_of, upstream.status)
+                if 200 <= upstream.status < 300:
+                    took = measured.e2e_s
         except asyncio.CancelledError:
             outcome = "cancelled"
             raise
@@ -564,6 +657,7 @@ class Router:
             log.exception("shadow request failed")
         finally:
             self.metrics.requests.labels(pod.arm, "shadow", outcome).inc()
+            self._land(flight, took)
 
 
 @dataclass(frozen=True, slots=True)
@@ -573,8 +667,39 @@ class _SampleOf:
     pod: str
     domain: str
     concurrency: int
-    pair_id: str | None
+    pair: _Pair | None
     wall: float
+
+
+@dataclass(slots=True)
+class _Pair:
+    """The pair id both halves of a mirrored request carry. ``dropped``: the copy was never
+    sent (it waited too long, or the roles changed), so the serving half, if it has not
+    ended yet, is recorded without it."""
+
+    id: str
+    dropped: bool = False
+
+
+@dataclass(slots=True)
+class _Flight:
+    """A copy counted on ``pod`` since ``begun`` (perf_counter), until ``ended``."""
+
+    pod: Pod
+    begun: float
+    ended: bool = False
+
+
+@dataclass(slots=True)
+class _Copy:
+    """A request to copy to the arm other than ``served_by``: what the shadow task needs."""
+
+    pair: _Pair
+    served_by: Arm
+    parsed: dict[str, Any]
+    path: str
+    headers: CIMultiDict[str]
+    domain: str
 
 
 class _Outcome:
