@@ -71,19 +71,25 @@ def served(
 @pytest.mark.parametrize(
     ("matching", "serving", "ratio", "counted"),
     [
-        # in-flight copies: clients told closed, or a shadow no slower end to end
+        # in-flight copies, clients told closed: the closed-loop counterfactual itself
         (Matching("in_flight", "closed", 1.30, 200), "baseline", 0.7, True),
+        (Matching("in_flight", "closed", 1.50, 200), "baseline", 1.3, True),
+        # ... otherwise a shadow faster per token counts when no slower end to end
         (Matching("in_flight", "unknown", 0.95, 200), "baseline", 0.7, True),
         (Matching("in_flight", "open", 1.02, 200), "speculative", 1.3, True),
         (Matching("in_flight", "unknown", 1.30, 200), "baseline", 0.7, False),
         (Matching("in_flight", "unknown", None, 12), "baseline", 0.7, False),
-        # arrivals copies: only clients this window told open
+        # ... a baseline shadow slower per token, when no faster end to end
+        (Matching("in_flight", "unknown", 1.50, 200), "speculative", 0.7, True),
+        (Matching("in_flight", "unknown", 0.80, 200), "speculative", 0.7, False),
+        # ... a drafter shadow slower per token: only for clients told closed
+        (Matching("in_flight", "unknown", 1.50, 200), "baseline", 1.3, False),
+        # arrivals copies: only clients this window told open, either way
         (Matching("arrivals", "open", 2.0, 200), "baseline", 0.4, True),
+        (Matching("arrivals", "open", 0.5, 200), "baseline", 1.3, True),
         (Matching("arrivals", "unknown", 0.5, 200), "baseline", 0.4, False),
         (Matching("arrivals", "closed", 0.5, 200), "speculative", 1.3, False),
-        # the serving arm faster: what is in effect, always counted
-        (Matching("arrivals", "closed", 2.0, 200), "baseline", 1.3, True),
-        (Matching("in_flight", "unknown", 1.5, 200), "speculative", 0.7, True),
+        (Matching("arrivals", "closed", 2.0, 200), "baseline", 1.3, False),
         # no mirrored samples: every verdict counts
         (None, "baseline", 0.4, True),
     ],
@@ -98,8 +104,8 @@ def test_which_windows_count(
 def test_the_reasons_say_why_a_window_does_not_count() -> None:
     assert uncounted(Matching("arrivals", "unknown", 0.5, 200), verdict(0.4), "baseline") == (
         "the shadow got a serving pod's arrivals, which is what it would get only from clients "
-        "that arrive at their own pace, and this window's clients read unknown: a faster "
-        "shadow there may be an artefact of the load match"
+        "that arrive at their own pace, and this window's clients read unknown: its verdict "
+        "may be an artefact of the load match"
     )
     assert uncounted(Matching("in_flight", "open", 1.3, 180), verdict(0.7), "baseline") == (
         "the shadow is faster per token at the serving pods' in-flight but slower per request "
@@ -107,10 +113,21 @@ def test_the_reasons_say_why_a_window_does_not_count() -> None:
         "win, for clients that arrive at their own pace it would not keep up, and this "
         "window's clients read open"
     )
+    assert uncounted(Matching("in_flight", "unknown", 1.4, 180), verdict(1.3), "baseline") == (
+        "the drafter shadow is slower at the baseline's in-flight, but a drafter past its "
+        "throughput peak there may still be faster at the baseline's arrivals, where it would "
+        "hold far fewer requests: that holds for clients that wait for their answers, and this "
+        "window's clients read unknown"
+    )
+    assert uncounted(Matching("in_flight", "unknown", 0.8, 180), verdict(0.7), "speculative") == (
+        "the baseline shadow is slower per token at the drafter's in-flight but faster per "
+        "request (0.80× end to end over 180 pairs), so at the drafter's arrivals it would hold "
+        "fewer requests, and this window's clients read unknown"
+    )
     assert uncounted(Matching("in_flight", "unknown", None, 12), verdict(0.7), "baseline") == (
         f"the clients were not told closed-loop, and too few mirrored pairs (12 of "
-        f"{MIN_E2E_PAIRS}) show whether the shadow, faster per token at the serving pods' "
-        "in-flight, also keeps up with their arrivals"
+        f"{MIN_E2E_PAIRS}) show how long the shadow's requests took end to end, which says "
+        "whether its verdict at the serving pods' in-flight holds at their arrivals too"
     )
 
 
@@ -149,8 +166,8 @@ def run(
 def test_the_flip_from_the_issue_is_not_followed() -> None:
     """guidellm's 384 closed-loop streams after an open-loop phase, the routers still on
     arrivals: after the rollback the drafter shadow, fed a baseline pod's arrivals, reads
-    0.40–0.93 in window after window. None counts toward a re-promotion (the clients read
-    unknown), and the state holds no evidence toward one."""
+    0.40–0.93 in window after window. None counts (the clients read unknown), and the state
+    holds no evidence toward a re-promotion."""
     state = PolicyState(mode="baseline", since=0.0)
     arrivals = Matching("arrivals", "unknown", 0.55, 300)
     state, decisions = run([(0.40, arrivals, None), (0.93, arrivals, None),
@@ -158,8 +175,7 @@ def test_the_flip_from_the_issue_is_not_followed() -> None:
     assert [d.action for d in decisions] == ["hold"] * 4
     assert state.mode == "baseline" and state.streak == 0 and state.cumulative.empty
     assert decisions[0].reason.startswith(
-        "improved 0.400, not counted toward a re-promotion: the shadow got a serving pod's "
-        "arrivals"
+        "improved 0.400, not counted: the shadow got a serving pod's arrivals"
     )
     assert decisions[0].reason.endswith("; holding baseline")
     # The same windows with the clients told open count, and re-promote after K.

@@ -12,29 +12,31 @@ in-flight and looks several times faster whichever arm it is (tests/router/
 test_router_load_match.py).
 
 What every window can be trusted with (per-token latency grows with load; a pod's
-throughput is its in-flight count ÷ its request time):
+throughput is its in-flight count ÷ its request time; a server without a drafter gets more
+throughput from a bigger batch up to its limit, while a drafter's fixed-length verification
+can turn compute-bound and lose throughput past a peak):
 
-- **in-flight copies** put the shadow at the serving pods' in-flight count. "The shadow is
-  faster there" is the closed-loop answer. It is the open-loop answer too when the shadow
-  also takes no longer per request (its paired end-to-end time no more than the serving
-  half's, within the tolerance): then it carries the serving pods' arrivals at that
-  in-flight count, so at those arrivals it would settle at no more in flight, where it is no
-  slower per token. Shadow faster per token but slower per request (longer first tokens, a
-  drafter past its throughput peak) holds only for a closed loop.
-- **arrivals copies** give the shadow the serving pods' arrivals: the open-loop answer only.
-  Against a closed loop it is wrong in either direction.
+- **in-flight copies** put the shadow at the serving pods' in-flight count, the closed-loop
+  counterfactual. For clients that arrive at their own pace:
+  - a shadow faster per token there, and no slower per request end to end (its paired
+    end-to-end time within the tolerance of the serving half's), carries the serving pods'
+    arrivals at that count, so at those arrivals it would settle at no more in flight,
+    where it is no slower per token: faster for either kind;
+  - a *baseline* shadow slower per token there, and no faster per request, cannot carry the
+    arrivals with fewer requests (its throughput only grows with the batch): slower for
+    either kind;
+  - a *drafter* shadow slower there may be past its throughput peak at the baseline's
+    in-flight count and still faster at the arrivals, where it would hold far fewer
+    (tests/router/test_router_load_match.py): that holds only for a closed loop.
+- **arrivals copies** give the shadow the serving pods' arrivals: the open-loop
+  counterfactual only. Against a closed loop it is wrong in either direction.
 
-So a window whose estimate points toward a change (the shadow faster: a loss while the
-drafter serves, a gain while the baseline does) counts toward it only where that holds for
-the clients as the window tells them (``LoopEvidence.kind`` of the window and its history):
-
-- under ``in_flight``: always for clients told closed; otherwise only when the shadow's
-  requests were no slower end to end (the paired median, ``e2e_ratio``);
-- under ``arrivals``: only for clients told open by this window.
-
-A window pointing the other way (the serving arm faster) argues for what is in effect and
-always counts: holding on is never the flip this guards against. A window that does not
-count is shown with its verdict and why (the policy's hold reason).
+So a window's verdict counts (toward a change, or against one) only where it holds for the
+clients as the window tells them (``LoopEvidence.kind`` of the window and its history):
+under ``in_flight``, always for clients told closed, otherwise as above; under ``arrivals``,
+only for clients told open by this window. A window that does not count brings no evidence
+either way (it breaks a streak, and the cumulative evidence gets a gap), and the policy's
+hold says why.
 
 Pure.
 """
@@ -47,7 +49,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specguard._arms import ARM_SPECULATIVE, Arm, ClientLoop, LoadMatch
+from specguard._arms import ARM_BASELINE, ARM_SPECULATIVE, Arm, ClientLoop, LoadMatch
 from specguard.judge._sample import Sample
 from specguard.judge._verdict import Verdict
 
@@ -100,9 +102,9 @@ def toward_change(verdict: Verdict, serving: Arm) -> bool:
 
 
 def uncounted(matching: Matching | None, verdict: Verdict, serving: Arm) -> str | None:
-    """Why this window's verdict does not count toward a change (module doc), or None when
-    it counts. No matching (a source without mirrored requests): it counts."""
-    if matching is None or not toward_change(verdict, serving):
+    """Why this window's verdict does not count (module doc), or None when it counts. No
+    matching (a source without mirrored requests): it counts."""
+    if matching is None or verdict.ratio is None:
         return None
     told = matching.clients
     if matching.rule == "arrivals":
@@ -111,23 +113,40 @@ def uncounted(matching: Matching | None, verdict: Verdict, serving: Arm) -> str 
         return (
             "the shadow got a serving pod's arrivals, which is what it would get only from "
             f"clients that arrive at their own pace, and this window's clients read {told}: "
-            "a faster shadow there may be an artefact of the load match"
+            "its verdict may be an artefact of the load match"
         )
     if told == "closed":
         return None
-    ratio = matching.e2e_ratio
+    ratio, tolerance = matching.e2e_ratio, verdict.tolerance
     if ratio is None:
         return (
             "the clients were not told closed-loop, and too few mirrored pairs "
-            f"({matching.pairs} of {MIN_E2E_PAIRS}) show whether the shadow, faster per token "
-            "at the serving pods' in-flight, also keeps up with their arrivals"
+            f"({matching.pairs} of {MIN_E2E_PAIRS}) show how long the shadow's requests took "
+            "end to end, which says whether its verdict at the serving pods' in-flight holds "
+            "at their arrivals too"
         )
-    if ratio > 1.0 + verdict.tolerance:
+    if toward_change(verdict, serving):
+        if ratio > 1.0 + tolerance:
+            return (
+                "the shadow is faster per token at the serving pods' in-flight but slower per "
+                f"request ({ratio:.2f}× end to end over {matching.pairs} pairs): for clients "
+                "that wait for their answers it would win, for clients that arrive at their "
+                f"own pace it would not keep up, and this window's clients read {told}"
+            )
+        return None
+    if serving == ARM_BASELINE:
         return (
-            "the shadow is faster per token at the serving pods' in-flight but slower per "
-            f"request ({ratio:.2f}× end to end over {matching.pairs} pairs): for clients "
-            f"that wait for their answers it would win, for clients that arrive at their own "
-            f"pace it would not keep up, and this window's clients read {told}"
+            "the drafter shadow is slower at the baseline's in-flight, but a drafter past its "
+            "throughput peak there may still be faster at the baseline's arrivals, where it "
+            "would hold far fewer requests: that holds for clients that wait for their "
+            f"answers, and this window's clients read {told}"
+        )
+    if ratio < 1.0 - tolerance:
+        return (
+            "the baseline shadow is slower per token at the drafter's in-flight but faster per "
+            f"request ({ratio:.2f}× end to end over {matching.pairs} pairs), so at the "
+            f"drafter's arrivals it would hold fewer requests, and this window's clients read "
+            f"{told}"
         )
     return None
 

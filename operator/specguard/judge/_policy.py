@@ -34,11 +34,11 @@ Rules (defaults in ``PolicySettings``):
   on the shadow's pairs), nor while its engines fall behind arrivals the baseline keeps up
   with (the overload guardrail's test, the drafter as the shadow). With
   ``repromote="manual"`` the policy only notifies that it would.
-- Which windows count (``judge._matching``): a window whose estimate points toward a change
-  counts toward it only where that direction does not depend on the clients' kind (under
-  ``in_flight`` copies: clients told closed, or a shadow no slower per request end to end;
-  under ``arrivals`` copies: clients told open by the window). Otherwise it brings no
-  evidence toward the change, and the hold says why.
+- Which windows count (``judge._matching``): a window's verdict counts only where its
+  direction does not depend on the clients' kind (under ``in_flight`` copies: clients told
+  closed, or a shadow whose end-to-end times agree with its per-token verdict and, when it
+  is the drafter, faster; under ``arrivals`` copies: clients told open by the window).
+  Otherwise it brings no evidence either way, and the hold says why.
 - What the clients got (``judge._served``): the serving arm's figures of every counted
   window are remembered per load (``PolicyState.served``); a statistical change toward an
   arm whose own record at a comparable load shows the clients were slower with it than they
@@ -351,15 +351,14 @@ def _judged(
 def _not_counted(
     state: PolicyState, settings: PolicySettings, now: float, evidence: Evidence, verdict: Verdict
 ) -> tuple[PolicyState, Decision] | None:
-    """The hold for a window that points toward a change but does not count toward it
-    (``judge._matching``), or None when it counts."""
+    """The hold for a window whose verdict does not count either way (``judge._matching``),
+    or None when it counts."""
     why = uncounted(evidence.matching, verdict, state.mode)
     if why is None:
         return None
     kept = _no_evidence(state, settings)
-    change = "a rollback" if state.mode == ARM_SPECULATIVE else "a re-promotion"
     ratio = "" if verdict.ratio is None else f" {verdict.ratio:.3f}"
-    reason = f"{verdict.outcome}{ratio}, not counted toward {change}: {why}; holding {state.mode}"
+    reason = f"{verdict.outcome}{ratio}, not counted: {why}; holding {state.mode}"
     return kept, _hold(kept, reason, settings, now)
 
 
