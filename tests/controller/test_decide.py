@@ -32,6 +32,7 @@ from specguard.controller._decide import (
 )
 from specguard.controller._loop import status_patch
 from specguard.controller._metrics import OperatorMetrics
+from specguard.controller._rungs import ladder_status
 from specguard.controller._swap import ArmObserved, SwapPlan
 from specguard.judge import (
     ArmErrors,
@@ -39,6 +40,8 @@ from specguard.judge import (
     Decision,
     DraftCounters,
     Evidence,
+    LadderState,
+    Loss,
     PolicyState,
     Startup,
 )
@@ -649,6 +652,23 @@ def _drive(
     return outs
 
 
+def _tidy(outs: list[Outcome]) -> None:
+    """What describe, the plugin and Events show: no None, no float past 6 decimals."""
+
+    def floats(node: Any) -> list[float]:
+        if isinstance(node, dict):
+            return [x for v in node.values() for x in floats(v)]
+        if isinstance(node, list):
+            return [x for v in node for x in floats(v)]
+        return [node] if isinstance(node, float) else []
+
+    for out in outs:
+        wire = out.status.to_wire()
+        assert all(round(x, 6) == x for x in floats(wire)), floats(wire)
+        texts = [e.message for e in out.events] + [x.message for x in out.status.conditions]
+        assert not any("None" in text for text in texts), texts
+
+
 def test_changes_that_follow_the_traffic_never_halt() -> None:
     """The issue's run: correct changes minutes apart set halted and nothing automatic
     happened for a day. Rolled back at 40 per pod, re-promoted at 4, seven times in two
@@ -656,6 +676,7 @@ def test_changes_that_follow_the_traffic_never_halt() -> None:
     sd = parse_resource(resource(evaluation=FLAPPY, rollback={"cooldown": "0s"}))
     high, low = (1.3, 40), (0.7, 4)
     outs = _drive(sd, [high, low, low] * 3 + [high])
+    _tidy(outs)
     changes = [(o.transition.from_mode, o.transition.to_mode) for o in outs if o.transition]
     assert changes == [(SPEC, BASE), (BASE, SPEC)] * 3 + [(SPEC, BASE)]
     assert [e.reason for o in outs for e in o.events] == ["RolledBack", "Repromoted"] * 3 + [
@@ -679,6 +700,7 @@ def test_back_and_forth_on_one_traffic_halts_posts_flap_limit_once_and_counts() 
     sd = parse_resource(resource(evaluation=FLAPPY, rollback={"cooldown": "0s"}))
     high, same = (1.3, 40), (0.7, 40)
     outs = _drive(sd, [high, same, same, high, same, same, same, same])
+    _tidy(outs)
     changes = [(o.transition.from_mode, o.transition.to_mode) for o in outs if o.transition]
     assert changes == [(SPEC, BASE), (BASE, SPEC), (SPEC, BASE)]
     allowed = get_condition(outs[2].status.conditions, "Halted")
@@ -749,6 +771,13 @@ def test_the_transition_ratio_is_rounded_as_the_verdict_is(sd: SpeculativeDeploy
     assert second.status.transitions[-1].ratio == round(raw, 4)
 
 
+def test_a_lost_rungs_ratio_is_rounded_too() -> None:
+    """A rung lost as the shadow kept its window's raw ratio in status.ladder.lost."""
+    lost = Loss("configured", NOW, "Regressed", "as the shadow, regressed", 1.2586206872489563)
+    (shown,) = ladder_status(LadderState(lost=(lost,))).lost
+    assert shown.ratio == 1.2586 and shown.at == ISO
+
+
 def test_the_load_is_what_the_engines_held_where_it_differs_from_the_routers() -> None:
     """`RolledBack ... at 184 concurrent per serving pod` came while the drafter's engines
     held 256 running + 30-41 waiting: the Event, the transition and lastVerdict say what the
@@ -757,6 +786,7 @@ def test_the_load_is_what_the_engines_held_where_it_differs_from_the_routers() -
     engines = ArmLoad(start={SPEC: 286.0, BASE: 150.0}, end={SPEC: 291.0, BASE: 152.4},
                       pods={SPEC: 2, BASE: 1})  # fmt: skip
     out = decide(observe(sd, window=_at(1.3, 184, 1, load=engines)))
+    _tidy([out])
     sentence = (
         "per-token latency +29% with the drafter (99% CI +28..+30%) at 291 requests per "
         "serving pod in the engines (running + waiting; the routers counted 184 in flight; the "
