@@ -157,8 +157,10 @@ def test_names_columns_and_subresource() -> None:
     assert version["name"] == "v1alpha1" and version["subresources"] == {"status": {}}
     columns = {c["name"]: c["jsonPath"] for c in version["additionalPrinterColumns"]}
     assert list(columns) == [
-        "Mode", "Drafter", "Rung", "Ratio", "Concurrency", "Ready", "Swapping", "Age"
+        "Mode", "Drafter", "Rung", "Ratio", "Concurrency", "Ready", "Swapping", "Halted", "Age"
     ]  # fmt: skip
+    # A halt shows in `kubectl get sd` (it showed only in describe and one sentence of why).
+    assert columns["Halted"] == '.status.conditions[?(@.type=="Halted")].status'
     schema = version["schema"]["openAPIV3Schema"]
     # Every column's path exists in the schema (or is standard metadata).
     for path in columns.values():

@@ -107,7 +107,9 @@ def test_status_subresource_and_printer_columns(
     at = "2026-12-01T05:00:00Z"
     conditions = [
         {"type": kind, "status": "True", "reason": reason, "lastTransitionTime": at}
-        for kind, reason in (("Ready", "Serving"), ("Swapping", "RollingSwap"))
+        for kind, reason in (
+            ("Ready", "Serving"), ("Swapping", "RollingSwap"), ("Halted", "FlapLimit")
+        )
     ]
     # The policy memory an operator before readable times wrote (Unix seconds, a streak with
     # its outcome): an upgraded operator must still read it from the server.
@@ -126,11 +128,14 @@ def test_status_subresource_and_printer_columns(
     table = _kubectl(installed_crd, "get", "sd", name, "-n", cluster_namespace)
     assert table.returncode == 0, table.stderr
     header, row = table.stdout.splitlines()[:2]
-    assert header.split()[:9] == [
-        "NAME", "MODE", "DRAFTER", "RUNG", "RATIO", "CONCURRENCY", "READY", "SWAPPING", "AGE",
+    assert header.split()[:10] == [
+        "NAME", "MODE", "DRAFTER", "RUNG", "RATIO", "CONCURRENCY", "READY", "SWAPPING", "HALTED",
+        "AGE",
     ]  # fmt: skip
     method = obj["spec"]["drafter"]["method"]
-    assert row.split()[1:8] == ["baseline", method, "adaptive", "1.17", "12", "True", "True"]
+    assert row.split()[1:9] == [
+        "baseline", method, "adaptive", "1.17", "12", "True", "True", "True",
+    ]  # fmt: skip
     stored = json.loads(
         _kubectl(installed_crd, "get", "sd", name, "-n", cluster_namespace, "-o", "json").stdout
     )["status"]["policy"]

@@ -4,7 +4,7 @@ import math
 
 from specguard.api._status import Condition
 from specguard.controller._conditions import evidence_sentence, set_condition, verdict_sentence
-from specguard.judge import Cumulative
+from specguard.judge import ArmLoad, Cumulative
 from specguard.judge._verdict import DomainRatio, Verdict
 
 Z99 = 2.5758293035489004
@@ -102,3 +102,33 @@ def test_a_cumulative_change_says_what_the_windows_show_together() -> None:
         "serving pod; last window +8% (99% CI +3..+13%), the median per-request ratio of 1210 "
         "pairs; by domain: tool_call +41%, math −12%"
     )
+
+
+def test_the_load_is_what_the_engines_held_where_the_routers_counted_otherwise() -> None:
+    """A rollback said 184 concurrent per serving pod (the routers' count) while the
+    drafter's engines held 256 running + 30-41 waiting: the engines' figure, the routers'
+    beside it; a queue that moved over the window shows from its start to its end."""
+    routers = _verdict(concurrency={"speculative": 184.0, "baseline": 183.0})
+    full = ArmLoad(start={"speculative": 286.0}, end={"speculative": 297.0})
+    assert verdict_sentence(routers, "speculative", full) == (
+        "per-token latency +27% with the drafter (99% CI +21..+33%) at 297 requests per "
+        "serving pod in the engines (running + waiting; the routers counted 184 in flight), "
+        "the median per-request ratio of 1210 pairs; by domain: tool_call +41%, math −12%"
+    )
+    climbing = ArmLoad(start={"speculative": 200.0, "baseline": 60.0},
+                       end={"speculative": 290.0, "baseline": 64.0})  # fmt: skip
+    assert verdict_sentence(routers, "speculative", climbing).startswith(
+        "per-token latency +27% with the drafter (99% CI +21..+33%) at 200→290 requests per "
+        "serving pod in the engines (running + waiting, from the window's start to its end; "
+        "the routers counted 184 in flight; the baseline shadow at 64), the median "
+    )
+    # Engines that held what the routers counted, or no reading: the routers' figure.
+    agree = ArmLoad(start={"speculative": 180.0}, end={"speculative": 190.0})
+    plain = verdict_sentence(routers, "speculative")
+    assert verdict_sentence(routers, "speculative", agree) == plain
+    assert " at 184 concurrent per serving pod, " in plain
+    # The cumulative sentence gives the same load.
+    evidence = Cumulative(total=9.3, windows=3, weighted=3 * math.log(1.06) * 1e4, weight=3e4)
+    assert " the 3 windows together) at 297 requests per serving pod in the engines (running " \
+        "+ waiting; the routers counted 184 in flight); last window +27%" in evidence_sentence(
+            evidence, routers, "speculative", full)  # fmt: skip

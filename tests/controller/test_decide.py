@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from specguard._times import rfc3339
 from specguard.api import constants as c
 from specguard.api._resource import SpeculativeDeployment, parse_resource
 from specguard.api._status import Arms, ArmStatus, Condition, Status
@@ -31,6 +32,8 @@ from specguard.controller._decide import (
     window_spans,
 )
 from specguard.controller._loop import status_patch
+from specguard.controller._metrics import OperatorMetrics
+from specguard.controller._rungs import ladder_status
 from specguard.controller._swap import ArmObserved, SwapPlan
 from specguard.judge import (
     ArmErrors,
@@ -40,6 +43,8 @@ from specguard.judge import (
     Evidence,
     LoopEvidence,
     Matching,
+    LadderState,
+    Loss,
     PolicyState,
     Served,
     Startup,
@@ -137,6 +142,9 @@ def test_a_settled_resource_outcome_exactly(sd: SpeculativeDeployment) -> None:
                           last_transition_time=ISO),
                 Condition(type="RolledBack", status="False", reason="DrafterServing",
                           message="", observed_generation=1, last_transition_time=ISO),
+                Condition(type="Halted", status="False", reason="Allowed",
+                          message="automatic changes allowed", observed_generation=1,
+                          last_transition_time=ISO),
                 Condition(type="JudgeDegraded", status="Unknown", reason="NoWindowYet",
                           message="no window judged yet", observed_generation=1,
                           last_transition_time=ISO),
@@ -184,7 +192,8 @@ def test_rollback_after_consecutive_regressed_windows(sd: SpeculativeDeployment)
     assert second.events == (EventSpec("Warning", "RolledBack", f"Regressed: {sentence}"),)
     assert second.status.policy == {
         "mode": BASE, "lastChange": "1970-01-12T13:46:50Z",
-        "flapTimes": ["1970-01-12T13:46:50Z"], "halted": False,
+        "flapTimes": ["1970-01-12T13:46:50Z"],
+        "flapTraffic": {"load": 8.0, "domains": {"chat": 1.0}}, "halted": False,
     }  # fmt: skip
     # The swap starts: routers serve from both arms before any pod goes; not judged.
     assert second.plan == SwapPlan({SPEC: 2, BASE: 1}, SPEC, True, False,
@@ -641,3 +650,232 @@ def test_a_sustained_loss_rolls_back_and_says_what_the_windows_show(
     together = out.decision.cumulative.ratio()
     assert together is not None and out.transition.ratio == round(together, 4)
     assert 1.04 < together < 1.09
+
+
+# -- flaps: following the traffic never stops anything; back and forth on one traffic does -----
+
+FLAPPY = {"window": "10s", "consecutiveWindows": 1, "minRequestsPerArm": 20}
+BASE_SETTLED = {SPEC: ArmObserved(1, 1, 1), BASE: ArmObserved(2, 2, 2)}
+
+
+def _at(ratio: float, conc: int, seed: int = 0, **kw: Any) -> Window:
+    """A window judged at ``conc`` requests in flight per pod on both arms."""
+    settings = JudgeSettings(min_requests_per_arm=20, min_output_tokens=16)
+    return Window(judge(paired(ratio, seed=seed, conc=conc), settings), **kw)
+
+
+def _drive(
+    sd: SpeculativeDeployment, windows: list[tuple[float, int]], status: Status | None = None,
+    now: float = NOW, annotations: dict[str, str] | None = None,
+) -> list[Outcome]:
+    """One window every 10 s; a change's swap is taken as done by the next tick."""
+    status, outs = status or Status(), []
+    for i, (ratio, conc) in enumerate(windows):
+        mode = status.target_mode or SPEC
+        out = decide(observe(sd, status=status, now=now + 10 * i, window=_at(ratio, conc, i),
+                             arms=SETTLED if mode == SPEC else BASE_SETTLED,
+                             annotations=annotations or {}))  # fmt: skip
+        arms = out.status.arms
+        assert arms is not None
+        status = out.status.model_copy(update={
+            "mode": out.target, "arms": arms.model_copy(update={"swapping": False,
+                                                              "swap_since": None}),
+        })  # fmt: skip
+        outs.append(out)
+    return outs
+
+
+def _tidy(outs: list[Outcome]) -> None:
+    """What describe, the plugin and Events show: no None, no float past 6 decimals."""
+
+    def floats(node: Any) -> list[float]:
+        if isinstance(node, dict):
+            return [x for v in node.values() for x in floats(v)]
+        if isinstance(node, list):
+            return [x for v in node for x in floats(v)]
+        return [node] if isinstance(node, float) else []
+
+    for out in outs:
+        wire = out.status.to_wire()
+        assert all(round(x, 6) == x for x in floats(wire)), floats(wire)
+        texts = [e.message for e in out.events] + [x.message for x in out.status.conditions]
+        assert not any("None" in text for text in texts), texts
+
+
+def test_changes_that_follow_the_traffic_never_halt() -> None:
+    """The issue's run: correct changes minutes apart set halted and nothing automatic
+    happened for a day. Rolled back at 40 per pod, re-promoted at 4, seven times in two
+    minutes: every change follows the traffic, none stops the next."""
+    sd = parse_resource(resource(evaluation=FLAPPY, rollback={"cooldown": "0s"}))
+    high, low = (1.3, 40), (0.7, 4)
+    outs = _drive(sd, [high, low, low] * 3 + [high])
+    _tidy(outs)
+    changes = [(o.transition.from_mode, o.transition.to_mode) for o in outs if o.transition]
+    assert changes == [(SPEC, BASE), (BASE, SPEC)] * 3 + [(SPEC, BASE)]
+    assert [e.reason for o in outs for e in o.events] == ["RolledBack", "Repromoted"] * 3 + [
+        "RolledBack"
+    ]
+    last = outs[-1].status
+    assert last.policy is not None and last.policy["halted"] is False
+    assert last.policy["flapTimes"] == ["1970-01-12T13:48:10Z"]  # a run of one change
+    assert last.policy["flapTraffic"] == {"load": 40.0, "domains": {"chat": 1.0}}
+    halted = get_condition(last.conditions, "Halted")
+    assert halted is not None and (halted.status, halted.reason, halted.message) == (
+        "False", "Allowed", "automatic changes allowed",
+    )  # fmt: skip
+
+
+def test_back_and_forth_on_one_traffic_halts_posts_flap_limit_once_and_counts() -> None:
+    """Rolled back, re-promoted and rolled back at 40 per pod: automatic changes stop, with
+    one FlapLimit Warning at the halt (it was re-posted at every would-be change, four times
+    in 2.5 minutes, the first 64 s after the halt); what is held after is counted in the
+    Halted condition, status.policy.held and specguard_changes_held, not posted."""
+    sd = parse_resource(resource(evaluation=FLAPPY, rollback={"cooldown": "0s"}))
+    high, same = (1.3, 40), (0.7, 40)
+    outs = _drive(sd, [high, same, same, high, same, same, same, same])
+    _tidy(outs)
+    changes = [(o.transition.from_mode, o.transition.to_mode) for o in outs if o.transition]
+    assert changes == [(SPEC, BASE), (BASE, SPEC), (SPEC, BASE)]
+    allowed = get_condition(outs[2].status.conditions, "Halted")
+    assert allowed is not None and (allowed.status, allowed.message) == (
+        "False", "automatic changes allowed: 2 changes back and forth on the same traffic "
+        "within 24h; 3 stop them",
+    )  # fmt: skip
+    halt = outs[3]
+    assert [e.reason for e in halt.events] == ["RolledBack", "FlapLimit"]
+    assert halt.events[1] == EventSpec(
+        "Warning", "FlapLimit",
+        "automatic changes stop: 3 changes back and forth on the same traffic within 24h, the "
+        "last at 40 concurrent per pod, all chat; `kubectl specguard retry qwen` resumes them. "
+        "Changes the windows ask for meanwhile are counted in the Halted condition "
+        "(status.policy.held), not posted",
+    )  # fmt: skip
+    assert [o.events for o in outs[4:]] == [()] * 4  # two would-be re-promotions, not posted
+    assert [o.target for o in outs[4:]] == [BASE] * 4
+    status = outs[-1].status
+    assert status.policy is not None
+    assert (status.policy["halted"], status.policy["held"]) == (True, 2)
+    halted = get_condition(status.conditions, "Halted")
+    assert halted is not None and (halted.status, halted.reason, halted.message) == (
+        "True", "FlapLimit",
+        "automatic changes stopped after 3 changes back and forth on the same traffic within "
+        "24h; 2 changes asked for since, not made; `kubectl specguard retry qwen` resumes them",
+    )  # fmt: skip
+    assert halted.last_transition_time == "1970-01-12T13:47:10Z"  # the halt
+    one = get_condition(outs[5].status.conditions, "Halted")
+    assert one is not None and "; 1 change asked for since, not made; " in one.message
+    held = outs[5].status.last_verdict
+    assert held is not None and held.decision == (
+        "would re-promote, but automatic changes are stopped after 3 changes back and forth on "
+        "the same traffic: improved 2 windows in a row after cooldown: "
+        + _at(0.7, 40, 5).verdict.sentence()
+    )
+    metrics = OperatorMetrics()
+    metrics.set_beyond("llm", "qwen", status)
+    labels = {"namespace": "llm", "name": "qwen"}
+    assert metrics.registry.get_sample_value("specguard_halted", labels) == 1.0
+    assert metrics.registry.get_sample_value("specguard_changes_held", labels) == 2.0
+    # A retry resumes them: the memory of the run, the stop and the count are cleared.
+    retried = _drive(sd, [same], status=status, now=NOW + 100, annotations={
+        c.ANNOTATION_RETRY: "r1"})  # fmt: skip
+    after = retried[0].status
+    assert after.policy is not None and "held" not in after.policy
+    assert after.policy["halted"] is False
+    halted = get_condition(after.conditions, "Halted")
+    assert halted is not None and (halted.status, halted.message) == (
+        "False", "automatic changes allowed",
+    )  # fmt: skip
+    metrics.set_beyond("llm", "qwen", after)
+    assert metrics.registry.get_sample_value("specguard_halted", labels) == 0.0
+    assert metrics.registry.get_sample_value("specguard_changes_held", labels) == 0.0
+
+
+# -- what status, describe and Events say: no None, no unrounded float, the engines' load ------
+
+
+def test_the_transition_ratio_is_rounded_as_the_verdict_is(sd: SpeculativeDeployment) -> None:
+    """describe showed status.transitions[].ratio as 1.2586206872489563."""
+    first = decide(observe(sd, window=window_of(1.3)))
+    second = decide(observe(sd, status=first.status, now=NOW + 10, window=window_of(1.3, 1)))
+    assert second.transition is not None and second.status.last_verdict is not None
+    raw = window_of(1.3, 1).verdict.ratio
+    assert raw is not None and raw != round(raw, 4)
+    assert second.transition.ratio == round(raw, 4) == second.status.last_verdict.ratio
+    assert second.status.transitions[-1].ratio == round(raw, 4)
+
+
+def test_a_lost_rungs_ratio_is_rounded_too() -> None:
+    """A rung lost as the shadow kept its window's raw ratio in status.ladder.lost."""
+    lost = Loss("configured", NOW, "Regressed", "as the shadow, regressed", 1.2586206872489563)
+    (shown,) = ladder_status(LadderState(lost=(lost,))).lost
+    assert shown.ratio == 1.2586 and shown.at == ISO
+
+
+def test_the_load_is_what_the_engines_held_where_it_differs_from_the_routers() -> None:
+    """`RolledBack ... at 184 concurrent per serving pod` came while the drafter's engines
+    held 256 running + 30-41 waiting: the Event, the transition and lastVerdict say what the
+    engines held, with the routers' count beside it."""
+    sd = parse_resource(resource(evaluation=FLAPPY))
+    engines = ArmLoad(start={SPEC: 286.0, BASE: 150.0}, end={SPEC: 291.0, BASE: 152.4},
+                      pods={SPEC: 2, BASE: 1})  # fmt: skip
+    out = decide(observe(sd, window=_at(1.3, 184, 1, load=engines)))
+    _tidy([out])
+    sentence = (
+        "per-token latency +29% with the drafter (99% CI +28..+30%) at 291 requests per "
+        "serving pod in the engines (running + waiting; the routers counted 184 in flight; the "
+        "baseline shadow at 152), the median per-request ratio of 200 pairs"
+    )
+    assert out.events == (EventSpec("Warning", "RolledBack", f"Regressed: {sentence}"),)
+    assert out.transition is not None and out.transition.message == sentence
+    verdict = out.status.last_verdict
+    assert verdict is not None and verdict.engines is not None
+    assert (verdict.engines.speculative, verdict.engines.baseline) == (291.0, 152.4)
+    assert verdict.concurrency.speculative == 184.0  # the routers' count stays beside it
+    # Where the engines held what the routers counted, the sentence is the routers' as before.
+    agree = ArmLoad(start={SPEC: 185.0, BASE: 186.0}, end={SPEC: 190.0, BASE: 183.0},
+                    pods={SPEC: 2, BASE: 1})  # fmt: skip
+    same = decide(observe(sd, window=_at(1.3, 184, 1, load=agree)))
+    assert same.events == (EventSpec(
+        "Warning", "RolledBack",
+        "Regressed: per-token latency +29% with the drafter (99% CI +28..+30%) at 184 "
+        "concurrent per serving pod, the median per-request ratio of 200 pairs",
+    ),)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("case", "decision"),
+    [
+        ("spans", "window not counted: it spans a change in the pods (baseline ready 1→0); "
+                  "holding speculative"),
+        ("cooldown", "improved: staying without the drafter (in cooldown for another 50s: not "
+                     "counted toward a re-promotion)"),
+        ("pinned", "pinned to baseline"),
+        ("off", "policy off"),
+        ("inconclusive", "inconclusive, holding speculative: too few usable requests "
+                         "(speculative 5, baseline 5; need 20 per arm)"),
+    ],
+)
+def test_a_window_judged_and_not_acted_on_says_why(case: str, decision: str) -> None:
+    """In 3 of 7 real-vLLM runs the first fully regressed window was not acted on and
+    nothing said why: lastVerdict.decision names the hold (kubectl specguard why and status
+    print it)."""
+    sd = parse_resource(resource(evaluation=FLAPPY,
+                                 rollback={"policy": "off" if case == "off" else "auto",
+                                           "cooldown": "60s"}))  # fmt: skip
+    window, status = _at(1.3, 8, 1, start=NOW, first_started=NOW - 5), Status()
+    kw: dict[str, Any] = {}
+    if case == "spans":
+        kw = {"disturbed": Disturbance(NOW - 2, "a change in the pods (baseline ready 1→0)")}
+    elif case == "cooldown":
+        status = Status(mode=BASE, target_mode=BASE,
+                        policy={"mode": BASE, "lastChange": rfc3339(NOW - 10)})  # fmt: skip
+        window, kw = _at(0.7, 8, 1), {"arms": BASE_SETTLED}
+    elif case == "pinned":
+        kw = {"annotations": {c.ANNOTATION_PIN_MODE: BASE}}
+    elif case == "inconclusive":
+        short = judge(paired(1.4, n=5), JudgeSettings(min_requests_per_arm=20))
+        window = Window(short)
+    out = decide(observe(sd, window=window, status=status, **kw))
+    assert out.transition is None or case == "pinned"
+    assert out.status.last_verdict is not None
+    assert out.status.last_verdict.decision == decision

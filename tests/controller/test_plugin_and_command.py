@@ -151,7 +151,7 @@ def test_status_and_why_show_the_rung_the_split_and_the_tool_calls() -> None:
         "  routes: tool_call → baseline",
         "    math: speculative arm, improved −40.0%, 30% of requests",
         "    tool_call: baseline arm, regressed +50.0%, 70% of requests",
-        "  last verdict: improved, ratio 0.6",
+        "  last verdict: improved, ratio 0.600 (−40.0% with the drafter)",
         "  tool calls: 162 mirrored pairs with tools, invalid 12 with the drafter vs 0 without "
         "(p=0.00024)",
     ]
@@ -167,3 +167,79 @@ def test_status_and_why_show_the_rung_the_split_and_the_tool_calls() -> None:
     assert format_history(BEYOND) == (
         "2026-12-01T05:00:01Z  baseline → speculative (schedule)  Improved: m"
     )
+
+
+HALTED_MESSAGE = (
+    "automatic changes stopped after 3 changes back and forth on the same traffic within 24h; "
+    "2 changes asked for since, not made; `kubectl specguard retry qwen` resumes them"
+)
+HALTED = {
+    "metadata": {"name": "qwen"},
+    "spec": {"evaluation": {"tolerance": 0.03, "consecutiveWindows": 1}},
+    "status": {
+        "mode": "baseline",
+        "conditions": [
+            {"type": "Halted", "status": "True", "reason": "FlapLimit",
+             "message": HALTED_MESSAGE, "lastTransitionTime": "2026-12-01T05:00:00Z"},
+        ],
+        "lastVerdict": {
+            "outcome": "inconclusive", "samples": {"speculative": 5, "baseline": 5},
+            "reason": "too few usable requests (speculative 5, baseline 5; need 20 per arm)",
+            "decision": "inconclusive, holding baseline: too few usable requests "
+                        "(speculative 5, baseline 5; need 20 per arm)",
+            "windowEnd": "2026-12-01T05:10:00Z",
+        },
+        "policy": {"mode": "baseline", "flapTimes": [], "halted": True, "held": 2},
+    },
+}  # fmt: skip
+
+
+def test_status_shows_a_halt_and_a_verdict_without_a_ratio_without_none() -> None:
+    """`kubectl specguard status` printed `ratio None` and nothing of a halt."""
+    from specguard.controller._plugin import format_status
+
+    assert format_status(HALTED).splitlines() == [
+        "qwen: mode baseline, automatic changes stopped (`kubectl specguard retry qwen` resumes "
+        "them)",
+        f"  Halted=True FlapLimit: {HALTED_MESSAGE}",
+        "  last verdict: inconclusive, no ratio (too few usable requests (speculative 5, "
+        "baseline 5; need 20 per arm))",
+        "  decision: inconclusive, holding baseline: too few usable requests (speculative 5, "
+        "baseline 5; need 20 per arm)",
+    ]
+    assert explain(HALTED) == (
+        "The baseline arm serves clients. The last window was inconclusive: too few usable "
+        "requests (speculative 5, baseline 5; need 20 per arm) (5 drafter and 5 baseline "
+        "requests). What specguard made of it: inconclusive, holding baseline: too few usable "
+        "requests (speculative 5, baseline 5; need 20 per arm). Automatic changes stopped "
+        "after 3 changes back and forth on the same traffic within 24h; 2 changes asked for "
+        "since, not made; `kubectl specguard retry qwen` resumes them."
+    )
+
+
+def test_why_gives_the_engines_load_and_the_decision() -> None:
+    """The load the engines held (running + waiting) where it differs from the routers'
+    count; what the policy made of the window, e.g. a window that spans a swap."""
+    verdict = {
+        "outcome": "regressed", "ratio": 1.2586, "ciLower": 1.2, "ciUpper": 1.31,
+        "samples": {"speculative": 400, "baseline": 400},
+        "concurrency": {"speculative": 184.0, "baseline": 183.0},
+        "engines": {"speculative": 291.0, "baseline": 152.4},
+        "decision": "window not counted: it spans a swap; holding speculative",
+        "windowEnd": "2026-12-01T05:00:00Z",
+    }  # fmt: skip
+    obj = {"metadata": {"name": "qwen"}, "status": {"mode": "speculative", "lastVerdict": verdict}}
+    assert explain(obj) == (
+        "The speculative arm serves clients. In the window ending 2026-12-01T05:00:00Z, "
+        "per-token latency with the drafter was +25.9% against no drafter (confidence interval "
+        "+20.0% to +31.0%) at 291 requests per serving pod in the engines (running + waiting at "
+        "the window's end; the routers counted 184 in flight), over 400 drafter and 400 "
+        "baseline requests. The whole interval is above +3%: the drafter is slower. What "
+        "specguard made of it: window not counted: it spans a swap; holding speculative."
+    )
+    from specguard.controller._plugin import format_status
+
+    assert format_status(obj).splitlines()[1:] == [
+        "  last verdict: regressed, ratio 1.259 (+25.9% with the drafter; CI 1.200–1.310)",
+        "  decision: window not counted: it spans a swap; holding speculative",
+    ]

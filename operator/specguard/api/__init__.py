@@ -6,6 +6,7 @@ Pure: no I/O. Other rooms import from here::
 """
 
 from specguard.api._crd import DEFAULT_KUBE_VERSION, crd, parse_kube_version
+from specguard.api._durations import format_duration
 from specguard.api._errors import Problem, SpecError, shown
 from specguard.api._loading import MAX_INPUT_BYTES, LoadError, decode, load_documents
 from specguard.api._resource import SpeculativeDeployment, parse_resource, validate_spec
@@ -71,6 +72,7 @@ __all__ = [
     "append_transition",
     "crd",
     "decode",
+    "format_duration",
     "load_documents",
     "parse_kube_version",
     "parse_resource",

@@ -235,6 +235,13 @@ PRINTER_COLUMNS: Final[list[Schema]] = [
         "jsonPath": '.status.conditions[?(@.type=="Swapping")].status',
         "description": "Swapping condition: a rolling swap between the arms runs",
     },
+    {
+        "name": "Halted",
+        "type": "string",
+        "jsonPath": '.status.conditions[?(@.type=="Halted")].status',
+        "description": "Halted condition: automatic changes stopped after flaps "
+        "(kubectl specguard retry resumes them)",
+    },
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
 

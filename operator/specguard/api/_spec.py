@@ -545,8 +545,12 @@ class Rollback(SpecModel):
         default=3,
         ge=1,
         le=100,
-        description="Automatic transitions after which specguard stops flipping and waits for "
-        "the specguard.io/retry annotation.",
+        description="Automatic changes back and forth on the same traffic (the same load "
+        "within 25% and the same mix of request domains) within 24h after which specguard "
+        "stops changing the mode by itself (the Halted condition) until the "
+        "specguard.io/retry annotation (kubectl specguard retry). Changes that follow the "
+        "traffic (rolled back at a high load, re-promoted at a low one) never count toward "
+        "it. Default 3: rolled back, re-promoted, rolled back on one traffic.",
     )
     tool_call_guardrail: bool = Field(
         default=True,

@@ -41,7 +41,8 @@ class Condition(WireModel):
         min_length=1,
         max_length=316,
         description="Condition type: Ready (clients are served), Swapping (a rolling swap "
-        "between the arms runs), SpecValid, Speculating, Evaluating, RolledBack or "
+        "between the arms runs), SpecValid, Speculating, Evaluating, RolledBack, Halted "
+        "(automatic changes stopped after flaps, until kubectl specguard retry) or "
         "JudgeDegraded.",
     )
     status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
@@ -292,12 +293,26 @@ class StatusVerdict(WireModel):
     )
     concurrency: ArmFigures = Field(
         default_factory=ArmFigures,
-        description="Median in-flight requests per pod per arm, over the judged requests.",
+        description="Median in-flight requests per pod per arm, over the judged requests "
+        "(the routers' count).",
     )
     domains: dict[str, float] = Field(
         default_factory=dict, description="Per-domain latency ratio (tool_call, chat, ...)."
     )
     reason: str = Field(default="", description="Why this outcome (e.g. too few samples).")
+    decision: str | None = Field(
+        default=None,
+        max_length=2000,
+        description="What the decision policy made of this window: acted on it, counted it "
+        "toward a change, or held, and why (e.g. not counted: it spans a swap; in cooldown; "
+        "automatic changes stopped).",
+    )
+    engines: ArmFigures | None = Field(
+        default=None,
+        description="Requests in each arm's vLLM engines per pod at the window's end (running "
+        "+ waiting, from the pods' /metrics), beside the routers' in-flight count "
+        "(concurrency).",
+    )
     tool_calls: ToolCallFigures | None = Field(
         default=None, description="Tool-call validity on mirrored pairs with tools."
     )
@@ -349,7 +364,9 @@ class Status(WireModel):
     policy: Passthrough | None = Field(
         default=None,
         description="The decision policy's memory (the mode it chose, lastChange: the "
-        "cooldown's start, flapTimes, halted, the retry value acted on, and the evidence "
+        "cooldown's start, flapTimes: the automatic changes back and forth on the same "
+        "traffic, flapTraffic: the traffic the last one was decided on, halted, held: the "
+        "changes asked for since the halt, the retry value acted on, and the evidence "
         "toward the other mode: windows in a row and the cumulative evidence across windows), "
         "so that a restarted operator continues where the last one stopped. Times in RFC 3339. The "
         "operator's own: its fields are the judge's PolicyState, checked when read, and kept "

@@ -82,6 +82,7 @@ CONDITION_SPECULATING: Final = "Speculating"
 CONDITION_EVALUATING: Final = "Evaluating"
 CONDITION_ROLLED_BACK: Final = "RolledBack"
 CONDITION_JUDGE_DEGRADED: Final = "JudgeDegraded"
+CONDITION_HALTED: Final = "Halted"  # automatic changes stopped after flaps (status.policy.halted)
 CONDITION_TYPES: Final = (
     CONDITION_READY,
     CONDITION_SWAPPING,
@@ -89,6 +90,7 @@ CONDITION_TYPES: Final = (
     CONDITION_SPECULATING,
     CONDITION_EVALUATING,
     CONDITION_ROLLED_BACK,
+    CONDITION_HALTED,
     CONDITION_JUDGE_DEGRADED,
 )
 

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from specguard.api import ArmFigures, Condition, StatusVerdict
 from specguard.api import constants as c
 from specguard.api.constants import Arm, other_arm
-from specguard.judge import Cumulative, Verdict
+from specguard.judge import ArmLoad, Cumulative, Verdict, same_load
 
 
 def set_condition(
@@ -52,9 +52,18 @@ def _r(value: float | None, digits: int = 4) -> float | None:
     return round(value, digits)
 
 
-def status_verdict(verdict: Verdict, window_end: str) -> StatusVerdict:
-    """The judge's verdict as ``status.lastVerdict``."""
+def status_verdict(
+    verdict: Verdict, window_end: str, *, engines: ArmLoad | None = None, decision: str = ""
+) -> StatusVerdict:
+    """The judge's verdict as ``status.lastVerdict``, with the requests the arms' engines
+    held at the window's end (``engines``) and what the policy made of it (``decision``)."""
     n = verdict.n
+    held = None
+    if engines is not None and engines.end:
+        held = ArmFigures(
+            speculative=_r(engines.end.get(c.ARM_SPECULATIVE), 1),
+            baseline=_r(engines.end.get(c.ARM_BASELINE), 1),
+        )
     return StatusVerdict(
         outcome=verdict.outcome,
         ratio=_r(verdict.ratio),
@@ -70,6 +79,8 @@ def status_verdict(verdict: Verdict, window_end: str) -> StatusVerdict:
         ),
         domains={d.domain: r for d in verdict.domains if (r := _r(d.ratio)) is not None},
         reason="; ".join(verdict.reasons)[:1000],
+        decision=decision[:2000] or None,
+        engines=held,
         window_end=window_end,
     )
 
@@ -84,19 +95,46 @@ def _interval(low: float, high: float, digits: int = 0) -> str:
     return f"{_pct(low, digits).rstrip('%')}..{_pct(high, digits)}"
 
 
-def _load(verdict: Verdict, serving: Arm) -> str:
+def _apart(a: float, b: float) -> bool:
+    """Two per-pod counts that differ beyond the judge's load check (25%, at least 2)."""
+    return not same_load(a, b)
+
+
+def _held(engines: ArmLoad | None, arm: Arm) -> tuple[float, float] | None:
+    """The requests ``arm``'s engines held per pod at the window's start and end."""
+    if engines is None or arm not in engines.start or arm not in engines.end:
+        return None
+    return engines.start[arm], engines.end[arm]
+
+
+def _load(verdict: Verdict, serving: Arm, engines: ArmLoad | None = None) -> str:
     """Where it was measured: the serving pods' in-flight requests (what clients see), and
     the shadow's when it ran apart from them (a faster shadow given every request runs
-    lighter)."""
+    lighter). The routers' count, unless the engines (vLLM's running + waiting, read at the
+    window's start and end) held a different number: then what the engines held, with the
+    routers' count beside it (a full engine queues what the routers see as in flight, and
+    several routers each count their own share)."""
     here = verdict.concurrency.get(serving)
+    shadow = other_arm(serving)
+    who = "drafter" if shadow == c.ARM_SPECULATIVE else "baseline"
+    held = _held(engines, serving)
+    if held is not None and (here is None or _apart(held[0], here) or _apart(held[1], here)):
+        start, end = held
+        moved = _apart(start, end)
+        notes = ["running + waiting" + (", from the window's start to its end" if moved else "")]
+        if here is not None:
+            notes.append(f"the routers counted {here:.0f} in flight")
+        there = _held(engines, shadow)
+        if there is not None and _apart(there[1], end):
+            notes.append(f"the {who} shadow at {there[1]:.0f}")
+        figure = f"{start:.0f}→{end:.0f}" if moved else f"{end:.0f}"
+        return f" at {figure} requests per serving pod in the engines ({'; '.join(notes)})"
     if here is None:
         return ""
     text = f" at {here:.0f} concurrent per serving pod"
-    shadow = other_arm(serving)
-    there = verdict.concurrency.get(shadow)
-    if there is not None and abs(there - here) > max(2.0, 0.25 * max(here, there)):
-        who = "drafter" if shadow == c.ARM_SPECULATIVE else "baseline"
-        text += f" (the {who} shadow at {there:.0f})"
+    there_c = verdict.concurrency.get(shadow)
+    if there_c is not None and _apart(there_c, here):
+        text += f" (the {who} shadow at {there_c:.0f})"
     return text
 
 
@@ -115,22 +153,25 @@ def _by_domain(verdict: Verdict) -> str:
     return "; by domain: " + ", ".join(domains) if len(domains) > 1 else ""
 
 
-def verdict_sentence(verdict: Verdict, serving: Arm) -> str:
+def verdict_sentence(verdict: Verdict, serving: Arm, engines: ArmLoad | None = None) -> str:
     """One window's figure, explained, for Events and transitions. E.g. ``per-token latency
     +27% with the drafter (99% CI +21..+33%) at 48 concurrent per serving pod, the median
     per-request ratio of 1210 pairs; by domain: tool_call +41%, math −12%``. ``serving``:
-    the arm that served clients during the window."""
+    the arm that served clients during the window; ``engines``: the requests the arms'
+    engines held (the load is theirs where it differs from the routers' count)."""
     if verdict.ratio is None or verdict.ci_low is None or verdict.ci_high is None:
         why = "; ".join(verdict.reasons) or "no data"
         return f"no verdict ({why})"
     return (
         f"per-token latency {_pct(verdict.ratio)} with the drafter ({verdict.confidence:.0%} "
-        f"CI {_interval(verdict.ci_low, verdict.ci_high)}){_load(verdict, serving)}, "
+        f"CI {_interval(verdict.ci_low, verdict.ci_high)}){_load(verdict, serving, engines)}, "
         f"{_counted(verdict)}{_by_domain(verdict)}"
     )
 
 
-def evidence_sentence(evidence: Cumulative, verdict: Verdict, serving: Arm) -> str:
+def evidence_sentence(
+    evidence: Cumulative, verdict: Verdict, serving: Arm, engines: ArmLoad | None = None
+) -> str:
     """A change the cumulative rule made: what the windows show together, then the last
     window. E.g. ``sustained loss over 5 windows: per-token latency +6.3% with the drafter
     (99% CI +4.2..+8.4%, the 5 windows together) at 16 concurrent per serving pod; last
@@ -138,13 +179,13 @@ def evidence_sentence(evidence: Cumulative, verdict: Verdict, serving: Arm) -> s
     ratio = evidence.ratio()
     width = evidence.half_width(verdict.confidence)
     if ratio is None or width is None:
-        return verdict_sentence(verdict, serving)
+        return verdict_sentence(verdict, serving, engines)
     kind = "loss" if ratio >= 1 else "gain"
     windows = f"{evidence.windows} window{'s' if evidence.windows != 1 else ''}"
     together = (
         f"sustained {kind} over {windows}: per-token latency {_pct(ratio, 1)} with the drafter "
         f"({verdict.confidence:.0%} CI {_interval(ratio / (1 + width), ratio * (1 + width), 1)}"
-        f", the {windows} together){_load(verdict, serving)}"
+        f", the {windows} together){_load(verdict, serving, engines)}"
     )
     if verdict.ratio is None or verdict.ci_low is None or verdict.ci_high is None:
         return together

@@ -54,6 +54,7 @@ from specguard.api import (
     ToolCallFigures,
     Transition,
     append_transition,
+    format_duration,
 )
 from specguard.api import constants as c
 from specguard.api.constants import Arm, other_arm
@@ -88,6 +89,7 @@ from specguard.judge import (
     Level,
     LoopEvidence,
     Matching,
+    PolicySettings,
     PolicyState,
     RoutingState,
     Sample,
@@ -98,6 +100,7 @@ from specguard.judge import (
     after_mode_change,
     paired_e2e_ratio,
     served_figures,
+    flaps,
     split_replicas,
     step,
 )
@@ -307,7 +310,7 @@ def decide(obs: Observation) -> Outcome:
     docstring)."""
     prev, spec, now = obs.status, obs.spec, obs.now
     old_target = current_target(prev)
-    state, unreadable = policy_state(prev)
+    remembered, unreadable = policy_state(prev)
     mode = prev.mode or old_target
     swapping = bool(prev.arms and prev.arms.swapping)
     settled = not swapping and mode == old_target
@@ -326,7 +329,7 @@ def decide(obs: Observation) -> Outcome:
         )  # fmt: skip
     evidence = gather(obs, verdict)
     settings = policy_settings(spec)
-    state, decision = step(state, settings, now, evidence)
+    state, decision = step(remembered, settings, now, evidence)
     transition = _transition(old_target, decision, evidence, mode, rfc3339(now))
     if transition is not None:
         routing = after_mode_change(routing, decision.target, now)
@@ -366,6 +369,8 @@ def decide(obs: Observation) -> Outcome:
         state = replace(state, streak=0, cumulative=Cumulative())
 
     events = list(_events(obs, decision, transition, evidence, mode))
+    if state.halted and not remembered.halted:
+        events.append(EventSpec("Warning", "FlapLimit", _halt_message(obs, settings, state)))
     events += [EventSpec("Normal", "RouteChanged", move) for move in moves]
     events += [EventSpec(*event) for event in (*ladder_events, *rung_events)]
     load_match = load_match_after(
@@ -384,7 +389,7 @@ def decide(obs: Observation) -> Outcome:
         why = f"{unreadable[:500]}: the policy starts from a fresh memory"
         events.insert(0, EventSpec("Warning", "PolicyMemoryReset", why))
     status = _status_after(obs, decision, state, transition, plan=plan, swap_since=swap_since,
-                           load_match=load_match)  # fmt: skip
+                           load_match=load_match, settings=settings)  # fmt: skip
     rung = drafter_rung(ladder.rung)
     status = _beyond_on_off(status, obs, plan=plan, routing=routing, counts=counts, ladder=ladder,
                             rung=rung, evidence=evidence)  # fmt: skip
@@ -466,14 +471,53 @@ def _beyond_on_off(
     return status.model_copy(update=update) if update else status
 
 
-def _why(decision: Decision, verdict: Verdict | None, serving: Arm) -> str:
+def _why(decision: Decision, evidence: Evidence, serving: Arm) -> str:
     """The figures behind a statistical decision (made or only reported): the cumulative
-    evidence when that rule acted, else the window's verdict."""
+    evidence when that rule acted, else the window's verdict; the load the engines held
+    where it differs from the routers' count."""
+    verdict, engines = evidence.verdict, evidence.load
     if verdict is None:
         return decision.reason
     if decision.cumulative is not None:
-        return evidence_sentence(decision.cumulative, verdict, serving)
-    return verdict_sentence(verdict, serving)
+        return evidence_sentence(decision.cumulative, verdict, serving, engines)
+    return verdict_sentence(verdict, serving, engines)
+
+
+def _halt_message(obs: Observation, settings: PolicySettings, state: PolicyState) -> str:
+    """The FlapLimit Event, posted once when automatic changes stop."""
+    count = flaps(state, settings, obs.now)
+    traffic = "" if state.flap_traffic is None else f", the last at {state.flap_traffic.describe()}"
+    return (
+        f"automatic changes stop: {count} changes back and forth on the same traffic within "
+        f"{format_duration(round(settings.flap_window_s))}{traffic}; "
+        f"`kubectl specguard retry {obs.name}` resumes them. Changes the windows ask for "
+        "meanwhile are counted in the Halted condition (status.policy.held), not posted"
+    )
+
+
+def _halted(
+    obs: Observation, settings: PolicySettings, state: PolicyState
+) -> tuple[bool, str, str]:
+    """The Halted condition: are automatic changes stopped, how many changes were held since,
+    and how to resume; else how close the last changes came to the limit."""
+    window = format_duration(round(settings.flap_window_s))
+    limit = f"{settings.max_flaps} changes back and forth on the same traffic within {window}"
+    if state.halted:
+        held = state.held
+        since = (
+            f"; {held} change{'s' if held != 1 else ''} asked for since, not made" if held else ""
+        )
+        return True, "FlapLimit", (
+            f"automatic changes stopped after {limit}{since}; "
+            f"`kubectl specguard retry {obs.name}` resumes them"
+        )  # fmt: skip
+    count = flaps(state, settings, obs.now)
+    if count < 2:
+        return False, "Allowed", "automatic changes allowed"
+    return False, "Allowed", (
+        f"automatic changes allowed: {count} changes back and forth on the same traffic within "
+        f"{window}; {settings.max_flaps} stop them"
+    )  # fmt: skip
 
 
 def _transition(
@@ -493,10 +537,10 @@ def _transition(
         elif decision.cause == "Retry":
             message = f"{c.ANNOTATION_RETRY}: manual re-promotion"
         else:
-            message = _why(decision, verdict, serving)
+            message = _why(decision, evidence, serving)
     else:
         reason, message = "Unpinned", f"{c.ANNOTATION_PIN_MODE} removed"
-    ratio = None if verdict is None else verdict.ratio
+    ratio = None if verdict is None or verdict.ratio is None else round(verdict.ratio, 4)
     together = None if decision.cumulative is None else decision.cumulative.ratio()
     if together is not None:
         ratio = round(together, 4)  # what the windows of the cumulative rule show together
@@ -530,8 +574,10 @@ def _events(
         # A guardrail that did not act (dry run, policy off): said once per window.
         if obs.window is not None:
             events.append(EventSpec("Warning", decision.trip.cause, decision.trip.message))
-    elif decision.action == "notify":
-        detail = _why(decision, evidence.verdict, serving)
+    elif decision.action == "notify" and decision.cause != "FlapLimit":
+        # A change held by a flap stop is counted in the Halted condition, not posted: the
+        # FlapLimit Event was posted once, when the changes stopped.
+        detail = _why(decision, evidence, serving)
         kind = "Warning" if decision.warning else "Normal"
         events.append(EventSpec(kind, decision.cause,
                                 f"{decision.reason.split(':')[0]}: {detail}"))  # fmt: skip
@@ -550,6 +596,7 @@ def _status_after(
     plan: SwapPlan,
     swap_since: float | None,
     load_match: LoadMatchAfter,
+    settings: PolicySettings,
 ) -> Status:
     prev, spec = obs.status, obs.spec
     active = shadow_active(spec, obs.created, obs.now)
@@ -563,12 +610,16 @@ def _status_after(
         transitions = append_transition(transitions, transition)
     last_verdict = prev.last_verdict
     if obs.window is not None:
-        last_verdict = _keep_idle(prev, status_verdict(obs.window.verdict, rfc3339(obs.now)))
+        judged = status_verdict(obs.window.verdict, rfc3339(obs.now), engines=obs.window.load,
+                                decision=decision.reason)  # fmt: skip
+        last_verdict = _keep_idle(prev, judged)
     return Status(
         observed_generation=obs.generation,
         mode=plan.mode,
         target_mode=decision.target,
-        conditions=_conditions_after(obs, decision, plan, transitions, active),
+        conditions=_conditions_after(
+            obs, decision, plan, transitions, active, halted=_halted(obs, settings, state)
+        ),
         last_verdict=last_verdict,
         transitions=transitions,
         arms=Arms(
@@ -599,6 +650,8 @@ def _conditions_after(
     plan: SwapPlan,
     transitions: Sequence[Transition],
     active: bool,
+    *,
+    halted: tuple[bool, str, str],
 ) -> list[Condition]:
     prev, spec, mode = obs.status, obs.spec, plan.mode
     conditions: list[Condition] = list(prev.conditions)
@@ -655,6 +708,7 @@ def _conditions_after(
         put(c.CONDITION_SPECULATING, False, reason, "the drafter-off arm serves clients")
         put(c.CONDITION_ROLLED_BACK, True, reason, message)
 
+    put(c.CONDITION_HALTED, *halted)
     swapping = plan.swapping or bool(prev.arms and prev.arms.swapping)
     put(c.CONDITION_EVALUATING, *_evaluating(spec, swapping, active, pinned_mode(obs.annotations)))
 

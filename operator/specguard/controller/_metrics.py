@@ -74,6 +74,20 @@ class OperatorMetrics:
             [*LABELS, "domain", "arm"],
             registry=r,
         )
+        self.halted = Gauge(
+            "specguard_halted",
+            "1 while automatic changes are stopped after changes back and forth on the same "
+            "traffic (the Halted condition; kubectl specguard retry resumes them)",
+            LABELS,
+            registry=r,
+        )
+        self.changes_held = Gauge(
+            "specguard_changes_held",
+            "Changes of mode the windows asked for since automatic changes stopped, not made "
+            "(status.policy.held); 0 when not halted",
+            LABELS,
+            registry=r,
+        )
         self._routes: dict[tuple[str, str], dict[str, c.Arm]] = {}  # the route labels shown
 
     def set_mode(self, namespace: str, name: str, mode: str) -> None:
@@ -81,7 +95,13 @@ class OperatorMetrics:
             self.mode.labels(namespace, name, arm).set(1.0 if arm == mode else 0.0)
 
     def set_beyond(self, namespace: str, name: str, status: Status) -> None:
-        """The ladder's rung and the routes in effect, from the status just decided."""
+        """From the status just decided: the ladder's rung, the routes in effect, and the
+        flap stop with the changes it held."""
+        policy = status.policy or {}
+        halted = policy.get("halted") is True
+        held = policy.get("held", 0) if halted else 0
+        self.halted.labels(namespace, name).set(1.0 if halted else 0.0)
+        self.changes_held.labels(namespace, name).set(float(held) if isinstance(held, int) else 0.0)
         if status.ladder is not None:
             running = status.ladder.rung.name
             for rung in ("configured", "adaptive", "schedule"):
@@ -96,7 +116,7 @@ class OperatorMetrics:
         self._routes[(namespace, name)] = routes
 
     def forget(self, namespace: str, name: str) -> None:
-        for gauge in (self.tpot_ratio, self.source_up):
+        for gauge in (self.tpot_ratio, self.source_up, self.halted, self.changes_held):
             with contextlib.suppress(KeyError):
                 gauge.remove(namespace, name)
         for bound in ("lower", "upper"):

@@ -23,14 +23,30 @@ from specguard._args import ArgumentParser, UsageError
 from specguard._objects import lookup
 from specguard._times import rfc3339
 from specguard.api import constants as c
-from specguard.judge import PolicySettings, PolicyState, evidence_summary
+from specguard.judge import PolicySettings, PolicyState, evidence_summary, same_load
 
 
 def _pct(ratio: Any) -> str:
-    if not isinstance(ratio, int | float):
+    if not _number(ratio):
         return "n/a"
     value = (ratio - 1.0) * 100
     return f"{'+' if value >= 0 else '−'}{abs(value):.1f}%"
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _verdict_line(verdict: Mapping[str, Any]) -> str:
+    """The last verdict in one line: the ratio with its interval, or why there is none."""
+    outcome = verdict.get("outcome") or "unknown"
+    ratio, low, high = verdict.get("ratio"), verdict.get("ciLower"), verdict.get("ciUpper")
+    if not _number(ratio):
+        return f"{outcome}, no ratio ({verdict.get('reason') or 'no estimate'})"
+    text = f"{outcome}, ratio {ratio:.3f} ({_pct(ratio)} with the drafter"
+    if _number(low) and _number(high):
+        text += f"; CI {low:.3f}–{high:.3f}"
+    return text + ")"
 
 
 def format_status(obj: Mapping[str, Any]) -> str:
@@ -43,6 +59,8 @@ def format_status(obj: Mapping[str, Any]) -> str:
     pin = (lookup(obj, "metadata", "annotations") or {}).get(c.ANNOTATION_PIN_MODE)
     if pin:
         lines[0] += f", pinned to {pin}"
+    if (status.get("policy") or {}).get("halted") is True:
+        lines[0] += f", automatic changes stopped (`kubectl specguard retry {name}` resumes them)"
     arms = status.get("arms") or {}
     for role in ("serving", "shadow"):
         arm = arms.get(role) or {}
@@ -63,7 +81,9 @@ def format_status(obj: Mapping[str, Any]) -> str:
         )
     verdict = status.get("lastVerdict")
     if verdict:
-        lines.append(f"  last verdict: {verdict.get('outcome')}, ratio {verdict.get('ratio')}")
+        lines.append(f"  last verdict: {_verdict_line(verdict)}")
+        if verdict.get("decision"):
+            lines.append(f"  decision: {verdict['decision']}")
         calls = verdict.get("toolCalls")
         if calls:
             lines.append("  tool calls: " + _tool_calls(calls))
@@ -178,14 +198,11 @@ def explain(obj: Mapping[str, Any]) -> str:
             f"({n_spec:.0f} drafter and {n_base:.0f} baseline requests)."
         )
     else:
-        conc = lookup(v, "concurrency", mode)
-        at = (
-            f" at {conc:.0f} concurrent requests per serving pod"
-            if isinstance(conc, int | float)
-            else ""
-        )
+        at = _load_clause(v, mode)
+        ending = f"In the window ending {v['windowEnd']}" if v.get("windowEnd") else (
+            "In the last window")  # fmt: skip
         sentences.append(
-            f"In the window ending {v.get('windowEnd')}, per-token latency with the drafter "
+            f"{ending}, per-token latency with the drafter "
             f"was {_pct(v['ratio'])} against no drafter (confidence interval "
             f"{_pct(v.get('ciLower'))} to {_pct(v.get('ciUpper'))}){at}, over {n_spec:.0f} "
             f"drafter and {n_base:.0f} baseline requests."
@@ -204,13 +221,18 @@ def explain(obj: Mapping[str, Any]) -> str:
             sentences.append(f"By kind of request: {parts}.")
     if v.get("toolCalls"):
         sentences.append(f"Tool calls: {_tool_calls(v['toolCalls'])}.")
+    if v.get("decision"):
+        sentences.append(f"What specguard made of it: {v['decision']}.")
     policy = status.get("policy") or {}
     sentences.extend(_evidence(policy, spec_eval))
     if policy.get("halted"):
-        sentences.append(
-            "Automatic changes are stopped after too many flaps: `kubectl specguard retry` "
-            "resumes them."
-        )
+        halted = next((x for x in status.get("conditions") or []
+                       if x.get("type") == c.CONDITION_HALTED), None)  # fmt: skip
+        name = lookup(obj, "metadata", "name") or "NAME"
+        detail = str((halted or {}).get("message") or (
+            "automatic changes stopped after too many changes back and forth; "
+            f"`kubectl specguard retry {name}` resumes them"))  # fmt: skip
+        sentences.append(f"{detail[:1].upper()}{detail[1:]}.")
     transitions = status.get("transitions") or []
     if transitions:
         t = transitions[-1]
@@ -219,6 +241,20 @@ def explain(obj: Mapping[str, Any]) -> str:
             f"{t.get('reason')}: {t.get('message')}."
         )
     return " ".join(s for s in sentences if s)
+
+
+def _load_clause(verdict: Mapping[str, Any], serving: str) -> str:
+    """Where the window was measured: the routers' in-flight count per serving pod, or what
+    the engines held (running + waiting) where that differs."""
+    conc = lookup(verdict, "concurrency", serving)
+    held = lookup(verdict, "engines", serving)
+    if _number(held) and (not _number(conc) or not same_load(held, conc)):
+        routers = f"; the routers counted {conc:.0f} in flight" if _number(conc) else ""
+        return (
+            f" at {held:.0f} requests per serving pod in the engines (running + waiting at the "
+            f"window's end{routers})"
+        )
+    return f" at {conc:.0f} concurrent requests per serving pod" if _number(conc) else ""
 
 
 def _evidence(policy: Mapping[str, Any], spec_eval: Mapping[str, Any]) -> list[str]:

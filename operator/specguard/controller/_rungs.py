@@ -124,7 +124,7 @@ def ladder_status(state: LadderState) -> LadderStatus:
                 at=rfc3339(x.at),
                 reason=x.cause,
                 message=x.message[:1000],
-                ratio=x.ratio,
+                ratio=_r(x.ratio),
             )
             for x in state.lost
         ],

@@ -10,6 +10,8 @@
   log-likelihood ratio, the rule for a sustained loss no single window shows);
 - ``policy``: the stored ``PolicyState`` and one window's ``Evidence`` → new state and
   ``Decision`` (``step``);
+- ``flaps``: the flap rule: the traffic a change was decided on (``Traffic``), and which
+  changes go back and forth on the same traffic (``same_traffic``);
 - ``settings``: ``PolicySettings``, and the judge's settings as command-line flags;
 - ``clients``: one window's serving requests → closed-loop or open-loop clients, and so the
   load-match rule (``client_loop``, ``client_loop_over``, ``next_load_match``);
@@ -43,6 +45,7 @@ from specguard.judge._clients import (
 )
 from specguard.judge._cumulative import Cumulative, CumulativeSettings, evidence_summary
 from specguard.judge._evidence import ArmErrors, ArmLoad, DraftCounters, Evidence, Startup
+from specguard.judge._flaps import Traffic, same_load, same_traffic, traffic_of
 from specguard.judge._guardrails import (
     GUARDRAILS,
     Guardrail,
@@ -82,6 +85,7 @@ from specguard.judge._policy import (
     Decision,
     PolicyState,
     change_mode,
+    flaps,
     step,
 )
 from specguard.judge._routing import (
@@ -175,6 +179,7 @@ __all__ = [
     "Startup",
     "ToolCall",
     "ToolCallPairs",
+    "Traffic",
     "Trip",
     "Verdict",
     "add_judge_flags",
@@ -192,6 +197,7 @@ __all__ = [
     "evidence_summary",
     "faster_levels",
     "flag_message",
+    "flaps",
     "judge",
     "judge_histograms",
     "judge_settings_from_args",
@@ -203,6 +209,8 @@ __all__ = [
     "read_lines",
     "route_window",
     "rung_order",
+    "same_load",
+    "same_traffic",
     "schedule_limit",
     "schedule_ranges",
     "served_figures",
@@ -214,5 +222,6 @@ __all__ = [
     "step",
     "tool_call_excess",
     "tpot",
+    "traffic_of",
     "winner",
 ]

@@ -43,9 +43,12 @@ Rules (defaults in ``PolicySettings``):
   window are remembered per load (``PolicyState.served``); a statistical change toward an
   arm whose own record at a comparable load shows the clients were slower with it than they
   are now (or its engines fell behind there) is held, and the hold says why.
-- Flaps: every automatic mode change is a flap. After ``max_flaps`` of them within
-  ``flap_window_s``, automatic changes stop (``halted``; decisions become ``notify`` with
-  ``warning``) until a ``retry``.
+- Flaps (``judge._flaps``): each automatic change is kept with the traffic its window was
+  judged on; one decided on the same traffic as the change before it continues a run of
+  changes back and forth, one decided on other traffic starts a new run. When a run holds
+  ``max_flaps`` changes within ``flap_window_s``, automatic changes stop (``halted``; a
+  would-be change becomes ``notify`` with ``warning``, and is counted in ``held``) until a
+  ``retry``. Changes that follow the traffic never stop anything.
 - ``policy="notify"`` is a dry run: same bookkeeping, but a would-be change is reported as
   ``notify`` ("would roll back: ...") and the mode stays. ``policy="off"`` does nothing.
 
@@ -65,6 +68,7 @@ from specguard._arms import ARM_BASELINE, ARM_SPECULATIVE, ARMS, Arm, other_arm
 from specguard._times import parse_time, rfc3339
 from specguard.judge._cumulative import Cumulative, Direction, add, evidence_summary, reached, weigh
 from specguard.judge._evidence import Evidence
+from specguard.judge._flaps import Traffic, same_traffic, traffic_of
 from specguard.judge._guardrails import (
     Trip,
     error_rate_exceeded,
@@ -94,9 +98,12 @@ class PolicyState:
     verdicts in a row toward the other mode (regressed while the drafter serves, improved
     while it does not); ``cumulative``: the evidence across windows toward the other mode;
     ``since``: Unix time of the last mode change (the cooldown's start); ``flap_times``:
-    Unix times of the automatic changes; ``halted``: automatic changes stopped after flaps;
-    ``retry_seen``: the retry value already acted on; ``served``: what each arm gave the
-    clients when it served, per load (``judge._served``)."""
+    Unix times of the automatic changes of the current run (changes back and forth on the
+    same traffic, ``judge._flaps``); ``flap_traffic``: the traffic the last automatic change
+    was decided on (None: unknown); ``halted``: automatic changes stopped after flaps;
+    ``held``: the changes the windows asked for since then, not made; ``retry_seen``: the
+    retry value already acted on; ``served``: what each arm gave the clients when it
+    served, per load (``judge._served``)."""
 
     mode: Arm = ARM_SPECULATIVE
     streak: int = 0
@@ -105,6 +112,8 @@ class PolicyState:
     flap_times: tuple[float, ...] = ()
     halted: bool = False
     retry_seen: str | None = None
+    flap_traffic: Traffic | None = None
+    held: int = 0
     served: tuple[Served, ...] = ()
 
     @property
@@ -119,7 +128,11 @@ class PolicyState:
         if self.since is not None:
             out["lastChange"] = rfc3339(self.since)
         out["flapTimes"] = [rfc3339(t) for t in self.flap_times]
+        if self.flap_traffic is not None:
+            out["flapTraffic"] = self.flap_traffic.to_wire()
         out["halted"] = self.halted
+        if self.held:
+            out["held"] = self.held
         if self.retry_seen is not None:
             out["retrySeen"] = self.retry_seen
         c = self.cumulative
@@ -150,8 +163,12 @@ class PolicyState:
             values["since"] = _time("since", data["since"])
         if data.get("flapTimes") is not None:
             values["flap_times"] = _times("flapTimes", data["flapTimes"])
+        if data.get("flapTraffic") is not None:
+            values["flap_traffic"] = Traffic.from_wire(data["flapTraffic"])
         if data.get("halted") is not None:
             values["halted"] = _flag("halted", data["halted"])
+        if data.get("held") is not None:
+            values["held"] = _count("held", data["held"])
         if data.get("retrySeen") is not None:
             values["retry_seen"] = _text("retrySeen", data["retrySeen"])
         if data.get("evidence") is not None:
@@ -275,14 +292,20 @@ class Decision:
 
 
 def flaps(state: PolicyState, settings: PolicySettings, now: float) -> int:
+    """The changes back and forth on the same traffic within the flap window."""
     return sum(1 for t in state.flap_times if now - t < settings.flap_window_s)
 
 
-def change_mode(state: PolicyState, to: Arm, now: float) -> PolicyState:
-    """``state`` after a change of mode at ``now``: no evidence yet toward the next change,
-    and ``now`` in the flap history (the last :data:`MAX_TRANSITIONS_KEPT`)."""
-    kept = (*state.flap_times, now)[-MAX_TRANSITIONS_KEPT:]
-    return replace(_cleared(state), mode=to, since=now, flap_times=kept)
+def change_mode(
+    state: PolicyState, to: Arm, now: float, traffic: Traffic | None = None
+) -> PolicyState:
+    """``state`` after a change of mode at ``now``, decided on ``traffic``: no evidence yet
+    toward the next change, and ``now`` in the run of changes back and forth when the last
+    change was decided on the same traffic, else the start of a new run (the last
+    :data:`MAX_TRANSITIONS_KEPT`)."""
+    run = state.flap_times if same_traffic(state.flap_traffic, traffic) else ()
+    kept = (*run, now)[-MAX_TRANSITIONS_KEPT:]
+    return replace(_cleared(state), mode=to, since=now, flap_times=kept, flap_traffic=traffic)
 
 
 def _cleared(state: PolicyState) -> PolicyState:
@@ -305,7 +328,8 @@ def step(
     command: Command | None = None
     if evidence.retry is not None and evidence.retry != state.retry_seen:
         command = "repromote" if state.mode == ARM_BASELINE else "reset"
-        state = _cleared(replace(state, retry_seen=evidence.retry, halted=False, flap_times=()))
+        state = _cleared(replace(state, retry_seen=evidence.retry, halted=False, flap_times=(),
+                                 flap_traffic=None, held=0))  # fmt: skip
     pin = evidence.pin
     if command == "repromote":
         state = replace(state, mode=ARM_SPECULATIVE, since=now)
@@ -332,7 +356,8 @@ def _judged(
     if trip is not None:
         if trip.guardrail == "overload":
             state = replace(state, served=fell_behind(state.served, ARM_SPECULATIVE))
-        return _act(state, settings, now, ARM_BASELINE, f"guardrail: {trip.message}", trip=trip)
+        return _act(state, settings, now, ARM_BASELINE, f"guardrail: {trip.message}", trip=trip,
+                    traffic=traffic_of(evidence.verdict))  # fmt: skip
     if verdict is None:
         return state, _hold(state, "no window ended", settings, now)
     if evidence.spans is not None:
@@ -389,9 +414,11 @@ def _act(
     *,
     trip: Trip | None = None,
     cumulative: Cumulative | None = None,
+    traffic: Traffic | None = None,
 ) -> tuple[PolicyState, Decision]:
     """Carry out (or, in dry run / halted, only report) a change of mode. ``cumulative``:
-    the evidence across windows that made it, when that rule did."""
+    the evidence across windows that made it, when that rule did; ``traffic``: what its
+    window was judged on (the flap rule)."""
     verb = "roll back" if to == ARM_BASELINE else "re-promote"
     would = "WouldRollBack" if to == ARM_BASELINE else "WouldRepromote"
     count = flaps(state, settings, now)
@@ -402,10 +429,10 @@ def _act(
             trip=trip, flaps=count, cumulative=cumulative,
         )  # fmt: skip
     if state.halted and trip is None:
-        return _cleared(state), Decision(
+        return replace(_cleared(state), held=state.held + 1), Decision(
             "notify",
-            f"would {verb}, but automatic changes are stopped after "
-            f"{settings.max_flaps} flaps: {reason}",
+            f"would {verb}, but automatic changes are stopped after {settings.max_flaps} "
+            f"changes back and forth on the same traffic: {reason}",
             state.mode,
             state.mode,
             "FlapLimit",
@@ -413,13 +440,16 @@ def _act(
             flaps=count,
             cumulative=cumulative,
         )
-    new = change_mode(state, to, now)
+    new = change_mode(state, to, now, traffic)
     count = flaps(new, settings, now)
     warning = trip is not None
-    if count >= settings.max_flaps:
-        new = replace(new, halted=True)
+    if count >= settings.max_flaps and not new.halted:
+        new = replace(new, halted=True, held=0)
         warning = True
-        reason += f"; {count} flaps within {settings.flap_window_s:.0f}s: automatic changes stop"
+        reason += (
+            f"; {count} changes back and forth on the same traffic within "
+            f"{settings.flap_window_s / 3600:g}h: automatic changes stop"
+        )
     action: Action = "rollback" if to == ARM_BASELINE else "repromote"
     cause = trip.cause if trip is not None else ("Regressed" if to == ARM_BASELINE else "Improved")
     return new, Decision(action, reason, to, to, cause, warning=warning, trip=trip, flaps=count,
@@ -484,10 +514,11 @@ def _while_speculative(
     else:
         reason = ""
     if reason:
-        held = _contradicted(counted, now, evidence, verdict, ARM_BASELINE)
-        if held is not None:
-            return _held(counted, settings, now, reason, held)
-        return _act(counted, settings, now, ARM_BASELINE, reason, cumulative=cumulative)
+        why = _contradicted(counted, now, evidence, verdict, ARM_BASELINE)
+        if why is not None:
+            return _held(counted, settings, now, reason, why)
+        return _act(counted, settings, now, ARM_BASELINE, reason, cumulative=cumulative,
+                    traffic=traffic_of(verdict))  # fmt: skip
     progress = _progress(counted, settings, need, "regressed")
     head = f"{verdict.outcome}: keeping the drafter"
     reason = f"{head} ({progress}): {sentence}" if progress else f"{head}: {sentence}"
@@ -541,9 +572,9 @@ def _while_baseline(
         head = f"{verdict.outcome}: staying without the drafter"
         reason = f"{head} ({progress}): {sentence}" if progress else f"{head}: {sentence}"
         return counted, _hold(counted, reason, settings, now)
-    held = _contradicted(counted, now, evidence, verdict, ARM_SPECULATIVE)
-    if held is not None:
-        return _held(counted, settings, now, reason, held)
+    why = _contradicted(counted, now, evidence, verdict, ARM_SPECULATIVE)
+    if why is not None:
+        return _held(counted, settings, now, reason, why)
     if settings.repromote == "manual":
         return _cleared(counted), Decision(
             "notify",
@@ -554,7 +585,8 @@ def _while_baseline(
             flaps=flaps(state, settings, now),
             cumulative=cumulative,
         )
-    return _act(counted, settings, now, ARM_SPECULATIVE, reason, cumulative=cumulative)
+    return _act(counted, settings, now, ARM_SPECULATIVE, reason, cumulative=cumulative,
+                traffic=traffic_of(verdict))  # fmt: skip
 
 
 __all__ = [
