@@ -52,6 +52,7 @@ from specguard.judge import (  # noqa: E402
     Sample,
     judge,
     paired_e2e_ratio,
+    shadow_in_flight,
 )
 from specguard.judge._matching import Matching, uncounted  # noqa: E402
 
@@ -125,7 +126,7 @@ def direction(result: Run, index: int, start: float, samples: list[Sample], *,
     rule = rule_at(result, start)
     settle = next((at for at, _ in reversed(result.rules) if at <= start + window_s), 0.0)
     kept = [s for s in samples if s.started_at >= settle + 3.0] if settle > 0 else samples
-    settings = JudgeSettings(min_requests_per_arm=50, resamples=500, concurrency_match=rule)
+    settings = JudgeSettings(min_requests_per_arm=30, resamples=500, concurrency_match=rule)
     verdict = judge(kept, settings)
     if verdict.outcome not in ("regressed", "improved"):
         return "."
@@ -137,7 +138,8 @@ def direction(result: Run, index: int, start: float, samples: list[Sample], *,
         evidence = result.evidence[index] if index < len(result.evidence) else None
         told = evidence.kind if evidence is not None else "unknown"
         ratio, pairs = paired_e2e_ratio(kept)
-        if uncounted(Matching(rule, told, ratio, pairs), verdict, serving) is not None:
+        halves = shadow_in_flight(kept, start, start + window_s)
+        if uncounted(Matching(rule, told, ratio, pairs, halves), verdict, serving) is not None:
             return "."
     return "B" if verdict.outcome == "regressed" else "D"
 

@@ -100,6 +100,7 @@ from specguard.judge import (
     after_mode_change,
     paired_e2e_ratio,
     served_figures,
+    shadow_in_flight,
     flaps,
     split_replicas,
     step,
@@ -270,7 +271,9 @@ def matching(obs: Observation) -> Matching | None:
         return None
     ratio, pairs = paired_e2e_ratio(window.samples)
     clients = window.clients.kind if window.clients is not None else "unknown"
-    return Matching(rule_in_force(obs.spec, obs.status), clients, ratio, pairs)
+    halves = None if window.start is None else shadow_in_flight(window.samples, window.start,
+                                                                 obs.now)  # fmt: skip
+    return Matching(rule_in_force(obs.spec, obs.status), clients, ratio, pairs, halves)
 
 
 def served(obs: Observation) -> Served | None:

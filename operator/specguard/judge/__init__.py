@@ -77,7 +77,7 @@ from specguard.judge._ladder import (
     settle,
     shadow_window,
 )
-from specguard.judge._matching import Matching, paired_e2e_ratio
+from specguard.judge._matching import Matching, paired_e2e_ratio, shadow_in_flight
 from specguard.judge._policy import (
     MAX_TRANSITIONS_KEPT,
     Action,
@@ -214,6 +214,7 @@ __all__ = [
     "schedule_limit",
     "schedule_ranges",
     "served_figures",
+    "shadow_in_flight",
     "served_load",
     "settle",
     "shadow_window",

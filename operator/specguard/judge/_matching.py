@@ -29,12 +29,18 @@ can turn compute-bound and lose throughput past a peak):
     in-flight count and still faster at the arrivals, where it would hold far fewer
     (tests/router/test_router_load_match.py): that holds only for a closed loop.
 - **arrivals copies** give the shadow the serving pods' arrivals: the open-loop
-  counterfactual only. Against a closed loop it is wrong in either direction.
+  counterfactual only. Against a closed loop it is wrong in either direction. And it is a
+  steady state: a shadow whose in-flight count still climbs within the window (filling up
+  after the routers drained it, or running away past its peak) is measured before its queue
+  is what these arrivals make it, so it looks faster than it will be — a drafter past its
+  peak read 0.91 in the window after the drain and 1.24, 1.46 in the next two (the plant).
+  A faster shadow counts only when its in-flight count held (the second half of the window
+  within ``CLIMB`` of the first).
 
 So a window's verdict counts (toward a change, or against one) only where it holds for the
 clients as the window tells them (``LoopEvidence.kind`` of the window and its history):
 under ``in_flight``, always for clients told closed, otherwise as above; under ``arrivals``,
-only for clients told open by this window. A window that does not count brings no evidence
+only for clients told open by this window (and a faster shadow only at a steady count). A window that does not count brings no evidence
 either way (it breaks a streak, and the cumulative evidence gets a gap), and the policy's
 hold says why.
 
@@ -61,17 +67,51 @@ class Matching:
     ``rule``: the load match the routers copied by over the window; ``clients``: the kind
     the window (with its history) told, ``"unknown"`` when it told neither way or had no
     per-request samples; ``e2e_ratio``: the paired median ratio of end-to-end request time,
-    shadow half ÷ serving half (None: too few pairs); ``pairs``: how many it rests on."""
+    shadow half ÷ serving half (None: too few pairs); ``pairs``: how many it rests on;
+    ``shadow_in_flight``: the shadow requests' median in-flight count in the first and the
+    second half of the window (by their start; None: too few)."""
 
     rule: LoadMatch
     clients: ClientLoop = "unknown"
     e2e_ratio: float | None = None
     pairs: int = 0
+    shadow_in_flight: tuple[float, float] | None = None
+
+    @property
+    def climbing(self) -> bool:
+        """Did the shadow's in-flight count climb within the window (by ``CLIMB`` and at
+        least ``CLIMB_MIN`` requests)?"""
+        if self.shadow_in_flight is None:
+            return False
+        first, second = self.shadow_in_flight
+        return second >= CLIMB * first and second - first >= CLIMB_MIN
 
 
 # Pairs needed before the paired e2e ratio speaks (the judge's own paired minimum is higher;
 # this only vouches for a direction the verdict already shows).
 MIN_E2E_PAIRS = 30
+# A shadow whose median in-flight count in the window's second half is this much above the
+# first half's, and by at least CLIMB_MIN requests, had not settled.
+CLIMB = 1.25
+CLIMB_MIN = 2.0
+# Shadow requests each half needs for its median to speak.
+MIN_HALF = 10
+
+
+def shadow_in_flight(
+    samples: Iterable[Sample], start: float, end: float
+) -> tuple[float, float] | None:
+    """The shadow requests' median in-flight count (``Sample.concurrency``) among those that
+    started in the first half of ``[start, end)`` and in the second; None when a half has
+    fewer than ``MIN_HALF``."""
+    middle = (start + end) / 2
+    halves: tuple[list[int], list[int]] = ([], [])
+    for s in samples:
+        if s.role == "shadow" and start <= s.started_at < end:
+            halves[s.started_at >= middle].append(s.concurrency)
+    if min(len(h) for h in halves) < MIN_HALF:
+        return None
+    return float(np.median(halves[0])), float(np.median(halves[1]))
 
 
 def paired_e2e_ratio(samples: Iterable[Sample]) -> tuple[float | None, int]:
@@ -109,6 +149,13 @@ def uncounted(matching: Matching | None, verdict: Verdict, serving: Arm) -> str 
     told = matching.clients
     if matching.rule == "arrivals":
         if told == "open":
+            if matching.climbing and toward_change(verdict, serving):
+                first, second = matching.shadow_in_flight or (0.0, 0.0)
+                return (
+                    f"the shadow's in-flight count climbed within the window ({first:.0f} → "
+                    f"{second:.0f}): measured before it settled at these arrivals (filling up "
+                    "after a drain, or falling behind), it looks faster than it will be"
+                )
             return None
         return (
             "the shadow got a serving pod's arrivals, which is what it would get only from "
@@ -151,4 +198,13 @@ def uncounted(matching: Matching | None, verdict: Verdict, serving: Arm) -> str 
     return None
 
 
-__all__ = ["MIN_E2E_PAIRS", "Matching", "paired_e2e_ratio", "toward_change", "uncounted"]
+__all__ = [
+    "CLIMB",
+    "CLIMB_MIN",
+    "MIN_E2E_PAIRS",
+    "Matching",
+    "paired_e2e_ratio",
+    "shadow_in_flight",
+    "toward_change",
+    "uncounted",
+]
