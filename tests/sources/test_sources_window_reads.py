@@ -11,98 +11,21 @@ of the real handler: the only faults here that cannot be caused otherwise.
 
 from __future__ import annotations
 
-import asyncio
 from collections import Counter, deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 
 import pytest
-from aiohttp import web
 
 from specguard.judge import JudgeSettings, Sample
-from specguard.router._pool import Topology
-from specguard.router._proxy import Router, RouterConfig
 from specguard.sources import RouterFeed, RouterFeedSource, WindowSamples
 from specguard.testing._mirrored import Mirrored, ended, feed
-from specguard.testing._ports import free_port
+
+from .conftest import FeedRouter
 
 T0 = 1_800_000_000.0
 WINDOW = 10.0
 SETTLE = 0.5  # the operator collects a little after the window's end
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-class FeedRouter:
-    """A real Router app whose ring the test fills; ``faults`` scripts the next /samples
-    answers: ``"ok"``, ``"500"`` or ``"slow"`` (answers after ``slow_s``)."""
-
-    def __init__(self, capacity: int = 100_000) -> None:
-        self.router = Router(Topology(), RouterConfig(samples_capacity=capacity))
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.faults: deque[str] = deque()
-        self.slow_s = 1.0
-        self.served: list[int] = []  # records per /samples answer
-        self.runner: web.AppRunner | None = None
-        self._recorded = 0
-        self._stream: Sequence[Sample] = ()
-
-    async def start(self) -> FeedRouter:
-        app = self.router.app()
-        app.middlewares.append(self._faults)
-        self.runner = web.AppRunner(app)
-        await self.runner.setup()
-        await web.TCPSite(self.runner, "127.0.0.1", self.port).start()
-        return self
-
-    async def stop(self) -> None:
-        if self.runner is not None:
-            await self.runner.cleanup()
-            self.runner = None
-
-    @web.middleware
-    async def _faults(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.path != "/samples":
-            return await handler(request)
-        fault = self.faults.popleft() if self.faults else "ok"
-        if fault == "500":
-            return web.Response(status=500, text="injected")
-        if fault == "slow":
-            await asyncio.sleep(self.slow_s)
-        response = await handler(request)
-        assert isinstance(response, web.Response) and isinstance(response.body, bytes)
-        self.served.append(response.body.count(b'"arm"'))
-        return response
-
-    def add(self, *samples: Sample) -> None:
-        for s in samples:
-            self.router.feed.add(s)
-
-    def play(self, stream: Sequence[Sample]) -> None:
-        """Record ``stream`` (in end order) as time goes by: see ``until``."""
-        self._stream, self._recorded = stream, 0
-
-    def until(self, t: float) -> None:
-        """Record the stream's requests that ended before ``t``."""
-        while self._recorded < len(self._stream) and ended(self._stream[self._recorded]) < t:
-            self.router.feed.add(self._stream[self._recorded])
-            self._recorded += 1
-
-
-@pytest.fixture
-async def routers() -> AsyncIterator[Callable[..., Awaitable[FeedRouter]]]:
-    made: list[FeedRouter] = []
-
-    async def make(capacity: int = 100_000) -> FeedRouter:
-        pod = await FeedRouter(capacity).start()
-        made.append(pod)
-        return pod
-
-    yield make
-    for pod in made:
-        await pod.stop()
-
 
 def sample(start: float, e2e: float, *, role: str = "serving", pair: str | None = None,
            pod: str = "p0") -> Sample:  # fmt: skip
@@ -145,12 +68,12 @@ async def run_windows(
 
 
 async def test_every_mirrored_pair_is_judged_whole_in_one_window(
-    routers: Callable[..., Awaitable[FeedRouter]],
+    feed_routers: Callable[..., Awaitable[FeedRouter]],
 ) -> None:
     """The issue's stream: 22-37% of pairs had their halves end in different windows and
     those windows fell back to unpaired comparison. Every pair now goes whole to the window
     in which its later half ended (cut by end, 0.75 of them were judged as pairs)."""
-    router = await routers()
+    router = await feed_routers()
     stream = feed(Mirrored(), seconds=120, start=T0, seed=1)
     router.play(stream)
     halves = Counter(s.pair_id for s in stream if s.pair_id is not None)
@@ -182,9 +105,9 @@ async def test_every_mirrored_pair_is_judged_whole_in_one_window(
 
 
 async def test_a_half_alone_is_held_then_judged_alone_and_its_copy_counted_once(
-    routers: Callable[..., Awaitable[FeedRouter]],
+    feed_routers: Callable[..., Awaitable[FeedRouter]],
 ) -> None:
-    router = await routers()
+    router = await feed_routers()
     router.add(
         sample(1, 2, pair="whole"),
         sample(2, 2, role="shadow", pair="cut"),  # its client went away: no serving half
@@ -210,8 +133,8 @@ async def test_a_half_alone_is_held_then_judged_alone_and_its_copy_counted_once(
     )
 
 
-async def test_held_halves_are_bounded(routers: Callable[..., Awaitable[FeedRouter]]) -> None:
-    router = await routers()
+async def test_held_halves_are_bounded(feed_routers: Callable[..., Awaitable[FeedRouter]]) -> None:
+    router = await feed_routers()
     router.add(*(sample(i * 0.1, 1, role="shadow", pair=f"c{i}") for i in range(50)))
     async with RouterFeedSource([router.url], max_held=20) as source:
         window = await source.collect(T0, T0 + 10)
@@ -223,11 +146,11 @@ async def test_held_halves_are_bounded(routers: Callable[..., Awaitable[FeedRout
 
 
 async def test_a_window_with_a_router_unreadable_is_down_never_empty_nor_judged(
-    routers: Callable[..., Awaitable[FeedRouter]],
+    feed_routers: Callable[..., Awaitable[FeedRouter]],
 ) -> None:
     """The issue: a window whose loaded router timed out was `router empty: no request
     ended` although 191 pairs ended in it, and its samples were then dropped as late."""
-    idle, loaded = await routers(), await routers()
+    idle, loaded = await feed_routers(), await feed_routers()
     stream = feed(Mirrored(), seconds=30, start=T0, seed=2)
     loaded.play(stream)
     async with RouterFeedSource([idle.url, loaded.url], feed=RouterFeed(timeout=0.5)) as source:
@@ -259,11 +182,11 @@ async def test_a_window_with_a_router_unreadable_is_down_never_empty_nor_judged(
 
 
 async def test_a_read_that_stopped_after_its_first_page_is_down_and_the_next_window_right(
-    routers: Callable[..., Awaitable[FeedRouter]],
+    feed_routers: Callable[..., Awaitable[FeedRouter]],
 ) -> None:
     """The issue: a read that failed after its first page was judged `improved 0.881`
     (the window's 98 pairs give 1.007) and counted toward a re-promotion."""
-    idle, router = await routers(), await routers()
+    idle, router = await feed_routers(), await feed_routers()
     stream = feed(Mirrored(), seconds=40, start=T0, seed=3)
     router.play(stream)
     settings = JudgeSettings(min_requests_per_arm=20)
@@ -298,9 +221,9 @@ async def test_a_read_that_stopped_after_its_first_page_is_down_and_the_next_win
 
 
 async def test_a_read_with_pages_left_is_down(
-    routers: Callable[..., Awaitable[FeedRouter]],
+    feed_routers: Callable[..., Awaitable[FeedRouter]],
 ) -> None:
-    router = await routers()
+    router = await feed_routers()
     router.add(*(sample(i * 0.05, 1) for i in range(100)))
     async with RouterFeedSource([router.url], feed=RouterFeed(limit=10, max_pages=3)) as source:
         window = await source.collect(T0, T0 + 10)
@@ -313,9 +236,9 @@ async def test_a_read_with_pages_left_is_down(
 
 
 async def test_samples_evicted_unread_make_their_window_down_not_a_later_one(
-    routers: Callable[..., Awaitable[FeedRouter]],
+    feed_routers: Callable[..., Awaitable[FeedRouter]],
 ) -> None:
-    router = await routers(capacity=20)
+    router = await feed_routers(capacity=20)
     async with RouterFeedSource([router.url]) as source:
         router.add(sample(1, 1))
         await source.collect(T0, T0 + 10)
@@ -331,12 +254,12 @@ async def test_samples_evicted_unread_make_their_window_down_not_a_later_one(
 
 
 async def test_reading_ahead_keeps_the_end_of_window_read_small(
-    routers: Callable[..., Awaitable[FeedRouter]],
+    feed_routers: Callable[..., Awaitable[FeedRouter]],
 ) -> None:
     """At the issue's load (30 requests/s, 10 s windows) a read at the window's end alone
     reads the whole window; read ahead every second, it reads about one second of it. The
     windows are the same either way."""
-    ahead_router, end_router = await routers(), await routers()
+    ahead_router, end_router = await feed_routers(), await feed_routers()
     stream = feed(Mirrored(), seconds=40, start=T0, seed=4)
     for r in (ahead_router, end_router):
         r.play(stream)
@@ -355,9 +278,9 @@ async def test_reading_ahead_keeps_the_end_of_window_read_small(
 
 
 async def test_a_router_that_fails_between_window_ends_loses_nothing(
-    routers: Callable[..., Awaitable[FeedRouter]],
+    feed_routers: Callable[..., Awaitable[FeedRouter]],
 ) -> None:
-    router = await routers()
+    router = await feed_routers()
     stream = feed(Mirrored(), seconds=20, start=T0, seed=5)
     router.play(stream)
     router.faults.extend(["500", "ok", "ok", "500", "500"])
