@@ -219,6 +219,7 @@ class Side:
     answer_s: list[float] = field(default_factory=list)
     down: list[str] = field(default_factory=list)
     judged: int = 0
+    load: float = 0.0  # the host's load average (1 min) at the phase's end
 
 
 async def operate(urls: Sequence[str], ahead: bool, args: argparse.Namespace) -> Side:
@@ -294,7 +295,8 @@ def phase(args: argparse.Namespace, busy: bool) -> dict[str, Side]:
                     "--window", str(args.window), *urls]  # fmt: skip
             procs[side] = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, text=True)
         out = {side: proc.communicate()[0] for side, proc in procs.items()}
-    return {side: Side(**json.loads(text)) for side, text in out.items()}
+        load = os.getloadavg()[0]
+    return {side: Side(**{**json.loads(text), "load": load}) for side, text in out.items()}
 
 
 def _row(label: str, cells: Sequence[str]) -> str:
@@ -306,7 +308,7 @@ def report(results: dict[str, dict[str, Side]], args: argparse.Namespace) -> lis
     lines = [
         f"feed_read: {args.routers} routers per side, {args.rate:g} requests/s per router "
         f"(+ copies), {args.window:g} s windows x {args.windows}, router loops "
-        f"{args.router_busy:.0%} busy; load average {os.getloadavg()[0]:.1f} at the end",
+        f"{args.router_busy:.0%} busy; {os.cpu_count()} CPUs",
         _row("", [f"{h} {s}" for h in hosts for s in ("old", "new")]),
     ]
 
@@ -325,6 +327,7 @@ def report(results: dict[str, dict[str, Side]], args: argparse.Namespace) -> lis
              cells(lambda s: f"{statistics.mean(s.reads):.1f}")),
         _row("windows down (reads timed out / part way)",
              cells(lambda s: f"{len(s.down)}/{len(s.down) + s.judged}")),
+        _row("host load average (1 min) at the end", cells(lambda s: f"{s.load:.1f}")),
     ]  # fmt: skip
     for h in hosts:
         for s in ("old", "new"):
@@ -358,6 +361,7 @@ def main() -> None:
     if args.quick:
         args.windows = 2
     results: dict[str, dict[str, Side]] = {}
+    # "idle": nothing added to the host's own load; "busy": one core kept busy besides.
     hosts = [("idle", False)] if args.quick else [("idle", False), ("busy", True)]
     for name, busy in hosts:
         print(f"feed_read: {name} host ...", file=sys.stderr, flush=True)

@@ -113,7 +113,7 @@ def test_a_page_is_the_records_encoded_when_recorded(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(Sample, "to_dict", refuse)
     page = feed.read("e:1", 10)
     body = json.loads(page.body())
-    assert body == {"epoch": "e", "next": "e:3", "missed": 0,
+    assert body == {"epoch": "e", "next": "e:3", "missed": 0, "more": False,
                     "samples": [json.loads(r) for r in page.records]}  # fmt: skip
     assert [Sample.from_dict(d) for d in body["samples"]] == recorded[1:]
 
@@ -143,12 +143,13 @@ async def test_samples_endpoint(
                 await r.read()
         async with s.get(rt.url + "/samples", params={"limit": "2"}) as r:
             page = await r.json()
-        assert set(page) == {"epoch", "next", "samples", "missed"}
-        assert len(page["samples"]) == 2 and page["missed"] == 0
+        assert set(page) == {"epoch", "next", "samples", "missed", "more"}
+        assert len(page["samples"]) == 2 and page["missed"] == 0 and page["more"] is True
         assert [Sample.from_dict(d).output_tokens for d in page["samples"]] == [2, 2]
         async with s.get(rt.url + "/samples", params={"after": page["next"]}) as r:
             rest = await r.json()
         assert len(rest["samples"]) == 1 and rest["next"].endswith(":5")
+        assert rest["more"] is False  # the newest: a reader stops here
         async with s.get(rt.url + "/samples", params={"after": f"{page['epoch']}:0"}) as r:
             assert (await r.json())["missed"] == 2
         async with s.get(rt.url + "/samples", params={"after": "garbage"}) as r:

@@ -45,6 +45,9 @@ class FeedRouter:
         self.faults: deque[str] = deque()
         self.slow_s = 1.0
         self.served: list[int] = []  # records per /samples answer
+        # A sample to record as each /samples request arrives (a loaded router records
+        # between a reader's pages), or None.
+        self.records_between: Callable[[], Sample] | None = None
         self.runner: web.AppRunner | None = None
         self._recorded = 0
         self._stream: Sequence[Sample] = ()
@@ -66,6 +69,8 @@ class FeedRouter:
     async def _faults(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.path != "/samples":
             return await handler(request)
+        if self.records_between is not None:
+            self.add(self.records_between())  # a request ended just before this read
         fault = self.faults.popleft() if self.faults else "ok"
         if fault == "500":
             return web.Response(status=500, text="injected")

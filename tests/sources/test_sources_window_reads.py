@@ -235,6 +235,23 @@ async def test_a_read_with_pages_left_is_down(
         assert "30 sample(s) of this window not judged: its reads were incomplete" in window.notes
 
 
+async def test_a_read_stops_at_the_newest_sample_of_a_router_that_records_between_pages(
+    feed_routers: Callable[..., Awaitable[FeedRouter]],
+) -> None:
+    """A loaded router records between a reader's pages: reading on to an empty page chased
+    it (here to the 100-page limit, a page for every sample recorded meanwhile); a page cut
+    at the ring's newest sample ends the read."""
+    router = await feed_routers()
+    router.add(*(sample(i * 0.01, 1) for i in range(300)))
+    recorded = iter(range(10_000))
+    router.records_between = lambda: sample(5 + next(recorded) * 0.001, 1)
+    async with RouterFeedSource([router.url], feed=RouterFeed(limit=100)) as source:
+        window = await source.collect(T0, T0 + 10)
+    # 3 pages of 100, then the newest (each request recorded one more first).
+    assert window.state == "ok", window.problem
+    assert len(router.served) == 4 and len(window.samples) == 304
+
+
 async def test_samples_evicted_unread_make_their_window_down_not_a_later_one(
     feed_routers: Callable[..., Awaitable[FeedRouter]],
 ) -> None:
@@ -290,7 +307,7 @@ async def test_a_router_that_fails_between_window_ends_loses_nothing(
         # A reader that never failed (and read it all at once: its concurrency counts of
         # the first window know requests that ended later, so they are left aside).
         reference = [await plain.collect(T0, T0 + 10), await plain.collect(T0 + 10, T0 + 20)]
-    assert len(router.served) > 20 and router.faults == deque()
+    assert len(router.served) >= 15 and router.faults == deque()
     for a, b in zip(windows, reference, strict=True):
         assert a.state == "ok" and a.notes == ()
         assert [replace(s, concurrency=0) for s in a.samples] == [

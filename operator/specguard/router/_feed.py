@@ -1,13 +1,15 @@
 """The raw sample feed behind ``GET /samples?after=CURSOR&limit=N``, in bounded memory.
 
-Contract (docs/samples.md): the answer is ``{"epoch", "next", "samples", "missed"}``. A cursor is
-``"<epoch>:<seq>"``: the reader passes back ``next`` to get what came after. The epoch is
-random per router process, so a cursor from before a restart is recognised and the reader
-starts again from the oldest kept sample. ``missed`` counts samples that were evicted from
-the ring before the reader saw them: those between its cursor and the oldest kept one; for a
-cursor of a previous epoch, or one past the newest sample (never issued by this process),
-every sample of this epoch that is already gone. A first read (no cursor) misses nothing:
-the reader was not following yet.
+Contract (docs/samples.md): the answer is ``{"epoch", "next", "samples", "missed", "more"}``. A
+cursor is ``"<epoch>:<seq>"``: the reader passes back ``next`` to get what came after; ``more``
+says whether the ring held newer samples than ``next`` when the page was cut, so a reader
+stops at a page without more instead of chasing a router that records between its pages.
+The epoch is random per router process, so a cursor from before a restart is recognised and
+the reader starts again from the oldest kept sample. ``missed`` counts samples that were
+evicted from the ring before the reader saw them: those between its cursor and the oldest
+kept one; for a cursor of a previous epoch, or one past the newest sample (never issued by
+this process), every sample of this epoch that is already gone. A first read (no cursor)
+misses nothing: the reader was not following yet.
 
 Each sample is encoded to its JSON record once, when it is recorded, and the ring keeps
 only that encoding: a page is the kept records joined (``Page.body``), so answering a read
@@ -34,12 +36,14 @@ class CursorError(ValueError):
 
 @dataclass(frozen=True)
 class Page:
-    """One answer: ``records`` are the samples' JSON records (UTF-8), oldest first."""
+    """One answer: ``records`` are the samples' JSON records (UTF-8), oldest first; ``more``:
+    the ring held newer samples than the page's last."""
 
     epoch: str
     next: str
     records: list[bytes]
     missed: int
+    more: bool = False
 
     @property
     def samples(self) -> list[Sample]:
@@ -48,7 +52,9 @@ class Page:
 
     def body(self) -> bytes:
         """The page as the JSON object ``GET /samples`` answers."""
-        head = json.dumps({"epoch": self.epoch, "next": self.next, "missed": self.missed})
+        head = json.dumps(
+            {"epoch": self.epoch, "next": self.next, "missed": self.missed, "more": self.more}
+        )
         return b"".join((head[:-1].encode(), b', "samples": [', b",".join(self.records), b"]}"))
 
 
@@ -87,7 +93,7 @@ class SampleFeed:
         start = seq - (oldest - 1)
         chosen = _slice(self._ring, start, limit)
         last = seq + len(chosen)
-        return Page(self.epoch, f"{self.epoch}:{last}", chosen, missed)
+        return Page(self.epoch, f"{self.epoch}:{last}", chosen, missed, last < self._last)
 
     def _position(self, after: str | None) -> int | None:
         if not after:

@@ -1,8 +1,9 @@
 """Client of the routers' sample feed: ``GET /samples?after=CURSOR&limit=N`` on every router pod.
 
 Each router keeps its own bounded ring of samples, so the reader keeps one cursor per router
-(``"<epoch>:<seq>"``, the ``next`` of its last page) and pages until a router has nothing
-newer. A router that restarted has a new epoch: its old cursor is answered from the oldest
+(``"<epoch>:<seq>"``, the ``next`` of its last page) and pages until a router had nothing
+newer when it cut the page (``more`` false; an empty page from a router that does not
+say). A router that restarted has a new epoch: its old cursor is answered from the oldest
 kept sample (the router does that), and the reset is counted here. ``missed`` sums what
 routers evicted before this reader saw it (a reader too slow for the traffic, or one that
 stopped reading for longer than the ring lasts).
@@ -144,7 +145,7 @@ class RouterFeed:
                 else:
                     read.failed[url] = _why(exc)
                 return read
-            epoch, cursor, records, missed = page
+            epoch, cursor, records, missed, more = page
             known = self.epochs.get(url)
             if known is not None and known != epoch:
                 read.resets += 1
@@ -166,9 +167,11 @@ class RouterFeed:
                 read.ids.append(f"{epoch}:{seq}" if seq is not None else sample.to_json())
             if missed and read.gap_until is None:
                 read.gap_until = math.inf  # nothing kept after the gap tells when it ended
-            if not records:
-                # Routers cap the page size, so a short page does not mean the end: only an
-                # empty one does.
+            if not records or more is False:
+                # Routers cap the page size, so a short page does not mean the end: a page
+                # without more does (the ring's newest when it was cut: a router records
+                # between pages, and reading on to an empty page could chase it for ever),
+                # or, from a router that does not say, an empty one.
                 return read
         read.unfinished[url] = f"still had samples after {self.max_pages} page(s)"
         return read
@@ -185,18 +188,22 @@ def _sequence(cursor: str) -> int | None:
     return int(number) if number.isdigit() else None
 
 
-def _page(body: Any) -> tuple[str, str, Sequence[Any], int]:
-    """Check a /samples answer against the contract; ValueError names what is wrong."""
+def _page(body: Any) -> tuple[str, str, Sequence[Any], int, bool | None]:
+    """Check a /samples answer against the contract; ValueError names what is wrong.
+    ``more`` is None from a router that does not say (it came later, optional)."""
     if not isinstance(body, dict):
         raise ValueError("samples page: expected a JSON object")
     epoch, cursor, records, missed = (body.get(k) for k in ("epoch", "next", "samples", "missed"))
+    more = body.get("more")
+    if more is not None and not isinstance(more, bool):
+        raise ValueError("samples page: more must be true or false")
     if not isinstance(epoch, str) or not isinstance(cursor, str):
         raise ValueError("samples page: epoch and next must be strings")
     if not isinstance(records, list):
         raise ValueError("samples page: samples must be a list")
     if isinstance(missed, bool) or not isinstance(missed, int) or missed < 0:
         raise ValueError("samples page: missed must be a whole number >= 0")
-    return epoch, cursor, records, missed
+    return epoch, cursor, records, missed, more
 
 
 def _ended(sample: Sample) -> float:
