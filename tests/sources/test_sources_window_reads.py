@@ -72,7 +72,7 @@ async def test_every_mirrored_pair_is_judged_whole_in_one_window(
 ) -> None:
     """The issue's stream: 22-37% of pairs had their halves end in different windows and
     those windows fell back to unpaired comparison. Every pair now goes whole to the window
-    in which its later half ended (cut by end, 0.75 of them were judged as pairs)."""
+    in which its later half ended (cut by end, 0.76 of them were judged as pairs)."""
     router = await feed_routers()
     stream = feed(Mirrored(), seconds=120, start=T0, seed=1)
     router.play(stream)

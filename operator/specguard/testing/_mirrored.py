@@ -24,6 +24,7 @@ the time it is recorded; every record's times add up (TTFT + TPOT × (tokens −
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -57,27 +58,29 @@ def feed(shape: Mirrored, seconds: float, start: float, seed: int = 0) -> list[S
     pace = shape.tpot_s * np.exp(rng.normal(0.0, 0.2, n))
     mirrored = rng.random(n) < shape.mirror
     fate = rng.random(n)
+    serves = ~(mirrored & (fate < shape.cut))
+    copied = mirrored & ~((shape.cut <= fate) & (fate < shape.cut + shape.lost))
     shadow_arm: Arm = "baseline" if shape.serving == "speculative" else "speculative"
     out: list[Sample] = []
-    for i in range(n):
-        pair = f"{seed}-{i}" if mirrored[i] else None
-        halves: list[tuple[Arm, Role, float, float]] = []
-        if not (mirrored[i] and fate[i] < shape.cut):
-            halves.append((shape.serving, "serving", float(starts[i]), 1.0))
-        if mirrored[i] and not (shape.cut <= fate[i] < shape.cut + shape.lost):
-            lag = float(rng.uniform(0.001, 0.020))
-            halves.append((shadow_arm, "shadow", float(starts[i]) + lag, shape.ratio))
-        for arm, role, began, ratio in halves:
-            tpot = float(pace[i] * ratio * np.exp(rng.normal(0.0, shape.noise)))
-            ttft = float(rng.uniform(0.05, 0.3))
-            if role == "shadow":
-                ttft += float(rng.exponential(shape.queue_s))
-            e2e = ttft + tpot * (int(tokens[i]) - 1) + 0.002
-            pod = f"{arm}-{int(rng.integers(shape.pods))}"
-            out.append(Sample(arm=arm, role=role, pod=pod, domain="chat",
-                              started_at=began, concurrency=1, output_tokens=int(tokens[i]),
-                              e2e_s=e2e, ttft_s=ttft, tpot_s=tpot, measurement="stream_usage",
-                              pair_id=pair))  # fmt: skip
+    halves: tuple[tuple[Arm, Role, Any, Any], ...] = (
+        (shape.serving, "serving", serves, np.zeros(n)),
+        (shadow_arm, "shadow", copied, rng.uniform(0.001, 0.020, n)),
+    )
+    for arm, role, present, lag in halves:
+        ratio = shape.ratio if role == "shadow" else 1.0
+        tpot = pace * ratio * np.exp(rng.normal(0.0, shape.noise, n))
+        ttft = rng.uniform(0.05, 0.3, n)
+        if role == "shadow":
+            ttft = ttft + rng.exponential(shape.queue_s, n)
+        e2e = ttft + tpot * (tokens - 1) + 0.002
+        pods = rng.integers(shape.pods, size=n)
+        for i in np.flatnonzero(present):
+            out.append(Sample(arm=arm, role=role, pod=f"{arm}-{pods[i]}", domain="chat",
+                              started_at=float(starts[i] + lag[i]), concurrency=1,
+                              output_tokens=int(tokens[i]), e2e_s=float(e2e[i]),
+                              ttft_s=float(ttft[i]), tpot_s=float(tpot[i]),
+                              measurement="stream_usage",
+                              pair_id=f"{seed}-{i}" if mirrored[i] else None))  # fmt: skip
     out.sort(key=lambda s: s.started_at + s.e2e_s)
     return out
 
