@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -14,7 +15,7 @@ import pytest
 from specguard._arms import Arm
 from specguard.api import SpeculativeDeployment
 from specguard.controller._kube import KubeError
-from specguard.controller._loop import Observed, ResourceLoop
+from specguard.controller._loop import Observed, ResourceLoop, _settled
 from specguard.controller._metrics import OperatorMetrics
 from specguard.judge import ArmLoad, DraftCounters, Sample
 from specguard.sources import Reading, Targets, WindowSamples
@@ -74,9 +75,13 @@ class FakeSource:
         self.targets: list[Targets] = []
         self.collected: list[tuple[float, float]] = []
         self.closed = False
+        self.ahead = 0
 
     def set_targets(self, targets: Targets) -> None:
         self.targets.append(targets)
+
+    def read_ahead(self) -> None:
+        self.ahead += 1
 
     async def collect(self, start: float, end: float) -> WindowSamples:
         self.collected.append((start, end))
@@ -284,7 +289,9 @@ async def test_a_window_reads_every_running_router_and_the_drafter_counters() ->
         await loop.tick(T0 + second, cluster(loop.kube, pods))
     (source,) = loop.sources
     assert source.collected == [(T0, T0 + 10)]
-    assert source.targets == [Targets(
+    # Read ahead at every tick between the window's ends, with the targets of the tick.
+    assert source.ahead == 9 and len(source.targets) == 10
+    assert source.targets[-1:] == [Targets(
         routers=("http://10.0.1.1:8080", "http://10.0.1.2:8080", "http://10.0.1.3:8080"),
         pods={"speculative": ("http://10.0.0.1:8000", "http://10.0.0.2:8000"),
               "baseline": ("http://10.0.0.3:8000",)},
@@ -486,6 +493,43 @@ async def test_a_source_that_is_down_is_named_in_judge_degraded() -> None:
         "True", "SourceUnavailable", "prometheus unavailable: query failed: connection refused",
     )  # fmt: skip
     assert loop.kube.status["lastVerdict"]["outcome"] == "inconclusive"
+
+
+async def test_a_window_not_read_to_its_end_is_a_warning_in_the_log(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    problem = ("1 of 2 router(s) not read to the end of GET /samples (http://10.0.1.2:8080: "
+               "ReadTimeout)")  # fmt: skip
+    loop = Loop(WindowSamples("router", T0, T0 + 10, "down", problem))
+    with caplog.at_level(logging.INFO, logger="specguard.controller"):
+        for second in range(11):
+            await loop.tick(T0 + second)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings == [f"llm/qwen: window not judged, router unavailable: {problem}"]
+    degraded = next(c for c in loop.kube.status["conditions"] if c["type"] == "JudgeDegraded")
+    assert (degraded["reason"], degraded["message"]) == (
+        "SourceUnavailable", f"router unavailable: {problem}"
+    )
+
+
+def test_requests_from_before_a_rule_change_leave_with_their_pairs() -> None:
+    """A copy starts a few ms after its serving request: a cut between the two takes the
+    pair out whole, never one half."""
+    cutoff = T0 + 5
+
+    def half(role: str, started: float, pair: str | None) -> Sample:
+        arm = "speculative" if role == "serving" else "baseline"
+        return Sample(arm=arm, role=role, pod="p", domain="chat", started_at=started,  # type: ignore[arg-type]
+                      concurrency=1, output_tokens=32, e2e_s=1.0, pair_id=pair)  # fmt: skip
+
+    kept = (half("serving", cutoff + 1, "b"), half("shadow", cutoff + 1.01, "b"))
+    window = WindowSamples("router", T0, T0 + 10, "ok", samples=(
+        half("serving", cutoff - 0.005, "a"), half("shadow", cutoff + 0.005, "a"),
+        half("serving", cutoff - 1, None), *kept,
+    ))  # fmt: skip
+    settled = _settled(window, cutoff, "arrivals")
+    assert settled.samples == kept
+    assert settled.notes[-1].startswith("3 requests that started before the load match")
 
 
 async def test_an_idle_tick_renders_nothing(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,16 +1,19 @@
-"""Helpers for source tests: vLLM-shaped /metrics endpoints with crafted histograms, and a real
-Prometheus (Debian's binary) scraping static targets labelled the way specguard's cluster
-Prometheus labels pods (``labelmap`` of pod labels: ``specguard_io_arm`` etc.)."""
+"""Helpers for source tests: real Router apps whose sample feed a test fills (``FeedRouter``),
+vLLM-shaped /metrics endpoints with crafted histograms, and a real Prometheus (Debian's
+binary) scraping static targets labelled the way specguard's cluster Prometheus labels pods
+(``labelmap`` of pod labels: ``specguard_io_arm`` etc.)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -19,9 +22,94 @@ import httpx
 import numpy as np
 import pytest
 import yaml
+from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from specguard.judge import Sample
+from specguard.router._pool import Topology
+from specguard.router._proxy import Router, RouterConfig
+from specguard.testing._mirrored import ended
 from specguard.testing._ports import free_port
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class FeedRouter:
+    """A real Router app whose ring the test fills; ``faults`` scripts the next /samples
+    answers: ``"ok"``, ``"500"`` or ``"slow"`` (answers after ``slow_s``)."""
+
+    def __init__(self, capacity: int = 100_000) -> None:
+        self.router = Router(Topology(), RouterConfig(samples_capacity=capacity))
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.faults: deque[str] = deque()
+        self.slow_s = 1.0
+        self.served: list[int] = []  # records per /samples answer
+        # A sample to record as each /samples request arrives (a loaded router records
+        # between a reader's pages), or None.
+        self.records_between: Callable[[], Sample] | None = None
+        self.runner: web.AppRunner | None = None
+        self._recorded = 0
+        self._stream: Sequence[Sample] = ()
+
+    async def start(self) -> FeedRouter:
+        app = self.router.app()
+        app.middlewares.append(self._faults)
+        self.runner = web.AppRunner(app)
+        await self.runner.setup()
+        await web.TCPSite(self.runner, "127.0.0.1", self.port).start()
+        return self
+
+    async def stop(self) -> None:
+        if self.runner is not None:
+            await self.runner.cleanup()
+            self.runner = None
+
+    @web.middleware
+    async def _faults(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path != "/samples":
+            return await handler(request)
+        if self.records_between is not None:
+            self.add(self.records_between())  # a request ended just before this read
+        fault = self.faults.popleft() if self.faults else "ok"
+        if fault == "500":
+            return web.Response(status=500, text="injected")
+        if fault == "slow":
+            await asyncio.sleep(self.slow_s)
+        response = await handler(request)
+        assert isinstance(response, web.Response) and isinstance(response.body, bytes)
+        self.served.append(response.body.count(b'"arm"'))
+        return response
+
+    def add(self, *samples: Sample) -> None:
+        for s in samples:
+            self.router.feed.add(s)
+
+    def play(self, stream: Sequence[Sample]) -> None:
+        """Record ``stream`` (in end order) as time goes by: see ``until``."""
+        self._stream, self._recorded = stream, 0
+
+    def until(self, t: float) -> None:
+        """Record the stream's requests that ended before ``t``."""
+        while self._recorded < len(self._stream) and ended(self._stream[self._recorded]) < t:
+            self.router.feed.add(self._stream[self._recorded])
+            self._recorded += 1
+
+
+@pytest.fixture
+async def feed_routers() -> AsyncIterator[Callable[..., Awaitable[FeedRouter]]]:
+    """``await feed_routers(capacity=100_000)`` → a started FeedRouter, stopped after."""
+    made: list[FeedRouter] = []
+
+    async def make(capacity: int = 100_000) -> FeedRouter:
+        pod = await FeedRouter(capacity).start()
+        made.append(pod)
+        return pod
+
+    yield make
+    for pod in made:
+        await pod.stop()
+
 
 LABELS = {"model_name": "m", "engine": "0"}
 FINE_BUCKETS = tuple(round(0.001 * i, 3) for i in range(1, 201))  # 1 ms steps to 200 ms

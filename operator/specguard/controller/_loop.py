@@ -147,7 +147,9 @@ def _settled(window: WindowSamples, cutoff: float | None, rule: LoadMatch) -> Wi
     have copied them by the previous load match), saying how many were left out."""
     if cutoff is None:
         return window
-    kept = tuple(s for s in window.samples if s.started_at >= cutoff)
+    # A pair goes with its earlier half (the serving one starts before its copy).
+    early = {s.pair_id for s in window.samples if s.started_at < cutoff and s.pair_id}
+    kept = tuple(s for s in window.samples if s.started_at >= cutoff and s.pair_id not in early)
     if len(kept) == len(window.samples):
         return window
     note = (
@@ -415,17 +417,22 @@ class ResourceLoop:
             resource.readings_at_start = await self._read_counters(pods)
             return None
         start = resource.window_start
-        if now - start < spec.evaluation.window:
-            return None
         resource.source.set_targets(Targets(
             routers=tuple(router_urls(self.name, observed.pods)),
-            pods={arm: tuple(urls) for arm, urls in
-                  vllm_urls(self.name, observed.pods, spec.runtime.port).items()},
+            pods={arm: tuple(urls) for arm, urls in pods.items()},
         ))  # fmt: skip
+        if now - start < spec.evaluation.window:
+            # Between window ends the source reads ahead (in the background): the routers'
+            # feeds every second, so the read at the end holds only its last second.
+            resource.source.read_ahead()
+            return None
         # The samples and the pods' readings at once: the decision waits for both.
         window, at_end = await asyncio.gather(
             resource.source.collect(start, now), self._read_counters(pods)
         )
+        if window.state == "down":
+            log.warning("%s/%s: window not judged, %s unavailable: %s", self.namespace,
+                        self.name, window.source, window.problem)  # fmt: skip
         before, last = resource.readings_at_start, resource.load_last
         resource.window_start, resource.readings_at_start = now, at_end
         resource.load_last = None

@@ -202,7 +202,8 @@ class Router:
             page = self.feed.read(after, limit)
         except CursorError as exc:
             return openai_error(400, str(exc), "invalid_request_error")
-        return web.json_response(page.to_dict())
+        # The records were encoded when recorded: the page is their join (router._feed).
+        return web.Response(body=page.body(), content_type="application/json")
 
     # -- the proxy ---------------------------------------------------------------------
 

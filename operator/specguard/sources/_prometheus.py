@@ -144,6 +144,9 @@ class PrometheusSource:
         ``down`` when a query fails, ``empty`` when no request finished on either arm."""
         return await asyncio.to_thread(self.window, start, end)
 
+    def read_ahead(self) -> None:
+        """The `Source` call between window ends: nothing (the queries cover the window)."""
+
     async def aclose(self) -> None:
         """Nothing to release (the HTTP session closes with the object)."""
 

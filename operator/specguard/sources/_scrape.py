@@ -82,6 +82,10 @@ class ScrapeSource:
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
+    def read_ahead(self) -> None:
+        """The `Source` call between window ends: nothing (``collect`` starts the background
+        reads, which then run between windows too)."""
+
     async def aclose(self) -> None:
         if self._poller is not None:
             self._poller.cancel()

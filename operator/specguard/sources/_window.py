@@ -3,22 +3,25 @@
 Every source has the same calls (the `Source` protocol; ``open_source`` makes the one a
 resource's ``spec.metricsSource`` names)::
 
-    source.set_targets(Targets(routers=..., pods=...))   # each window: what may be read
+    source.set_targets(Targets(routers=..., pods=...))   # each tick: what may be read
+    source.read_ahead()                                  # each tick while a window is open
     window = await source.collect(start, end)            # epoch seconds, [start, end)
     window.state     # "ok"; "empty" (nothing to judge); "down" (the source failed)
     window.problem   # one line when not ok
     verdict = window.verdict(settings)                   # the judge, on what was collected
 
 - `RouterFeedSource` (sources.router_feed): per-request samples from every router pod's
-  ``GET /samples``, deduplicated, each assigned to the window its request ended in, with
-  the concurrency at its pod counted over the requests of every router (see
+  ``GET /samples``, read ahead between window ends, deduplicated, each assigned to the
+  window its request ended in (a mirrored pair whole, to the window its later half ended
+  in), with the concurrency at its pod counted over the requests of every router (see
   `pod_concurrency`). Paired by ``pair_id`` when the judge runs.
 - `PrometheusSource` (sources.prometheus) and `ScrapeSource` (sources.scrape): per-arm TPOT
   histograms from vLLM's own metrics, for when there are no router samples.
 
-A source never raises for a source problem: unreachable or failing endpoints give state
-``down``, a window with nothing to judge gives ``empty``, each with a one-line ``problem``.
-Lesser trouble (one router of two unreachable, samples evicted before they were read) keeps
+A source never raises for a source problem: unreachable or failing endpoints, or a window
+whose data may be incomplete (one router of two unreadable, a read that stopped before its
+end), give state ``down``; a window with nothing to judge gives ``empty``; each with a
+one-line ``problem``. Lesser trouble (a router restart, invalid records, late samples) keeps
 state ``ok`` and is listed in ``notes``, which the verdict carries among its reasons.
 """
 
@@ -120,6 +123,10 @@ class Source(Protocol):
     raises for a source problem: state ``down`` or ``empty`` says it."""
 
     def set_targets(self, targets: Targets) -> None: ...
+
+    def read_ahead(self) -> None:
+        """Each tick while a window is open: read what can be read before its end (in the
+        background; the router feed polls its routers), or nothing."""
 
     async def collect(self, start: float, end: float) -> WindowSamples: ...
 
