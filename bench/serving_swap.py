@@ -43,9 +43,9 @@ from typing import Literal
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "router"))
 
-from plant import BASELINE, DRAFTER, TOOL_DRAFTER, Engine, Plant, Run, run  # noqa: E402
+from plant import BASELINE, DRAFTER, TOOL_DRAFTER, Engine, Plant, Run, run
 
-from specguard.judge import (  # noqa: E402
+from specguard.judge import (
     JudgeSettings,
     LoadMatch,
     LoopSettings,
@@ -54,7 +54,7 @@ from specguard.judge import (  # noqa: E402
     paired_e2e_ratio,
     shadow_in_flight,
 )
-from specguard.judge._matching import Matching, uncounted  # noqa: E402
+from specguard.judge._matching import Matching, uncounted
 
 Direction = Literal["D", "B", "."]
 WARMUP_S = 30.0
@@ -75,25 +75,50 @@ class Scenario:
 
 
 SCENARIOS = (
-    Scenario("closed, 4 per pod (below the crossover)", Plant(clients="closed", streams=8), "D",
-             window_s=30.0),
-    Scenario("closed, 140 per pod (past the crossover)",
-             Plant(clients="closed", streams=280, ramp_s=20.0), "B"),  # fmt: skip
-    Scenario("open, 16/s per pod (the drafter wins at these arrivals)",
-             Plant(clients="open", rate=16.0), "D"),  # fmt: skip
-    Scenario("open, 10/s per pod (past the tool drafter's peak)",
-             Plant(clients="open", rate=10.0), "B", TOOL_DRAFTER),  # fmt: skip
-    Scenario("guidellm-like dispatch 0.42 s, 140 per pod",
-             Plant(clients="closed", streams=280, ramp_s=20.0, think_s=0.42, think_sigma=0.8),
-             "B"),  # fmt: skip
-    Scenario("guidellm-like dispatch 0.42 s, 4 per pod",
-             Plant(clients="closed", streams=8, think_s=0.42, think_sigma=0.8), "D",
-             window_s=30.0),
-    Scenario("guidellm-like, 140 per pod, rule left on arrivals",
-             Plant(clients="closed", streams=280, ramp_s=20.0, think_s=0.42, think_sigma=0.8,
-                   start_rule="arrivals"), "B"),  # fmt: skip
-    Scenario("rate-capped: 16/s per pod, at most 150 in flight per pod",
-             Plant(clients="open", rate=16.0, cap=300), "D"),  # fmt: skip
+    Scenario(
+        "closed, 4 per pod (below the crossover)",
+        Plant(clients="closed", streams=8),
+        "D",
+        window_s=30.0,
+    ),
+    Scenario(
+        "closed, 140 per pod (past the crossover)",
+        Plant(clients="closed", streams=280, ramp_s=20.0),
+        "B",
+    ),
+    Scenario(
+        "open, 16/s per pod (the drafter wins at these arrivals)",
+        Plant(clients="open", rate=16.0),
+        "D",
+    ),
+    Scenario(
+        "open, 10/s per pod (past the tool drafter's peak)",
+        Plant(clients="open", rate=10.0),
+        "B",
+        TOOL_DRAFTER,
+    ),
+    Scenario(
+        "guidellm-like dispatch 0.42 s, 140 per pod",
+        Plant(clients="closed", streams=280, ramp_s=20.0, think_s=0.42, think_sigma=0.8),
+        "B",
+    ),
+    Scenario(
+        "guidellm-like dispatch 0.42 s, 4 per pod",
+        Plant(clients="closed", streams=8, think_s=0.42, think_sigma=0.8),
+        "D",
+        window_s=30.0,
+    ),
+    Scenario(
+        "guidellm-like, 140 per pod, rule left on arrivals",
+        Plant(clients="closed", streams=280, ramp_s=20.0, think_s=0.42, think_sigma=0.8,
+              start_rule="arrivals"),
+        "B",
+    ),
+    Scenario(
+        "rate-capped: 16/s per pod, at most 150 in flight per pod",
+        Plant(clients="open", rate=16.0, cap=300),
+        "D",
+    ),
 )
 
 
@@ -170,7 +195,7 @@ def agreement(a: Sequence[Direction], b: Sequence[Direction]) -> tuple[int, int]
     for x, y in zip(a, b, strict=False):
         if x != "." or y != ".":
             judged += 1
-            flips += x != "." and y != "." and x != y
+            flips += "." not in (x, y) and x != y
     return judged, flips
 
 

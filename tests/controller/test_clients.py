@@ -114,9 +114,10 @@ def test_a_stale_arrivals_rule_falls_back_to_in_flight_and_says_so() -> None:
     assert (told.clients.unknown_windows, told.clients.stale) == (0, False)
     # A rule the spec fixes is never called stale.
     fixed = spec("arrivals").spec
+    held: ClientsStatus | None = clients
     for _ in range(4):
-        clients = load_match_after(fixed, status("arrivals", clients), UNKNOWN, NOW_ISO).clients
-    assert clients is not None and not clients.stale
+        held = load_match_after(fixed, status("arrivals", held), UNKNOWN, NOW_ISO).clients
+    assert held is not None and not held.stale
 
 
 def test_a_fixed_rule_is_kept_and_the_finding_still_reported() -> None:

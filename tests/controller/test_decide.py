@@ -41,10 +41,10 @@ from specguard.judge import (
     Decision,
     DraftCounters,
     Evidence,
-    LoopEvidence,
-    Matching,
     LadderState,
+    LoopEvidence,
     Loss,
+    Matching,
     PolicyState,
     Served,
     Startup,
@@ -426,14 +426,17 @@ def test_gather_says_how_the_shadow_was_matched_and_what_the_clients_got(
     the serving arm's figures (``judge._served``); none while routes by domain split the
     arms, nor without pairs."""
     samples: list[Sample] = []
+    halves: tuple[tuple[Role, Arm, float], ...] = (("serving", SPEC, 4.0), ("shadow", BASE, 5.0))
     for i in range(60):
-        for role, arm, e2e in (("serving", SPEC, 4.0), ("shadow", BASE, 5.0)):
+        for role, arm, e2e in halves:
             samples.append(Sample(arm, role, f"qwen-{arm}-{i % 2}", "chat", NOW - 9.0 + i / 10,
                                   12, 64, e2e, tpot_s=e2e / 64, pair_id=f"p{i}"))  # fmt: skip
     clients = LoopEvidence("closed", 60, 4.0, (), None, 0.5)
     window = replace(window_of(1.3), samples=tuple(samples), start=NOW - 10.0, clients=clients)
     evidence = gather(observe(sd, window=window))
-    assert evidence.matching == Matching("in_flight", "closed", pytest.approx(1.25), 60)
+    assert evidence.matching is not None and evidence.matching.e2e_ratio == pytest.approx(1.25)
+    assert evidence.matching == Matching("in_flight", "closed", evidence.matching.e2e_ratio, 60,
+                                         (12.0, 12.0))  # fmt: skip
     assert evidence.served == Served(
         arm=SPEC, at=NOW, arrivals=3.0, in_flight=12.0, tpot_s=0.0625, requests=60,
         domains=(("chat", 1.0),),

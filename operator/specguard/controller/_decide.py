@@ -98,10 +98,10 @@ from specguard.judge import (
     ToolCallPairs,
     Verdict,
     after_mode_change,
+    flaps,
     paired_e2e_ratio,
     served_figures,
     shadow_in_flight,
-    flaps,
     split_replicas,
     step,
 )

@@ -40,9 +40,9 @@ can turn compute-bound and lose throughput past a peak):
 So a window's verdict counts (toward a change, or against one) only where it holds for the
 clients as the window tells them (``LoopEvidence.kind`` of the window and its history):
 under ``in_flight``, always for clients told closed, otherwise as above; under ``arrivals``,
-only for clients told open by this window (and a faster shadow only at a steady count). A window that does not count brings no evidence
-either way (it breaks a streak, and the cumulative evidence gets a gap), and the policy's
-hold says why.
+only for clients told open by this window (and a faster shadow only at a steady count). A
+window that does not count brings no evidence either way (it breaks a streak, and the
+cumulative evidence gets a gap), and the policy's hold says why.
 
 Pure.
 """
