@@ -502,11 +502,11 @@ class ResourceLoop:
     ) -> LoopEvidence | None:
         """The clients behind this window's serving requests and the windows' before it
         (``judge.client_loop_over``; None for sources without per-request samples)."""
-        if window.source != "router" or window.state == "down":
-            resource.previous = ()
-            return None
         # By when they ended, held halves of pairs too (WindowSamples.served).
         serving = window.served or tuple(s for s in window.samples if s.role == "serving")
+        if window.source != "router" or window.state == "down" or not serving:
+            resource.previous = ()  # an idle window tells nothing, and changes no status
+            return None
         horizon = now - CLIENTS.history_s
         windows = (*(w for w in resource.previous if w[0] >= horizon), (start, serving))
         resource.previous = windows
