@@ -73,9 +73,51 @@ def test_the_rule_changes_after_two_windows_that_ask_for_it() -> None:
         message=UNKNOWN.sentence() + " (1 of 2 windows to switch to in_flight)",
         streak=1,
         since="2026-01-01T00:00:10Z",
+        unknown_windows=1,
     ))  # fmt: skip
     fifth = load_match_after(sd.spec, status("arrivals", fourth.clients), OPEN, NOW_ISO)
     assert (fifth.rule, fifth.clients and fifth.clients.streak) == ("arrivals", 0)
+
+
+def test_a_stale_arrivals_rule_falls_back_to_in_flight_and_says_so() -> None:
+    """Three windows in a row that tell neither way: the arrivals rule is stale and falls
+    back to in_flight, with the Event's text and ``status.clients`` saying why; a stale
+    in_flight stays and is reported stale; a window that tells ends it."""
+    sd = spec()
+    clients = ClientsStatus(loop="open", streak=0, since="2026-01-01T00:00:10Z")
+    after = load_match_after(sd.spec, status("arrivals", clients), UNKNOWN, NOW_ISO)
+    for k in (1, 2):
+        assert after.rule == "arrivals" and after.changed_from is None
+        assert after.clients is not None and after.clients.unknown_windows == k
+        assert not after.clients.stale
+        after = load_match_after(sd.spec, status("arrivals", after.clients), UNKNOWN, NOW_ISO)
+    assert after == LoadMatchAfter("in_flight", ClientsStatus(
+        loop="unknown",
+        message=UNKNOWN.sentence() + "; arrivals was kept through 3 windows that told neither "
+        "way and is stale: back to in_flight, whose shadow-is-faster verdicts hold for either "
+        "kind of client",
+        streak=0,
+        since=NOW_ISO,
+        unknown_windows=3,
+        stale=True,
+    ), changed_from="arrivals")  # fmt: skip
+    assert after.message.startswith("arrivals → in_flight: clients not classified")
+    kept = load_match_after(sd.spec, status("in_flight", after.clients), UNKNOWN, NOW_ISO)
+    assert kept.rule == "in_flight" and kept.changed_from is None and kept.clients is not None
+    assert kept.clients.message == (
+        UNKNOWN.sentence() + "; in_flight was kept through 4 windows that told neither way and "
+        "is stale"
+    )
+    assert (kept.clients.unknown_windows, kept.clients.stale) == (4, True)
+    told = load_match_after(sd.spec, status("in_flight", kept.clients), CLOSED, NOW_ISO)
+    assert told.clients is not None
+    assert (told.clients.unknown_windows, told.clients.stale) == (0, False)
+    # A rule the spec fixes is never called stale.
+    fixed = spec("arrivals").spec
+    held: ClientsStatus | None = clients
+    for _ in range(4):
+        held = load_match_after(fixed, status("arrivals", held), UNKNOWN, NOW_ISO).clients
+    assert held is not None and not held.stale
 
 
 def test_a_fixed_rule_is_kept_and_the_finding_still_reported() -> None:
@@ -105,12 +147,12 @@ def test_requests_are_judged_from_when_the_routers_can_have_seen_the_rule() -> N
 
 
 def open_window(start: float, end: float, rng: np.random.Generator) -> WindowSamples:
-    """Poisson arrivals at 40/s, ~0.5 s requests, on one serving pod: what ended in the
+    """Poisson arrivals at 40/s, ~0.2 s requests, on one serving pod: what ended in the
     window."""
     starts = np.sort(rng.uniform(start - 5, end, rng.poisson(40 * (end - start + 5))))
     samples = []
     for t in starts:
-        took = float(0.5 * np.exp(rng.normal(0, 0.4)))
+        took = float(0.2 * np.exp(rng.normal(0, 0.4)))
         if start <= t + took < end:
             samples.append(Sample(arm="speculative", role="serving", pod="qwen-spec-0",
                                   domain="chat", started_at=float(t), concurrency=20,

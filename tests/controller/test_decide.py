@@ -4,6 +4,7 @@ the status and the Events, compared by exact equality."""
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -41,8 +42,11 @@ from specguard.judge import (
     DraftCounters,
     Evidence,
     LadderState,
+    LoopEvidence,
     Loss,
+    Matching,
     PolicyState,
+    Served,
     Startup,
 )
 from specguard.judge._sample import Role, Sample
@@ -410,8 +414,40 @@ def test_gather_fills_the_evidence_record(sd: SpeculativeDeployment) -> None:
     assert gather(observe(sd, load=load)) == Evidence(startup=READY, load=load)
     assert [f.name for f in dataclasses.fields(Evidence)] == [
         "verdict", "startup", "errors", "speculation", "load", "tool_calls", "pin", "retry",
-        "spans",
+        "spans", "matching", "served",
     ]  # fmt: skip
+
+
+def test_gather_says_how_the_shadow_was_matched_and_what_the_clients_got(
+    sd: SpeculativeDeployment,
+) -> None:
+    """A window of mirrored pairs: the rule the routers copied by, the clients as told, the
+    shadow halves' end-to-end time against the serving halves' (``judge._matching``), and
+    the serving arm's figures (``judge._served``); none while routes by domain split the
+    arms, nor without pairs."""
+    samples: list[Sample] = []
+    halves: tuple[tuple[Role, Arm, float], ...] = (("serving", SPEC, 4.0), ("shadow", BASE, 5.0))
+    for i in range(60):
+        for role, arm, e2e in halves:
+            samples.append(Sample(arm, role, f"qwen-{arm}-{i % 2}", "chat", NOW - 9.0 + i / 10,
+                                  12, 64, e2e, tpot_s=e2e / 64, pair_id=f"p{i}"))  # fmt: skip
+    clients = LoopEvidence("closed", 60, 4.0, (), None, 0.5)
+    window = replace(window_of(1.3), samples=tuple(samples), start=NOW - 10.0, clients=clients)
+    evidence = gather(observe(sd, window=window))
+    assert evidence.matching is not None and evidence.matching.e2e_ratio == pytest.approx(1.25)
+    assert evidence.matching == Matching("in_flight", "closed", evidence.matching.e2e_ratio, 60,
+                                         (12.0, 12.0))  # fmt: skip
+    assert evidence.served == Served(
+        arm=SPEC, at=NOW, arrivals=3.0, in_flight=12.0, tpot_s=0.0625, requests=60,
+        domains=(("chat", 1.0),),
+    )  # fmt: skip
+    split = Status(arms=Arms(serving=ArmStatus(arm=SPEC, deployment="qwen-spec", replicas=2),
+                             shadow=ArmStatus(arm=BASE, deployment="qwen-base", replicas=1),
+                             mirror_share=0.25, routes={"tool_call": BASE}))  # fmt: skip
+    during_split = gather(observe(sd, window=window, status=split))
+    assert during_split.served is None and during_split.matching is None
+    bare = replace(window, samples=tuple(replace(s, pair_id=None) for s in samples))
+    assert gather(observe(sd, window=bare)).matching is None
 
 
 def test_an_inconclusive_verdict_leaves_no_stale_ratio() -> None:

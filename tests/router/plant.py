@@ -39,9 +39,11 @@ from specguard.judge import (
     LoadMatch,
     LoadMatchState,
     LoopEvidence,
+    LoopSettings,
     Sample,
     Verdict,
     client_loop,
+    client_loop_over,
     judge,
     next_load_match,
 )
@@ -113,6 +115,15 @@ class Plant:
     rate: float = 16.0  # open loop: requests per second per serving pod
     rate_from: tuple[tuple[float, float], ...] = ()  # open loop: (from second, rate) after
     think_s: float = 0.0  # closed loop: mean think time (exponential) before the next request
+    # closed loop: > 0 draws the think time log-normal with median think_s and this log-σ
+    # instead (a benchmarking client's own dispatch delay: guidellm at 384 streams, a median
+    # of 0.42 s spread well past it)
+    think_sigma: float = 0.0
+    # open loop: at most this many of the clients' requests in flight (0: no cap); an
+    # arrival beyond it waits for a completion (a rate-capped client: its rate while the
+    # server keeps up, its cap when it does not)
+    cap: int = 0
+    loop: LoopSettings = field(default_factory=LoopSettings)  # with rule="auto"
     rule: LoadMatch | Literal["auto"] = "in_flight"
     start_rule: LoadMatch = "in_flight"  # with rule="auto"
     window_s: float = 10.0  # with rule="auto": how often the rule is reconsidered
@@ -203,7 +214,12 @@ def run(plant: Plant, *, seconds: float = 120.0, warmup: float = 30.0, seed: int
             heapq.heappush(pending, (at, order, -2))
             order += 1
     next_pair = 0
+    held: list[tuple[float, int, int]] = []  # capped open-loop arrivals waiting
     samples: list[Sample] = []
+
+    def clients_in_flight() -> int:
+        return sum(1 for p in serving for r in p.queue if r.client == -2)
+
     sent = {"serving": 0, "mirrored": 0}
     copies = dict.fromkeys(("selected", "sent", "defer", "waited", "flushed", "budget", "drain"), 0)
     waits: list[float] = []
@@ -292,12 +308,17 @@ def run(plant: Plant, *, seconds: float = 120.0, warmup: float = 30.0, seed: int
     rules: list[tuple[float, LoadMatch]] = [(0.0, rule)]
     evidence: list[LoopEvidence] = []
     next_window = plant.window_s
+    groups: tuple[tuple[float, tuple[Sample, ...]], ...] = ()  # windows' serving samples
+    judged_upto = 0
     in_flight = {"serving": 0.0, "shadow": 0.0}
     steps = 0
     for k in range(round(seconds / plant.dt) + 1):
         t = k * plant.dt
         while pending and pending[0][0] <= t:
-            at, _, client = heapq.heappop(pending)
+            at, seq, client = heapq.heappop(pending)
+            if client == -2 and plant.cap and clients_in_flight() >= plant.cap:
+                heapq.heappush(held, (at, seq, client))  # waits for a completion
+                continue
             send(client, at)
         for pod in (*serving, *shadow):
             for request in pod.step(plant.dt, plant.max_num_seqs):
@@ -308,17 +329,25 @@ def run(plant: Plant, *, seconds: float = 120.0, warmup: float = 30.0, seed: int
                 record(request, pod, t)
                 if request.client >= 0:
                     lag = rng.uniform(0.001, 0.006)
-                    if plant.think_s:
+                    if plant.think_s and plant.think_sigma:
+                        lag += plant.think_s * float(np.exp(rng.normal(0.0, plant.think_sigma)))
+                    elif plant.think_s:
                         lag += rng.exponential(plant.think_s)
                     heapq.heappush(pending, (t + lag, order, request.client))
                     order += 1
+                elif request.client == -2 and held:
+                    at, _, client = heapq.heappop(held)  # a capped arrival goes now
+                    send(client, t)
         for router in range(plant.routers):
             release(router, t)  # after the ends, and the proxy's timer
         if plant.rule == "auto" and t >= next_window:
-            recent = [s for s in samples if s.started_at + s.e2e_s >= t - 2 * plant.window_s]
-            found = client_loop(recent, start=max(t - 2 * plant.window_s, 0.0), end=t)
+            begin = t - plant.window_s
+            ended = tuple(s for s in samples[judged_upto:] if s.role == "serving")
+            judged_upto = len(samples)
+            groups = (*(g for g in groups if g[0] >= t - plant.loop.history_s), (begin, ended))
+            found = client_loop_over(groups, t, plant.loop)
             evidence.append(found)
-            state = next_load_match(state, found)
+            state = next_load_match(state, found, plant.loop)
             if state.rule != rules[-1][1]:
                 rules.append((t, state.rule))
                 for top in views:

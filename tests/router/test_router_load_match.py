@@ -14,6 +14,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from specguard.judge import Matching, paired_e2e_ratio
+from specguard.judge._matching import uncounted
+
 from .plant import BASELINE, DRAFTER, TOOL_DRAFTER, Engine, Plant, Run, run
 
 # Closed loop: 140 in flight per serving pod, past the crossover; the streams arrive over
@@ -171,31 +174,56 @@ def test_open_loop_with_in_flight_flips_the_verdict_with_the_serving_arm() -> No
 
 def test_the_clients_are_classified_from_the_serving_requests() -> None:
     """``judge.client_loop`` on the plant's serving samples: closed loops (high and low load)
-    and open loops (a fast and an overloaded drafter), whichever arm serves."""
-    for load, kind in ((HIGH, "closed"), (LOW, "closed"), (OPEN, "open")):
+    read closed whichever arm serves; the open loop reads open or unknown, never closed
+    (open needs follow-ups ruled out up to 0.5 s, which a minute of the baseline's ~9 s
+    requests does not resolve: the in-flight rule stays, docs/judge.md)."""
+    for load, kinds in ((HIGH, {"closed"}), (LOW, {"closed"}), (OPEN, {"open", "unknown"})):
         for result in both_ways(**load):
             found = result.evidence_over(60.0, 120.0)
-            assert found.kind == kind, (load, found.sentence())
+            assert found.kind in kinds, (load, found.sentence())
 
 
-def test_auto_lands_on_the_right_rule_and_the_verdict_agrees_both_ways() -> None:
-    """What the operator does, each 10 s window: classify the last two windows' serving
-    requests and change the rule after two windows of evidence. Started on the wrong rule,
-    each kind of client ends on its own, within three windows, and the verdict after it no
-    longer depends on which arm serves."""
-    for load, start, rule, outcome in (
-        (OPEN, "in_flight", "arrivals", "improved"),
-        (HIGH, "arrivals", "in_flight", "regressed"),
-    ):
-        drafter_serving, baseline_serving = both_ways(
-            rule="auto", start_rule=start, window_s=10.0, **load
-        )
-        for result in (drafter_serving, baseline_serving):
-            assert [r for _, r in result.rules] == [start, rule], (load, result.rules)
-            switched = result.rules[-1][0]
-            assert switched <= 40.0, (load, result.rules)
-            verdict = result.verdict(since=switched + 10.0)
-            assert verdict.outcome == outcome, (load, verdict.ratio, verdict.reasons)
+def counted(result: Run, since: float) -> str:
+    """The direction of the verdict over the samples started after ``since`` where it
+    counts (``judge._matching``): "D" the drafter faster, "B" the baseline, "." neither."""
+    verdict = result.verdict(since=since)
+    if verdict.outcome not in ("regressed", "improved"):
+        return "."
+    samples = [s for s in result.samples if s.started_at >= since]
+    serving = next(s.arm for s in samples if s.role == "serving")
+    ratio, pairs = paired_e2e_ratio(samples)
+    told = result.evidence[-1].kind
+    if uncounted(Matching(result.rule, told, ratio, pairs), verdict, serving) is not None:
+        return "."
+    return "B" if verdict.outcome == "regressed" else "D"
+
+
+def test_auto_lands_on_a_rule_whose_counted_verdict_agrees_both_ways() -> None:
+    """What the operator does, each 10 s window: classify the serving requests (two windows,
+    or two minutes) and change the rule after two windows of evidence. Started on arrivals,
+    the closed loop is back on in_flight within three windows, regressed both ways. Started
+    on in_flight, the open loop may stay there (its ~9 s requests with the baseline serving
+    are not resolved open): what counts then never points opposite ways with the serving
+    arm — the drafter serving, faster than a baseline shadow held at its in-flight (holds
+    for either kind); the baseline serving, a drafter shadow slower at the baseline's
+    in-flight (holds only for a closed loop) does not count."""
+    drafter_serving, baseline_serving = both_ways(
+        rule="auto", start_rule="arrivals", window_s=10.0, **HIGH
+    )
+    for result in (drafter_serving, baseline_serving):
+        assert [r for _, r in result.rules] == ["arrivals", "in_flight"], result.rules
+        switched = result.rules[-1][0]
+        assert switched <= 40.0, result.rules
+        verdict = result.verdict(since=switched + 10.0)
+        assert verdict.outcome == "regressed", (verdict.ratio, verdict.reasons)
+    seen = set()
+    for serving, shadow in ((DRAFTER, BASELINE), (BASELINE, DRAFTER)):
+        result = run(Plant(serving=serving, shadow=shadow, rule="auto", start_rule="in_flight",
+                           window_s=10.0, **OPEN), seconds=200.0)  # fmt: skip
+        # The windows judged by the rule in force at the end (the first rule's after 60 s).
+        switched = result.rules[-1][0]
+        seen.add(counted(result, switched + 10.0 if switched else 60.0))
+    assert seen <= {"D", "."} and seen != {"."}, seen
 
 
 def test_open_loop_a_shadow_past_its_peak_is_measured_again_from_empty() -> None:

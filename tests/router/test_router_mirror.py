@@ -169,14 +169,15 @@ async def test_the_shadow_holds_no_more_in_flight_than_a_serving_pod(
 async def test_a_queued_copy_goes_as_soon_as_the_shadow_has_room(
     upstream: UpstreamFactory, start_router: RouterFactory, h: type[Helpers]
 ) -> None:
-    """One closed-loop stream, a shadow five times as slow: the second request's copy finds
+    """One closed-loop stream, a shadow twenty times as slow: the second request's copy finds
     the first copy still running (the target is the one request in flight), waits, and is
     sent the moment the first ends, while the stream goes on; nothing is dropped, and every
-    copy's pair id is on its serving half (the second one's ended while its copy waited)."""
-    serve, shadow = await upstream(gap_s=0.01), await upstream(gap_s=0.05)
+    copy's pair id is on its serving half (the second one's ended while its copy waited).
+    (Twenty times, and half a second for "the moment": margins a busy 2-core machine keeps.)"""
+    serve, shadow = await upstream(gap_s=0.01), await upstream(gap_s=0.2)
     rt = await start_router(h.topology([serve.url], [shadow.url], share=1.0))
     body = {**CHAT, "stream": True, "max_tokens": 10}
-    status, _, _ = await post(rt.url + "/v1/chat/completions", body)  # ~0.1 s, copy ~0.5 s
+    status, _, _ = await post(rt.url + "/v1/chat/completions", body)  # ~0.1 s, copy ~2 s
     status, _, _ = await post(rt.url + "/v1/chat/completions", body)
     assert status == 200 and rt.router.shadow_in_flight == 1 and rt.router.topology.queued == 1
     while rt.router.topology.queued:  # the stream goes on (nothing in flight: no target)
@@ -196,7 +197,7 @@ async def test_a_queued_copy_goes_as_soon_as_the_shadow_has_room(
     samples = rt.router.feed.read(None, 100).samples
     copies = sorted((s for s in samples if s.role == "shadow"), key=lambda s: s.started_at)
     first, second = copies[:2]
-    assert second.started_at - (first.started_at + first.e2e_s) < 0.1  # sent as room appeared
+    assert second.started_at - (first.started_at + first.e2e_s) < 0.5  # sent as room appeared
     serving_ids = {s.pair_id for s in samples if s.role == "serving"}
     assert {s.pair_id for s in copies} <= serving_ids
 

@@ -116,9 +116,13 @@ async def test_a_half_alone_is_held_then_judged_alone_and_its_copy_counted_once(
     async with RouterFeedSource([router.url], pair_hold_s=30) as source:
         first = await source.collect(T0, T0 + 10)
         assert first.state == "empty" and source.held == 3  # whole's serving half, cut, lost
+        # What the clients' classification reads: every serving request that ended in the
+        # window, held or not.
+        assert [s.pair_id for s in first.served] == ["whole", "lost"]
         router.add(sample(1.01, 12, role="shadow", pair="whole"))  # ends at 13.01
         second = await source.collect(T0 + 10, T0 + 20)
         assert pairs_in(second.samples) == {"whole"} and len(second.samples) == 2
+        assert second.served == ()  # whole's serving half ended in the first window
         assert source.held == 2
         third = await source.collect(T0 + 20, T0 + 30)
         assert third.state == "empty" and source.held == 2  # 26-28 s after they ended: held

@@ -243,6 +243,17 @@ class ClientsStatus(WireModel):
         json_schema_extra={"format": "date-time"},
         description="When the load match in force was set (RFC 3339).",
     )
+    unknown_windows: int = Field(
+        default=0,
+        ge=0,
+        description="Judged windows in a row whose clients told neither way; from 3 on the "
+        "load match in force is stale (an arrivals rule then falls back to in_flight).",
+    )
+    stale: bool = Field(
+        default=False,
+        description="The load match in force was kept through 3 or more windows in a row that "
+        "told neither way: the clients it was chosen for may be gone.",
+    )
 
 
 class ArmFigures(WireModel):

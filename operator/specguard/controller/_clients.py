@@ -3,12 +3,16 @@
 The routers load the shadow as the other arm would be loaded had it served these clients
 (docs/judge.md, closed or open clients): ``in_flight`` for closed-loop clients, ``arrivals``
 for open-loop ones. With ``spec.evaluation.loadMatch: auto`` (the default) the operator
-classifies each judged window's serving requests together with the window before
-(``judge.client_loop``) and changes the rule after two windows ask for the other one with
-none asking for the rule in force between them (``judge.next_load_match``; a window that
-tells neither way leaves the count as it is); the rule is ``status.arms.loadMatch`` (the
-routers read it every 2 s) and the finding ``status.clients``. A fixed ``in_flight`` or
-``arrivals`` in the spec is used as it is; the finding is still reported.
+classifies each judged window's serving requests together with the window before, and with
+the last two minutes' when those two tell neither way (``judge.client_loop_over``), and changes
+the rule after two windows ask for the other one with none asking for the rule in force
+between them (``judge.next_load_match``; a window that tells neither way leaves the count as
+it is). Three windows in a row that tell neither way make the rule stale: it is said in
+``status.clients`` (``stale``, ``unknownWindows``), and a stale ``arrivals`` falls back to
+``in_flight`` (whose shadow-is-faster verdicts hold for either kind of client). The rule is
+``status.arms.loadMatch`` (the routers read it every 2 s) and the finding ``status.clients``.
+A fixed ``in_flight`` or ``arrivals`` in the spec is used as it is; the finding is still
+reported.
 
 The loop judges each window with the rule that was in force while it ran
 (:func:`rule_in_force`), leaving out the requests that started before the routers can have
@@ -75,12 +79,27 @@ def load_match_after(
     fixed = spec.evaluation.load_match != "auto"
     rule, clients = rule_in_force(spec, prev), prev.clients
     if evidence is not None:
-        streak = prev.clients.streak if prev.clients is not None and not fixed else 0
-        state = next_load_match(LoadMatchState(rule, streak), evidence, SETTINGS)
+        before = prev.clients if prev.clients is not None else ClientsStatus(loop="unknown")
+        streak = 0 if fixed else before.streak
+        state = next_load_match(
+            LoadMatchState(rule, streak, before.unknown_windows), evidence, SETTINGS
+        )
         message = evidence.sentence()
+        stale = state.stale(SETTINGS) and not fixed
         if fixed:
             message += f"; the load match is fixed to {rule} by spec.evaluation.loadMatch"
         else:
+            if stale and state.rule != rule:
+                message += (
+                    f"; {rule} was kept through {state.unknown} windows that told neither way "
+                    f"and is stale: back to {state.rule}, whose shadow-is-faster verdicts hold "
+                    "for either kind of client"
+                )
+            elif stale:
+                message += (
+                    f"; {rule} was kept through {state.unknown} windows that told neither way "
+                    "and is stale"
+                )
             rule = state.rule
             if state.streak:
                 other = next(m for m in LOAD_MATCHES if m != rule)
@@ -89,7 +108,9 @@ def load_match_after(
             loop=evidence.kind,
             message=message[:1024],
             streak=0 if fixed else state.streak,
-            since=prev.clients.since if prev.clients is not None else None,
+            since=before.since,
+            unknown_windows=state.unknown,
+            stale=stale,
         )
     if rule == routers:
         return LoadMatchAfter(rule, clients)

@@ -88,15 +88,20 @@ from specguard.judge import (
     LadderState,
     Level,
     LoopEvidence,
+    Matching,
     PolicySettings,
     PolicyState,
     RoutingState,
     Sample,
+    Served,
     Startup,
     ToolCallPairs,
     Verdict,
     after_mode_change,
     flaps,
+    paired_e2e_ratio,
+    served_figures,
+    shadow_in_flight,
     split_replicas,
     step,
 )
@@ -255,6 +260,32 @@ def policy_state(status: Status) -> tuple[PolicyState, str | None]:
         return PolicyState(mode=fallback), f"status.policy.{exc}"
 
 
+def matching(obs: Observation) -> Matching | None:
+    """How the window's shadow was loaded and what its clients were told to be (None
+    without mirrored per-request samples, or while routes by domain have both arms serve:
+    every verdict then counts)."""
+    window, status = obs.window, obs.status
+    if window is None or not any(s.pair_id is not None for s in window.samples):
+        return None
+    if status.arms and status.arms.routes:
+        return None
+    ratio, pairs = paired_e2e_ratio(window.samples)
+    clients = window.clients.kind if window.clients is not None else "unknown"
+    halves = None if window.start is None else shadow_in_flight(window.samples, window.start,
+                                                                 obs.now)  # fmt: skip
+    return Matching(rule_in_force(obs.spec, obs.status), clients, ratio, pairs, halves)
+
+
+def served(obs: Observation) -> Served | None:
+    """What the serving arm gave the clients over the window (None between windows, while
+    routes by domain have both arms serve, or with too few serving requests)."""
+    window, status = obs.window, obs.status
+    if window is None or window.start is None or (status.arms and status.arms.routes):
+        return None
+    return served_figures(window.samples, status.mode or current_target(status), window.start,
+                          obs.now)  # fmt: skip
+
+
 def gather(obs: Observation, verdict: Verdict | None = None) -> Evidence:
     """The judge's evidence for this tick (``verdict``: the one the policy judges, when it
     is not the window's own: with a routing split, the traffic the serving arm keeps)."""
@@ -272,6 +303,8 @@ def gather(obs: Observation, verdict: Verdict | None = None) -> Evidence:
         spans=None
         if window is None
         else window_spans(window, obs.disturbed, float(obs.spec.evaluation.window)),
+        matching=matching(obs),
+        served=served(obs),
     )
 
 

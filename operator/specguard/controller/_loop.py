@@ -39,6 +39,7 @@ from specguard.api import (
     parse_resource,
 )
 from specguard.api import constants as c
+from specguard.controller._clients import SETTINGS as CLIENTS
 from specguard.controller._clients import SETTLE_S, rule_in_force, settled_after
 from specguard.controller._decide import (
     Disturbance,
@@ -66,7 +67,7 @@ from specguard.judge import (
     LoadMatch,
     LoopEvidence,
     Sample,
-    client_loop,
+    client_loop_over,
 )
 from specguard.render import render_all, vllm_args
 from specguard.sources import (
@@ -197,10 +198,9 @@ class _Resource:
     load_read_at: float | None = None  # the last look between window ends (overload)
     load_last: Readings | None = None  # the pods' readings at that look, in this window
     _rendered: tuple[_RenderKey, list[dict[str, Any]]] | None = None
-    # The serving requests of the last judged window and its start: the clients are
-    # classified over two windows (_clients.py).
-    previous: tuple[Sample, ...] = ()
-    previous_start: float | None = None
+    # (start, serving requests) of the last judged windows, oldest first, as far back as
+    # the clients' classification looks (judge.client_loop_over: two windows, or a minute).
+    previous: tuple[tuple[float, tuple[Sample, ...]], ...] = ()
     # The configured drafter's mirrored pairs per in-flight band, across windows (the
     # ladder's schedule evidence; only with the schedule rung). Operator memory: a new
     # operator starts from status.ladder.levels and new pairs.
@@ -409,7 +409,7 @@ class ResourceLoop:
         if not judging(spec, prev, created, now, rolled_out):
             resource.window_start, resource.readings_at_start = None, None
             resource.load_read_at, resource.load_last = None, None
-            resource.previous, resource.previous_start = (), None
+            resource.previous = ()
             return None
         pods = vllm_urls(self.name, observed.pods, spec.runtime.port)
         if resource.window_start is None:
@@ -500,16 +500,17 @@ class ResourceLoop:
     def _clients(
         resource: _Resource, window: WindowSamples, start: float, now: float
     ) -> LoopEvidence | None:
-        """The clients behind this window's serving requests and the last window's (None
-        for sources without per-request samples)."""
-        if window.source != "router" or window.state != "ok":
-            resource.previous, resource.previous_start = (), None
+        """The clients behind this window's serving requests and the windows' before it
+        (``judge.client_loop_over``; None for sources without per-request samples)."""
+        # By when they ended, held halves of pairs too (WindowSamples.served).
+        serving = window.served or tuple(s for s in window.samples if s.role == "serving")
+        if window.source != "router" or window.state == "down" or not serving:
+            resource.previous = ()  # an idle window tells nothing, and changes no status
             return None
-        serving = tuple(s for s in window.samples if s.role == "serving")
-        since = resource.previous_start if resource.previous_start is not None else start
-        found = client_loop((*resource.previous, *serving), start=since, end=now)
-        resource.previous, resource.previous_start = serving, start
-        return found
+        horizon = now - CLIENTS.history_s
+        windows = (*(w for w in resource.previous if w[0] >= horizon), (start, serving))
+        resource.previous = windows
+        return client_loop_over(windows, now, CLIENTS)
 
     @staticmethod
     def _levels(

@@ -14,7 +14,11 @@
   changes go back and forth on the same traffic (``same_traffic``);
 - ``settings``: ``PolicySettings``, and the judge's settings as command-line flags;
 - ``clients``: one window's serving requests → closed-loop or open-loop clients, and so the
-  load-match rule (``client_loop``, ``next_load_match``).
+  load-match rule (``client_loop``, ``client_loop_over``, ``next_load_match``);
+- ``matching``: which windows count toward a change, whatever the clients' kind
+  (``Matching``, ``paired_e2e_ratio``);
+- ``served``: what each arm gave the clients when it served, per load (``Served``,
+  ``served_figures``), which holds a change a shadow's verdict alone would make.
 - ``schedule``: where a drafter stops paying and the per-batch-size schedule that follows
   (shared by ``specguard evaluate`` and the ladder);
 - ``ladder``: the drafter configuration ladder's steps and the schedule's evidence;
@@ -36,6 +40,7 @@ from specguard.judge._clients import (
     LoopEvidence,
     LoopSettings,
     client_loop,
+    client_loop_over,
     next_load_match,
 )
 from specguard.judge._cumulative import Cumulative, CumulativeSettings, evidence_summary
@@ -72,6 +77,7 @@ from specguard.judge._ladder import (
     settle,
     shadow_window,
 )
+from specguard.judge._matching import Matching, paired_e2e_ratio, shadow_in_flight
 from specguard.judge._policy import (
     MAX_TRANSITIONS_KEPT,
     Action,
@@ -111,6 +117,7 @@ from specguard.judge._schedule import (
     schedule_limit,
     schedule_ranges,
 )
+from specguard.judge._served import Served, served_figures
 from specguard.judge._settings import (
     PolicySettings,
     add_judge_flags,
@@ -159,6 +166,7 @@ __all__ = [
     "LoopEvidence",
     "LoopSettings",
     "Loss",
+    "Matching",
     "Measurement",
     "PolicySettings",
     "PolicyState",
@@ -167,6 +175,7 @@ __all__ = [
     "Rung",
     "Sample",
     "SampleError",
+    "Served",
     "Startup",
     "ToolCall",
     "ToolCallPairs",
@@ -179,6 +188,7 @@ __all__ = [
     "binomial_tail",
     "change_mode",
     "client_loop",
+    "client_loop_over",
     "climb_back",
     "crossing",
     "derive_schedule",
@@ -194,6 +204,7 @@ __all__ = [
     "merge_levels",
     "next_load_match",
     "overload_excess",
+    "paired_e2e_ratio",
     "parse_lines",
     "read_lines",
     "route_window",
@@ -202,8 +213,10 @@ __all__ = [
     "same_traffic",
     "schedule_limit",
     "schedule_ranges",
+    "served_figures",
     "served_load",
     "settle",
+    "shadow_in_flight",
     "shadow_window",
     "split_replicas",
     "startup_guardrail",

@@ -41,33 +41,52 @@ N·R/(R+Z)), so it counts as open. Then:
 
 - ``closed``: at some lag, the lower confidence bound of ``follow_up`` is at least
   ``threshold`` (½): at least half the completions are followed by a request within that lag.
-- ``open``: at some lag of at least ``min_open_lag_s`` (50 ms, or half the median request
-  time when that is shorter), the bounds lie within ±``threshold``, and at no lag is the
+- ``open``: at some lag of at least ``min_open_lag_s`` (0.5 s, or half the median request
+  time when that is shorter), the upper bound lies below ``threshold``, and at no lag is the
   upper bound below −``threshold``/2: an open loop gives 0 at every lag; clearly below it,
   completions were noted after the next arrivals (a starved router noting ends late), which
   says nothing about the clients.
   ``follow_up`` only grows with the lag for a closed loop, so this rules out clients that
-  answer within that lag; the widest such lag is reported.
+  answer within that lag; the widest such lag is reported. The lag is long on purpose:
+  a benchmarking client's own dispatch delay (guidellm at 384 streams: a median of 0.42 s)
+  reads as "no follow-up within 128 ms", and a closed loop read open is judged by the wrong
+  counterfactual in the direction that flips the verdict with the serving arm, where one
+  read ``unknown`` keeps the in-flight rule, which does not (docs/judge.md). At a lag ``h``
+  over a span ``T`` the statistic's standard error is about √(2h/T) whatever the rate (a
+  difference of two counts of independent arrivals), so resolving 0.5 s within the bound
+  takes one to two minutes of arrivals: the history's.
 - ``unknown`` otherwise (too few requests, or too noisy to tell): keep the rule in force.
 
-Known limits: a closed loop whose clients wait longer than the largest resolved lag (shown in
-``sentence``) reads as open; strictly periodic arrivals against constant request times can
-alias (a constant-rate client whose period divides the latency); mixed populations read as
-closed when at least half the completions are answered by a follow-up.
+Known limits: a closed loop whose clients wait longer than half a second (or half their
+request time) before their next request reads as open: they keep their arrival rate more than
+their in-flight count when the latency changes; open loops of long requests at high rates
+read unknown (at a 0.5 s lag the statistic's noise grows with the completions' bunching);
+strictly periodic arrivals against constant request times can alias (a constant-rate client
+whose period divides the latency); mixed populations read as closed when at least half the
+completions are answered by a follow-up.
+
+**History.** Lags are resolved only up to about a 32nd of the span the arrivals cover (8
+blocks of 4 lags each): two 10 s windows resolve ~0.6 s. A client whose own dispatch delay is
+longer (guidellm at 384 streams: a median of 0.42 s, spread well past it) reads ``unknown``
+there. :func:`client_loop_over` therefore looks at the last two windows first and, when they
+tell neither way, at every window of the last ``history_s`` seconds (120 s: lags to ~4 s).
 
 ``LoadMatchState``/``next_load_match`` add hysteresis: the rule changes after ``windows``
 windows of evidence for the other one with none for the rule in force between them
 (``unknown`` neither counts nor resets: at a few requests per second windows that tell
 neither way come between ones that read open, and resetting there kept the regret bench's
 open-loop clients on the in-flight rule past its first 60 s in 5 of 40 replays, 1 of 40
-now — docs/judge.md).
+now — docs/judge.md). A rule kept through ``stale_windows`` windows in a row that told
+neither way is **stale**: the clients it was chosen for may be gone. A stale ``arrivals``
+falls back to ``in_flight``, the rule whose shadow-is-faster verdicts hold for either kind of
+client (docs/judge.md, "Which verdicts count"); a stale ``in_flight`` stays and is reported.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -90,12 +109,14 @@ class LoopSettings:
     threshold: float = 0.5  # follow-ups per completion that make a closed loop
     z: float = 3.0  # one-sided normal quantile of each lag's bound (before the t correction)
     first_lag_s: float = 0.002
-    min_open_lag_s: float = 0.05  # "open" must be resolved at least up to this lag
+    min_open_lag_s: float = 0.5  # "open" must be resolved at least up to this lag
     min_requests: int = 50  # per lag, arrivals whose both sides were observed
     min_blocks: int = 8
     max_blocks: int = 20
     trim: float = 0.05  # share of blocks left out at each end (see _follow_ups)
     windows: int = 2  # windows of evidence (unknown ones skipped) to change the rule
+    stale_windows: int = 3  # windows in a row that told neither way make the rule stale
+    history_s: float = 120.0  # how far client_loop_over looks back when two windows cannot
 
     def __post_init__(self) -> None:
         checks = (
@@ -107,6 +128,8 @@ class LoopSettings:
             ("min_blocks", 2 <= self.min_blocks <= self.max_blocks),
             ("trim", 0.0 <= self.trim < 0.25),
             ("windows", self.windows >= 1),
+            ("stale_windows", self.stale_windows >= 1),
+            ("history_s", self.history_s > 0.0),
         )
         for name, ok in checks:
             value = getattr(self, name)
@@ -135,7 +158,10 @@ class FollowUps:
 
 @dataclass(frozen=True, slots=True)
 class LoopEvidence:
-    """What one window's serving requests say about the clients (see the module doc)."""
+    """What one window's serving requests say about the clients (see the module doc).
+
+    ``span_s``: the seconds the arrivals looked at cover (the longest lag they resolve is
+    about a 32nd of it); ``settings``: the test's parameters (the sentences quote them)."""
 
     kind: ClientLoop
     requests: int  # serving requests with a start and a duration
@@ -143,13 +169,24 @@ class LoopEvidence:
     lags: tuple[FollowUps, ...]  # every lag with enough requests, shortest first
     deciding: FollowUps | None  # the lag the kind rests on
     threshold: float
+    span_s: float = 0.0
+    settings: LoopSettings = field(default_factory=LoopSettings)
 
     @property
     def rule(self) -> LoadMatch | None:
         """The load-match rule this evidence asks for (None: unknown)."""
         return RULE_FOR[self.kind]
 
+    @property
+    def disordered(self) -> FollowUps | None:
+        """The lag at which completions were clearly noted after the arrivals that follow
+        them (upper bound below −threshold/2): out-of-order timestamps, which rule out no
+        kind of client but keep ``open`` from being read."""
+        low = [f for f in self.lags if f.high < -self.threshold / 2]
+        return min(low, key=lambda f: f.high) if low else None
+
     def sentence(self) -> str:
+        """The finding in words, naming the lag that decided it or what kept it undecided."""
         d = self.deciding
         if self.kind == "closed" and d is not None:
             return (
@@ -164,13 +201,39 @@ class LoopEvidence:
                 f"{d.high:.2f}; {d.requests} requests), so the shadow gets a serving "
                 "pod's arrivals"
             )
+        cfg = self.settings
+        if self.requests < cfg.min_requests:
+            return (
+                f"clients not classified: {self.requests} serving requests, and a lag needs "
+                f"{cfg.min_requests}"
+            )
         if not self.lags:
-            return f"clients not classified: too few requests ({self.requests})"
-        widest = self.lags[0]
-        return (
-            "clients not classified: follow-ups per completion "
-            f"{widest.follow_up:+.2f} ± {widest.bound:.2f} within {_lag(widest.lag_s)} "
-            f"({widest.requests} requests) decide neither way"
+            return (
+                f"clients not classified: no lag could be evaluated ({self.requests} requests "
+                f"over {self.span_s:.0f} s; a lag needs {cfg.min_blocks} blocks of at least "
+                f"4 lags and 5 requests each, so {_lag(self.span_s / (4 * cfg.min_blocks))} "
+                f"at most, and the first is {_lag(cfg.first_lag_s)})"
+            )
+        best = max(self.lags, key=lambda f: f.low)
+        text = (
+            f"clients not classified: at most {best.follow_up:+.2f} ± {best.bound:.2f} "
+            f"requests per completion follow within {_lag(best.lag_s)} beyond chance "
+            f"({best.requests} requests; closed needs at least {self.threshold:.2f}), over "
+            f"lags {_lag(self.lags[0].lag_s)}–{_lag(self.lags[-1].lag_s)}"
+        )
+        disordered = self.disordered
+        if disordered is not None:
+            return text + (
+                f"; not open either: at {_lag(disordered.lag_s)} completions were noted after "
+                f"the arrivals that follow them ({disordered.follow_up:+.2f} per completion, "
+                "at most "
+                f"{disordered.high:+.2f}), timestamps out of order that say nothing about the "
+                "clients"
+            )
+        enough = min(cfg.min_open_lag_s, (self.median_request_s or 0.0) / 2)
+        return text + (
+            f"; open needs a lag of at least {_lag(enough)} with an upper bound below "
+            f"{self.threshold:.2f}"
         )
 
 
@@ -199,9 +262,9 @@ def client_loop(
             arrivals_l.append(s.started_at)
             durations_l.append(max(s.e2e_s, 0.0))
     n = len(arrivals_l)
-    empty = LoopEvidence("unknown", n, None, (), None, cfg.threshold)
     if n < cfg.min_requests:
-        return empty
+        span = max(arrivals_l) - min(arrivals_l) if arrivals_l else 0.0
+        return LoopEvidence("unknown", n, None, (), None, cfg.threshold, span, cfg)
     arrivals = np.asarray(arrivals_l, dtype=np.float64)
     durations = np.asarray(durations_l, dtype=np.float64)
     order = np.argsort(arrivals, kind="stable")
@@ -210,6 +273,7 @@ def client_loop(
     lo = float(completions[0]) if start is None else start
     hi = float(completions[-1]) if end is None else end
     median_s = float(np.median(durations))
+    span = float(arrivals[-1] - arrivals[0])
     lags: list[FollowUps] = []
     lag = cfg.first_lag_s
     largest = max(median_s, cfg.first_lag_s)
@@ -223,18 +287,18 @@ def client_loop(
     closed = [f for f in lags if f.low >= cfg.threshold]
     if closed:
         best = max(closed, key=lambda f: f.low)
-        return LoopEvidence("closed", n, median_s, tuple(lags), best, cfg.threshold)
+        return LoopEvidence("closed", n, median_s, tuple(lags), best, cfg.threshold, span, cfg)
     # follow_up only grows with the lag for a closed loop: below the threshold at one lag
     # rules out clients that answer within it. The widest such lag says the most. Clearly
     # below zero at any lag is no open loop either (arrivals that ignore completions give 0
     # at every lag): timestamps that put completions after the next arrivals — a starved
     # router noting ends late — say nothing about the clients.
     enough = min(cfg.min_open_lag_s, largest / 2)
-    ruled_out = [f for f in lags if f.high < cfg.threshold and f.low > -cfg.threshold
-                 and f.lag_s >= enough]  # fmt: skip
+    ruled_out = [f for f in lags if f.high < cfg.threshold and f.lag_s >= enough]
     if ruled_out and all(f.high >= -cfg.threshold / 2 for f in lags):
-        return LoopEvidence("open", n, median_s, tuple(lags), ruled_out[-1], cfg.threshold)
-    return LoopEvidence("unknown", n, median_s, tuple(lags), None, cfg.threshold)
+        return LoopEvidence("open", n, median_s, tuple(lags), ruled_out[-1], cfg.threshold,
+                            span, cfg)  # fmt: skip
+    return LoopEvidence("unknown", n, median_s, tuple(lags), None, cfg.threshold, span, cfg)
 
 
 def _follow_ups(
@@ -277,12 +341,50 @@ def _follow_ups(
     return FollowUps(lag, float(kept.mean()), se, t * se, len(a))
 
 
+def client_loop_over(
+    windows: Sequence[tuple[float, Sequence[Sample]]],
+    end: float,
+    settings: LoopSettings | None = None,
+) -> LoopEvidence:
+    """The clients behind the last windows' serving requests (module doc, "History").
+
+    ``windows``: (start, the samples of the requests that completed in it) per window, oldest
+    first, each window ending where the next starts and the last at ``end``. The last two
+    windows are looked at first; when they tell neither way, every window that started within
+    ``settings.history_s`` of ``end`` (at least the last two)."""
+    cfg = settings or LoopSettings()
+    if not windows:
+        return client_loop((), start=end, end=end, settings=cfg)
+    recent = windows[-2:]
+    found = client_loop(
+        [s for _, group in recent for s in group], start=recent[0][0], end=end, settings=cfg
+    )
+    older = [w for w in windows[:-2] if w[0] >= end - cfg.history_s]
+    if found.kind != "unknown" or not older:
+        return found
+    wider = [*older, *recent]
+    longer = client_loop(
+        [s for _, group in wider for s in group], start=wider[0][0], end=end, settings=cfg
+    )
+    # The longer look speaks when it tells; else the one that resolved more lags says why.
+    if longer.kind != "unknown" or len(longer.lags) > len(found.lags):
+        return longer
+    return found
+
+
 @dataclass(frozen=True, slots=True)
 class LoadMatchState:
-    """The load-match rule in force and the windows of evidence for the other one so far."""
+    """The load-match rule in force, the windows of evidence for the other one so far, and
+    the windows in a row that told neither way (``unknown``; from ``stale_windows`` on, the
+    rule is stale)."""
 
     rule: LoadMatch = "in_flight"
     streak: int = 0
+    unknown: int = 0
+
+    def stale(self, settings: LoopSettings | None = None) -> bool:
+        """Was the rule kept through ``stale_windows`` windows that told neither way?"""
+        return self.unknown >= (settings or LoopSettings()).stale_windows
 
 
 def next_load_match(
@@ -290,16 +392,20 @@ def next_load_match(
 ) -> LoadMatchState:
     """The rule after one more window: it changes after ``settings.windows`` windows asking
     for the other rule; evidence for the rule in force resets the count, ``unknown`` leaves
-    it as it is."""
+    it as it is and counts toward staleness. A stale ``arrivals`` falls back to
+    ``in_flight`` (module doc)."""
     cfg = settings or LoopSettings()
     wanted = evidence.rule
     if wanted is None:
-        return state
+        unknown = state.unknown + 1
+        if state.rule == "arrivals" and unknown >= cfg.stale_windows:
+            return LoadMatchState("in_flight", 0, unknown)
+        return LoadMatchState(state.rule, state.streak, unknown)
     if wanted == state.rule:
-        return LoadMatchState(state.rule, 0)
+        return LoadMatchState(state.rule, 0, 0)
     if state.streak + 1 >= cfg.windows:
-        return LoadMatchState(wanted, 0)
-    return LoadMatchState(state.rule, state.streak + 1)
+        return LoadMatchState(wanted, 0, 0)
+    return LoadMatchState(state.rule, state.streak + 1, 0)
 
 
 __all__ = [
@@ -311,5 +417,6 @@ __all__ = [
     "LoopEvidence",
     "LoopSettings",
     "client_loop",
+    "client_loop_over",
     "next_load_match",
 ]

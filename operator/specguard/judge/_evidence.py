@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from specguard._arms import ARM_BASELINE, ARM_SPECULATIVE, Arm, LoadMatch
+from specguard.judge._matching import Matching
+from specguard.judge._served import Served
 from specguard.judge._toolcalls import ToolCallPairs
 from specguard.judge._verdict import Verdict
 
@@ -104,7 +106,12 @@ class Evidence:
       command: re-promote from baseline, or clear a flap stop;
     - ``spans``: what the window spans that keeps it out of the evidence ("a swap", "an
       operator restart", "a change in the pods (...)"), or None: such a window is judged and
-      shown but counts toward no change (it breaks a streak; the cumulative evidence holds).
+      shown but counts toward no change (it breaks a streak; the cumulative evidence holds);
+    - ``matching``: how the window's shadow was loaded and what its clients were told to be
+      (``judge._matching``: which verdicts count toward a change); None without mirrored
+      per-request samples (every verdict counts);
+    - ``served``: what the serving arm gave the clients over the window (``judge._served``:
+      remembered per load, and holding a change toward an arm the clients fared worse with).
     """
 
     verdict: Verdict | None = None
@@ -116,6 +123,8 @@ class Evidence:
     pin: Arm | None = None
     retry: str | None = None
     spans: str | None = None
+    matching: Matching | None = None
+    served: Served | None = None
 
 
 __all__ = ["ArmErrors", "ArmLoad", "DraftCounters", "Evidence", "Startup"]

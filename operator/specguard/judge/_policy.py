@@ -34,6 +34,15 @@ Rules (defaults in ``PolicySettings``):
   on the shadow's pairs), nor while its engines fall behind arrivals the baseline keeps up
   with (the overload guardrail's test, the drafter as the shadow). With
   ``repromote="manual"`` the policy only notifies that it would.
+- Which windows count (``judge._matching``): a window's verdict counts only where its
+  direction does not depend on the clients' kind (under ``in_flight`` copies: clients told
+  closed, or a shadow whose end-to-end times agree with its per-token verdict and, when it
+  is the drafter, faster; under ``arrivals`` copies: clients told open by the window).
+  Otherwise it brings no evidence either way, and the hold says why.
+- What the clients got (``judge._served``): the serving arm's figures of every counted
+  window are remembered per load (``PolicyState.served``); a statistical change toward an
+  arm whose own record at a comparable load shows the clients were slower with it than they
+  are now (or its engines fell behind there) is held, and the hold says why.
 - Flaps (``judge._flaps``): each automatic change is kept with the traffic its window was
   judged on; one decided on the same traffic as the change before it continues a run of
   changes back and forth, one decided on other traffic starts a new run. When a run holds
@@ -67,6 +76,8 @@ from specguard.judge._guardrails import (
     overload_excess,
     tool_call_excess,
 )
+from specguard.judge._matching import uncounted
+from specguard.judge._served import Served, contradiction, fell_behind, remember
 from specguard.judge._settings import PolicySettings
 from specguard.judge._verdict import Verdict
 
@@ -91,7 +102,8 @@ class PolicyState:
     same traffic, ``judge._flaps``); ``flap_traffic``: the traffic the last automatic change
     was decided on (None: unknown); ``halted``: automatic changes stopped after flaps;
     ``held``: the changes the windows asked for since then, not made; ``retry_seen``: the
-    retry value already acted on."""
+    retry value already acted on; ``served``: what each arm gave the clients when it
+    served, per load (``judge._served``)."""
 
     mode: Arm = ARM_SPECULATIVE
     streak: int = 0
@@ -102,6 +114,7 @@ class PolicyState:
     retry_seen: str | None = None
     flap_traffic: Traffic | None = None
     held: int = 0
+    served: tuple[Served, ...] = ()
 
     @property
     def direction(self) -> Direction:
@@ -131,6 +144,8 @@ class PolicyState:
             if ratio is not None:
                 evidence.update(ratio=round(ratio, 6), weight=round(c.weight, 1))
             out["evidence"] = evidence
+        if self.served:
+            out["served"] = [record.to_wire() for record in self.served]
         return out
 
     @classmethod
@@ -158,6 +173,13 @@ class PolicyState:
             values["retry_seen"] = _text("retrySeen", data["retrySeen"])
         if data.get("evidence") is not None:
             values.update(_evidence(data["evidence"], mode))
+        if data.get("served") is not None:
+            served = data["served"]
+            if not isinstance(served, list):
+                raise ValueError(f"served: expected a list, got {served!r}")
+            values["served"] = tuple(
+                Served.from_wire(record, f"served[{i}]") for i, record in enumerate(served)
+            )
         elif data.get("streak") is not None:  # before the evidence object
             agreeing = "regressed" if mode == ARM_SPECULATIVE else "improved"
             streak = _count("streak", data["streak"])
@@ -325,12 +347,17 @@ def _judged(
     state: PolicyState, settings: PolicySettings, now: float, evidence: Evidence
 ) -> tuple[PolicyState, Decision]:
     trip = first_trip(evidence, settings, now) if state.mode == ARM_SPECULATIVE else None
+    verdict = evidence.verdict
+    figures = evidence.served
+    if verdict is not None and evidence.spans is None and figures and figures.arm == state.mode:
+        state = replace(state, served=remember(state.served, figures, now))
     if settings.policy == "off":
         return state, _hold(state, "policy off", settings, now, trip=trip)
     if trip is not None:
+        if trip.guardrail == "overload":
+            state = replace(state, served=fell_behind(state.served, ARM_SPECULATIVE))
         return _act(state, settings, now, ARM_BASELINE, f"guardrail: {trip.message}", trip=trip,
                     traffic=traffic_of(evidence.verdict))  # fmt: skip
-    verdict = evidence.verdict
     if verdict is None:
         return state, _hold(state, "no window ended", settings, now)
     if evidence.spans is not None:
@@ -342,8 +369,40 @@ def _judged(
         kept = _no_evidence(state, settings)
         return kept, _hold(kept, f"inconclusive, holding {state.mode}: {why}", settings, now)
     if state.mode == ARM_SPECULATIVE:
-        return _while_speculative(state, settings, now, verdict)
+        return _while_speculative(state, settings, now, evidence, verdict)
     return _while_baseline(state, settings, now, evidence, verdict)
+
+
+def _not_counted(
+    state: PolicyState, settings: PolicySettings, now: float, evidence: Evidence, verdict: Verdict
+) -> tuple[PolicyState, Decision] | None:
+    """The hold for a window whose verdict does not count either way (``judge._matching``),
+    or None when it counts."""
+    why = uncounted(evidence.matching, verdict, state.mode)
+    if why is None:
+        return None
+    kept = _no_evidence(state, settings)
+    ratio = "" if verdict.ratio is None else f" {verdict.ratio:.3f}"
+    reason = f"{verdict.outcome}{ratio}, not counted: {why}; holding {state.mode}"
+    return kept, _hold(kept, reason, settings, now)
+
+
+def _contradicted(
+    state: PolicyState, now: float, evidence: Evidence, verdict: Verdict, to: Arm
+) -> str | None:
+    """Why what the clients got from ``to`` holds a statistical change toward it."""
+    if evidence.served is None or evidence.served.arm != state.mode:
+        return None
+    return contradiction(state.served, evidence.served, to, verdict.tolerance, now)
+
+
+def _held(
+    state: PolicyState, settings: PolicySettings, now: float, reason: str, why: str
+) -> tuple[PolicyState, Decision]:
+    """A statistical change the served history holds: the evidence stays (the change comes
+    once the record is old or the load moves on), the reason says what held it."""
+    verb = "roll back" if state.mode == ARM_SPECULATIVE else "re-promote"
+    return state, _hold(state, f"would {verb} ({reason}), held: {why}", settings, now)
 
 
 def _act(
@@ -432,19 +491,33 @@ def _progress(state: PolicyState, settings: PolicySettings, need: int, agreeing:
 
 
 def _while_speculative(
-    state: PolicyState, settings: PolicySettings, now: float, verdict: Verdict
+    state: PolicyState,
+    settings: PolicySettings,
+    now: float,
+    evidence: Evidence,
+    verdict: Verdict,
 ) -> tuple[PolicyState, Decision]:
+    skipped = _not_counted(state, settings, now, evidence, verdict)
+    if skipped is not None:
+        return skipped
     counted = _weighed(state, settings, verdict, "regressed")
     need = settings.consecutive_windows
     sentence = verdict.sentence()
+    loss = counted.cumulative
+    cumulative: Cumulative | None = None
     if counted.streak >= need:
         reason = f"regressed {counted.streak} windows in a row: {sentence}"
-        return _act(counted, settings, now, ARM_BASELINE, reason, traffic=traffic_of(verdict))
-    evidence = counted.cumulative
-    if reached(evidence, "loss", settings.cumulative):
-        summary = evidence_summary(evidence, "loss", settings.cumulative)
+    elif reached(loss, "loss", settings.cumulative):
+        cumulative = loss
+        summary = evidence_summary(loss, "loss", settings.cumulative)
         reason = f"sustained loss: {summary}; last window {sentence}"
-        return _act(counted, settings, now, ARM_BASELINE, reason, cumulative=evidence,
+    else:
+        reason = ""
+    if reason:
+        why = _contradicted(counted, now, evidence, verdict, ARM_BASELINE)
+        if why is not None:
+            return _held(counted, settings, now, reason, why)
+        return _act(counted, settings, now, ARM_BASELINE, reason, cumulative=cumulative,
                     traffic=traffic_of(verdict))  # fmt: skip
     progress = _progress(counted, settings, need, "regressed")
     head = f"{verdict.outcome}: keeping the drafter"
@@ -480,6 +553,9 @@ def _while_baseline(
     if errors:
         cleared = _cleared(state)
         return cleared, _hold(cleared, f"{verdict.outcome}, but {errors}", settings, now)
+    skipped = _not_counted(state, settings, now, evidence, verdict)
+    if skipped is not None:
+        return skipped
     counted = _weighed(state, settings, verdict, "improved")
     need = settings.windows_to_repromote
     sentence = verdict.sentence()
@@ -496,6 +572,9 @@ def _while_baseline(
         head = f"{verdict.outcome}: staying without the drafter"
         reason = f"{head} ({progress}): {sentence}" if progress else f"{head}: {sentence}"
         return counted, _hold(counted, reason, settings, now)
+    why = _contradicted(counted, now, evidence, verdict, ARM_SPECULATIVE)
+    if why is not None:
+        return _held(counted, settings, now, reason, why)
     if settings.repromote == "manual":
         return _cleared(counted), Decision(
             "notify",

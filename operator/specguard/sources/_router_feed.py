@@ -403,10 +403,18 @@ class RouterFeedSource:
             notes += (f"{out.fates['outside']} sample(s) that ended {where} were not judged",)
         if problem is not None:
             return WindowSamples("router", start, end, "down", problem, notes=notes)
+        # Every serving request that ended in the window, held halves of pairs too.
+        served = tuple(sorted(
+            (s for s in (*chosen, *self._pending.values())
+             if s.role == "serving" and start <= _ended(s) < end),
+            key=lambda s: s.started_at,
+        ))  # fmt: skip
         if not samples:
             problem = f"no request ended in the window ({routers} router(s) read)"
-            return WindowSamples("router", start, end, "empty", problem, notes=notes)
-        return WindowSamples("router", start, end, "ok", samples=samples, notes=notes)
+            return WindowSamples("router", start, end, "empty", problem, notes=notes,
+                                 served=served)  # fmt: skip
+        return WindowSamples("router", start, end, "ok", samples=samples, notes=notes,
+                             served=served)  # fmt: skip
 
     def _release(self, end: float, out: _Out) -> None:
         """Give out what is due by ``end``: single samples by their end, pairs whole by

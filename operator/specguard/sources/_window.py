@@ -64,6 +64,9 @@ class WindowSamples:
 
     ``samples`` holds the router feed's per-request samples (empty for histogram sources);
     ``histograms`` the Prometheus or scrape evidence (None for the router feed).
+    ``served`` holds every serving request that ended in the window, whether ``samples``
+    holds it now or a later window will (a mirrored pair goes whole to the window its later
+    half ended in): what the clients' classification reads, by when requests ended.
     """
 
     source: SourceKind
@@ -74,6 +77,7 @@ class WindowSamples:
     samples: tuple[Sample, ...] = ()
     histograms: ArmHistograms | None = None
     notes: tuple[str, ...] = ()
+    served: tuple[Sample, ...] = ()
 
     @property
     def degraded(self) -> bool:
