@@ -45,14 +45,11 @@ pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.realvllm]
 
 WINDOW_S = 30.0
 # One window of evidence acts (consecutiveWindows: 1; a re-promotion then needs 2 improved
-# windows in a row), and the shadow gets a serving pod's arrivals (loadMatch: arrivals),
-# although these clients are closed loops. Why, found by running it (docs/simulator.md): with
-# the in-flight rule and three streams per router, the routers dropped 30-45% of the copies to
-# a baseline shadow only a little faster than the drafter, so most loss windows were
-# inconclusive ("the lighter baseline arm was underfed") or moved to equal in-flight by a slope
-# two shared cores make noisy (0.54-1.17 where the servers alone measure 1.4-2.2x): the
-# rollback took 2.4-12.5 windows (four runs). By arrivals every request is copied, the arms
-# ran at 5-6 and 4-6 in flight, and the rollback took 1.0-2.2 windows (four runs).
+# windows in a row), and the load match is left at auto: these closed-loop streams read
+# closed, and the routers' copies wait for room instead of being dropped (docs/router.md),
+# so the shadow runs at the serving pod's in-flight count. Before the copy queue the
+# in-flight rule left the baseline shadow underfed (30-45% of copies dropped at three
+# streams per router) and this scenario pinned loadMatch: arrivals (docs/simulator.md).
 LOSS_WINDOWS, WIN_WINDOWS = 14, 12
 # What the drafter's loss on sampled text may be rolled back on: the latency judge, or the
 # drafter arm's own spec-decode counters (a mean acceptance length of 1.000: every draft
@@ -88,8 +85,7 @@ def body(real: RealVllm, ns: str) -> dict[str, Any]:
             "runtime": {"tensorParallelSize": 1, "shutdownTimeout": "10s"},
             "evaluation": {"window": f"{WINDOW_S:.0f}s", "minRequestsPerArm": 10,
                            "minOutputTokens": 16, "consecutiveWindows": 1,
-                           "confidence": 0.95, "windowsPerFalseAlarm": 100,
-                           "loadMatch": "arrivals"},
+                           "confidence": 0.95, "windowsPerFalseAlarm": 100},
             "rollback": {"cooldown": "20s", "startupDeadline": "6m"},
         },
     }  # fmt: skip
