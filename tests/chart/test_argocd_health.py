@@ -122,6 +122,13 @@ def test_a_swap_is_its_own_condition_and_ready_stays_true() -> None:
         (condition(c.CONDITION_ROLLED_BACK, "True", "DrafterStartupFailed",
                    "drafter pods not ready within 10m"),
          "Rolled back to no drafter: drafter pods not ready within 10m"),
+        (condition(c.CONDITION_HALTED, "True", "FlapLimit",
+                   "automatic changes stopped after 3 changes back and forth on the same "
+                   "traffic within 24h; `kubectl specguard retry qwen` resumes them"),
+         "Halted: automatic changes stopped after 3 changes back and forth on the same "
+         "traffic within 24h; `kubectl specguard retry qwen` resumes them"),
+        (condition(c.CONDITION_HALTED, "False", "Allowed", "automatic changes allowed"),
+         None),
         (condition(c.CONDITION_JUDGE_DEGRADED, "True", "SourceUnavailable"),
          "Judge degraded: SourceUnavailable"),
         (condition(c.CONDITION_SPEC_VALID, "False", "InvalidSpec",
@@ -129,8 +136,12 @@ def test_a_swap_is_its_own_condition_and_ready_stays_true() -> None:
          "Invalid spec: spec.replicas: must be at least 1"),
     ],
 )  # fmt: skip
-def test_degraded(new: Condition, expected: str) -> None:
-    assert health(resource(replace_condition(healthy_status(), new))) == ("Degraded", expected)
+def test_degraded(new: Condition, expected: str | None) -> None:
+    found = health(resource(replace_condition(healthy_status(), new)))
+    if expected is None:  # the condition False: nothing degraded
+        assert found == ("Healthy", "4/4 speculative pods ready")
+    else:
+        assert found == ("Degraded", expected)
 
 
 def test_an_idle_window_is_healthy_not_degraded() -> None:

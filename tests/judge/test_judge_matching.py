@@ -258,6 +258,26 @@ def test_a_contradiction_names_what_clients_got() -> None:
     assert contradiction(history, now, "speculative", 0.03, SERVED_MEMORY_S + 1) is None
 
 
+def test_a_drafter_record_speaks_only_for_the_configuration_it_measured() -> None:
+    """The configured rung served and lost; the ladder's adaptive rung is not held by what
+    the configured one gave the clients (nor is a drafter edited since), and records of two
+    configurations are kept apart."""
+    lost = replace(served("speculative", 123.5, at=0.0), config="configured/abc")
+    now = replace(served("baseline", 92.1, at=180.0), config="configured/abc")
+    assert contradiction((lost,), now, "speculative", 0.03, 180.0) is not None
+    for other in ("adaptive/abc", "configured/def"):
+        assert contradiction((lost,), replace(now, config=other), "speculative", 0.03,
+                             180.0) is None  # fmt: skip
+    adaptive = replace(served("speculative", 80.0, at=60.0), config="adaptive/abc")
+    assert [r.config for r in remember((lost,), adaptive, 60.0)] == [
+        "configured/abc", "adaptive/abc"
+    ]
+    # The baseline's record holds a rollback whatever the drafter's configuration.
+    base = replace(served("baseline", 80.0, at=0.0), config="configured/abc")
+    spec_now = replace(served("speculative", 60.0, at=180.0), config="adaptive/abc")
+    assert contradiction((base,), spec_now, "baseline", 0.03, 180.0) is not None
+
+
 def test_the_flip_is_held_by_what_the_clients_got() -> None:
     """The drafter served 384 streams at 123.5 ms per token and was rolled back; the baseline
     gives 92 ms. Shadow verdicts that count say the drafter would be faster: the re-promotion

@@ -30,7 +30,10 @@ from specguard.testing import router_process
 
 from .conftest import Helpers, RouterFactory, UpstreamFactory
 
-SECONDS = 25
+# Long enough for each kind to be told: a closed loop answers within a few milliseconds; an
+# open one is resolved only up to half the median request time (here ~0.13 s), whose
+# statistic's standard error is about sqrt(2 h / T) (docs/judge.md): a minute of arrivals.
+SECONDS = {"closed": 25, "open": 60}
 
 
 @pytest.fixture(scope="module")
@@ -63,19 +66,20 @@ def test_the_demo_clients_are_told_apart_through_the_router(
         subprocess.run(
             [sys.executable, "-c", "import sys; from specguard.demo._load import main; "
              "raise SystemExit(main(sys.argv[1:]))", "--router", url, "--schedule",
-             f"{schedule}:{SECONDS}", "--replicas", "1", "--start", f"{start:.3f}", "--out",
+             f"{schedule}:{SECONDS[kind]}", "--replicas", "1", "--start", f"{start:.3f}", "--out",
              str(out), "--model", "m", "--max-tokens", "48"],
-            check=True, timeout=SECONDS + 60,
+            check=True, timeout=SECONDS[kind] + 60,
         )  # fmt: skip
         end = time.time()
         samples = samples_of(url)
     found = client_loop(samples, start=start, end=end)
-    assert found.kind == kind, (schedule, found.sentence(), found.lags)
+    assert found.kind == kind, (schedule, found.sentence(), found.median_request_s,
+                                [(f.lag_s, round(f.follow_up, 3), round(f.bound, 3)) for f in found.lags])
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     assert all(line["status"] == 200 for line in lines)
     if kind == "open":
-        # Arrivals at 20/s whatever the answers: 500 expected, Poisson ±22.
-        assert 400 <= len(lines) <= 600, len(lines)
+        # Arrivals at 20/s whatever the answers: 1200 expected, Poisson ±35.
+        assert 1000 <= len(lines) <= 1400, len(lines)
 
 
 async def test_a_sample_ends_when_its_last_bytes_went_to_the_client(

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import statistics
 import time
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
+from specguard.judge import Arm, LoadMatch
 from specguard.router import Pod, Topology
 from specguard.router._proxy import RouterConfig
 
@@ -289,3 +291,102 @@ def test_a_queued_copy_is_dropped_after_its_wait() -> None:
     copy, dropped = top.take_copy(2.5)
     assert copy is None and [(p.payload, reason) for p, reason in dropped] == [("first", "waited")]
     assert top.queued == 0
+
+
+async def _closed_loop(url: str, streams: int, seconds: float, body: dict[str, Any]) -> int:
+    """``streams`` closed-loop clients for ``seconds``; how many requests failed."""
+    failed = 0
+    deadline = time.monotonic() + seconds
+
+    async def stream() -> None:
+        nonlocal failed
+        while time.monotonic() < deadline:
+            status, _, _ = await post(url + "/v1/chat/completions", body)
+            failed += status != 200
+
+    await asyncio.gather(*(stream() for _ in range(streams)))
+    return failed
+
+
+async def test_a_faster_shadow_is_held_at_the_serving_in_flight_by_ballast(
+    upstream: UpstreamFactory, start_router: RouterFactory, h: type[Helpers]
+) -> None:
+    """Eight closed-loop streams on one serving pod, a shadow ten times as fast: with every
+    request copied it would hold under one request in flight, and be judged at a lighter
+    load than the clients give the serving pod. Ballast (replays of recent requests, never
+    samples) holds it, time-averaged, within two of the serving pod's count; every copy is a
+    real pair, and only real copies are samples."""
+    serve, shadow = await upstream(gap_s=0.03), await upstream(gap_s=0.003)
+    rt = await start_router(h.topology([serve.url], [shadow.url], share=1.0))
+    body = {**CHAT, "stream": True, "max_tokens": 10}
+    top = rt.router.topology
+    arms: tuple[Arm, Arm] = ("speculative", "baseline")
+    held: dict[Arm, list[int]] = {arm: [] for arm in arms}
+
+    async def watch() -> None:
+        while True:
+            await asyncio.sleep(0.01)
+            for arm in arms:
+                held[arm].append(sum(pod.in_flight for pod in top.pods[arm]))
+
+    watcher = asyncio.create_task(watch())
+    assert await _closed_loop(rt.url, 8, 4.0, body) == 0
+    watcher.cancel()
+    await h.wait_for(lambda: rt.router.shadow_in_flight == 0, timeout=10.0)
+    serving_mean = statistics.mean(held["speculative"])
+    shadow_mean = statistics.mean(held["baseline"])
+    samples = rt.router.feed.read(None, 10_000).samples
+    serving = [s for s in samples if s.role == "serving"]
+    copies = [s for s in samples if s.role == "shadow"]
+    # Every shadow sample is the copy of a serving request: ballast is never a sample.
+    assert copies and all(s.pair_id is not None for s in copies)
+    assert {s.pair_id for s in copies} <= {s.pair_id for s in serving}
+    # Time-averaged over the run: the shadow holds the serving pod's count less the slot
+    # left for real copies (without ballast: about 1.4 against 7.8).
+    assert serving_mean >= 5, serving_mean
+    assert serving_mean - 2 <= shadow_mean <= serving_mean + 0.5, (shadow_mean, serving_mean)
+    async with aiohttp.ClientSession() as s, s.get(rt.url + "/metrics") as r:
+        metrics = await r.text()
+    assert _counter(metrics, "specguard_router_mirror_ballast_total") > len(copies)
+    assert _counter(metrics, 'specguard_router_mirrored_total{arm="baseline"}') == len(copies)
+
+
+def _timed(top: Topology, arm: str, took: float) -> None:
+    pod = top.pods[arm][0]  # type: ignore[index]
+    top.begin(pod, 0.0)
+    top.end(pod, 0.0, took)
+
+
+def test_ballast_only_where_real_copies_cannot_hold_the_shadow() -> None:
+    """Ballast is due only under the in-flight rule, with the share's ceiling at 1, nothing
+    queued, a shadow faster than real copies can feed, and room for two below the target."""
+    from specguard.router import Endpoint
+
+    def made(share: float = 1.0, shadow_took: float = 0.1, serving: int = 6,
+             load_match: LoadMatch = "in_flight") -> Topology:  # fmt: skip
+        top = Topology()
+        top.set_roles("speculative", share, load_match=load_match)
+        top.set_endpoints([Endpoint("s0", "s0", "speculative"), Endpoint("b0", "b0", "baseline")])
+        _timed(top, "speculative", 1.0)
+        _timed(top, "baseline", shadow_took)
+        for _ in range(serving):
+            top.begin(top.pods["speculative"][0], 0.0)
+        return top
+
+    assert made().ballast_due(0.0)
+    assert not made(shadow_took=1.5).ballast_due(0.0)  # slower: real copies hold it
+    assert not made(share=0.5).ballast_due(0.0)  # the operator's cost ceiling
+    assert not made(load_match="arrivals").ballast_due(0.0)  # open loop: arrivals, not in-flight
+    assert not made(serving=1).ballast_due(0.0)  # no room for two below the target
+    top = made()
+    for _ in range(4):
+        top.begin(top.pods["baseline"][0], 0.0)
+    assert top.ballast_due(0.0)  # 4 held of 6: one more leaves a slot for the next real copy
+    top.begin(top.pods["baseline"][0], 0.0)
+    assert not top.ballast_due(0.0)  # 5 of 6
+    top = made()
+    top.enqueue(object(), "speculative", 0.0)
+    assert not top.ballast_due(0.0)  # a real copy waits: it goes first
+    top = made()
+    top.set_roles("speculative", 1.0, swapping=True)
+    assert not top.ballast_due(0.0)

@@ -8,9 +8,10 @@
 --   Progressing  no status yet, a new generation not acted on, a swap between the arms
 --                (condition Swapping True; clients are served, Ready stays True), or pods
 --                still starting
---   Degraded     rolled back (the drafter is off because it made latency worse, or never
---                became ready), the judge cannot judge (JudgeDegraded: its sample source
---                fails), or an invalid spec
+--   Degraded     halted (the flap limit stopped automatic changes: condition Halted True,
+--                whose message says how to resume), rolled back (the drafter is off because
+--                it made latency worse, or never became ready), the judge cannot judge
+--                (JudgeDegraded: its sample source fails), or an invalid spec
 --
 -- A window without traffic (JudgeDegraded with reason NoSamples) is not Degraded: an idle
 -- deployment is healthy; the message says that nothing was judged.
@@ -76,6 +77,13 @@ if swapping then
   else
     hs.message = "Swapping the arms: " .. tostring(obj.status.mode) .. " -> " .. tostring(target)
   end
+  return hs
+end
+
+local halted = condition("Halted")
+if halted ~= nil and halted.status == "True" then
+  hs.status = "Degraded"
+  hs.message = "Halted: " .. say(halted, "FlapLimit")
   return hs
 end
 

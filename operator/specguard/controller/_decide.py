@@ -37,6 +37,7 @@ message → :func:`_conditions_after` / :func:`_events`.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
@@ -283,7 +284,16 @@ def served(obs: Observation) -> Served | None:
     if window is None or window.start is None or (status.arms and status.arms.routes):
         return None
     return served_figures(window.samples, status.mode or current_target(status), window.start,
-                          obs.now)  # fmt: skip
+                          obs.now, drafter_config(obs))  # fmt: skip
+
+
+def drafter_config(obs: Observation) -> str:
+    """The drafter configuration in force, as ``Served.config`` names it: the ladder's rung
+    and a digest of ``spec.drafter`` (a record of another rung, or of the drafter before an
+    edit, does not speak for this one)."""
+    rung = obs.status.ladder.rung.name if obs.status.ladder is not None else "configured"
+    drafter = obs.spec.drafter.model_dump_json()
+    return f"{rung}/{hashlib.sha256(drafter.encode()).hexdigest()[:10]}"
 
 
 def gather(obs: Observation, verdict: Verdict | None = None) -> Evidence:

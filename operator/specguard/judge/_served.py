@@ -62,7 +62,9 @@ class Served:
     per serving pod, ``in_flight`` the median requests in flight per serving pod at their
     start, ``tpot_s`` their median per-token latency, ``requests`` how many it rests on,
     ``domains`` each request domain's share; ``fell_behind``: the arm's engines fell behind
-    these arrivals while it served (the overload guardrail rolled it back)."""
+    these arrivals while it served (the overload guardrail rolled it back); ``config``: the
+    drafter configuration in force (``spec.drafter`` and the ladder's rung, as the controller
+    names it): a record of the drafter arm speaks only for the configuration it measured."""
 
     arm: Arm
     at: float
@@ -73,6 +75,7 @@ class Served:
     domains: tuple[tuple[str, float], ...] = ()
     windows: int = 1
     fell_behind: bool = False
+    config: str = ""
 
     def to_wire(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -87,6 +90,8 @@ class Served:
         }
         if self.fell_behind:
             out["fellBehind"] = True
+        if self.config:
+            out["config"] = self.config
         return out
 
     @classmethod
@@ -106,6 +111,9 @@ class Served:
         fell = data.get("fellBehind", False)
         if not isinstance(fell, bool):
             raise ValueError(f"{key}.fellBehind: expected true or false, got {fell!r}")
+        config = data.get("config", "")
+        if not isinstance(config, str):
+            raise ValueError(f"{key}.config: expected a string, got {config!r}")
         return cls(
             arm=ARM_SPECULATIVE if arm == ARM_SPECULATIVE else "baseline",
             at=at,
@@ -118,6 +126,7 @@ class Served:
             ),
             windows=max(1, int(_positive(f"{key}.windows", data.get("windows", 1)))),
             fell_behind=fell,
+            config=config,
         )
 
     def describe(self, now: float) -> str:
@@ -148,11 +157,12 @@ def _ago(seconds: float) -> str:
 
 
 def served_figures(
-    samples: Iterable[Sample], arm: Arm, start: float, end: float
+    samples: Iterable[Sample], arm: Arm, start: float, end: float, config: str = ""
 ) -> Served | None:
     """What the clients got from ``arm`` serving over the window ``[start, end)``: its
     serving-role samples (ok, with a per-token latency and at least ``MIN_TOKENS`` output
-    tokens), or None with fewer than ``MIN_SERVED_REQUESTS`` of them."""
+    tokens), or None with fewer than ``MIN_SERVED_REQUESTS`` of them. ``config``: the drafter
+    configuration in force (``Served.config``)."""
     served = [
         s
         for s in samples
@@ -179,6 +189,7 @@ def served_figures(
         tpot_s=float(np.median([s.tpot_s or 0.0 for s in served])),
         requests=len(served),
         domains=tuple(sorted((d, n / len(served)) for d, n in counts.items())),
+        config=config,
     )
 
 
@@ -205,7 +216,8 @@ def remember(history: Sequence[Served], window: Served, now: float) -> tuple[Ser
     ``MAX_SERVED`` dropped."""
     kept = [r for r in history if now - r.at <= SERVED_MEMORY_S]
     last = kept[-1] if kept else None
-    if last is not None and last.arm == window.arm and comparable(last, window):
+    same = last is not None and (last.arm, last.config) == (window.arm, window.config)
+    if last is not None and same and comparable(last, window):
         n, m = last.requests, window.requests
         total = n + m
 
@@ -241,9 +253,13 @@ def contradiction(
     history: Sequence[Served], now_served: Served, toward: Arm, tolerance: float, now: float
 ) -> str | None:
     """Why a change toward ``toward`` is held by what the clients got from it (module doc),
-    or None. ``now_served``: what the arm serving now gives them this window."""
+    or None. ``now_served``: what the arm serving now gives them this window (its ``config``
+    is the drafter configuration in force now: a drafter record made under another one, a
+    rung lost since or an edited ``spec.drafter``, does not speak for this one)."""
     for record in reversed(history):
         if record.arm != toward or now - record.at > SERVED_MEMORY_S:
+            continue
+        if toward == ARM_SPECULATIVE and record.config != now_served.config:
             continue
         if not comparable(record, now_served):
             continue

@@ -91,6 +91,13 @@ class RouterMetrics:
             "as the shadow's target already waited (in-flight rule): no copy was made.",
             registry=self.registry,
         )
+        self.mirror_ballast = Counter(
+            "specguard_router_mirror_ballast",
+            "Ballast copies: replays of a recent request sent to a shadow faster than the "
+            "clients feed it, to hold it at the serving pods' in-flight count (in-flight "
+            "rule); never measured.",
+            registry=self.registry,
+        )
         self.mirror_dropped = Counter(
             "specguard_router_mirror_dropped",
             "Copies decided but never sent: waited (queued past --shadow-queue-wait), "

@@ -231,6 +231,37 @@ class Topology:
             return 0.0
         return min(self.mirror_share, len(shadow) / len(serving))
 
+    def ballast_due(self, now: float) -> bool:
+        """Under ``"in_flight"``: should the shadow get a *ballast* copy now — a replay of a
+        recent request, measured by no one — to hold it at its target?
+
+        A shadow faster than the serving arm completes copies faster than the clients send
+        requests: with every request copied (``copy_share`` at the ``mirror_share`` ceiling
+        of 1) it still holds fewer in flight than the serving pods, and it would be judged
+        at a lighter load than the clients' closed loop would give it (a drafter that wins
+        at 24 in flight and loses at 40 read as faster). Ballast fills that room, leaving
+        one slot for the next real copy, and only then: while nothing is queued (real
+        copies go first), the ceiling lets every request be copied (a smaller ``mirror_share``
+        is an operator's cost limit, which ballast would defeat), no swap runs, no routes
+        split the arms, this router's fractional target is at least 2 and the shadow has not
+        held more than the target on average (its deficit: a burst of serving requests that
+        ended must not leave it overfilled by ballast sent at the peak). Ballast is never
+        a sample: the judge compares the real copies, now made at the serving pods'
+        in-flight count."""
+        if self.load_match != "in_flight" or self.swapping or self.routes or self._queue:
+            return False
+        if self.mirror_share < 1.0:
+            return False
+        serving, shadow = self.pods[self.serving_arm], self.pods[self.shadow_arm]
+        wanted = self._wanted(self.serving_arm)
+        if wanted is None or not serving or not shadow:
+            return False
+        served, copied = self._took[self.serving_arm], self._took[self.shadow_arm]
+        if served is None or not copied or len(shadow) / len(serving) * served / copied < 1.0:
+            return False  # real copies can hold it: the share is below its ceiling
+        self._advance(now)
+        return _held(shadow) + 2 <= wanted + 1e-9 and self._deficit[self.shadow_arm] >= 0.0
+
     def budget_full(self) -> None:
         """This router's copies hit its budget (the proxy's ``shadow_max_in_flight``). By
         arrivals, that shadow cannot keep up with a serving pod's arrivals: copying stops

@@ -28,8 +28,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import time
 import uuid
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -51,6 +53,10 @@ from specguard.toolcalls import ToolCallCheck
 log = logging.getLogger("specguard.router")
 
 DOMAIN_HEADER = "X-Specguard-Domain"
+# Requests kept for ballast to replay (in turn), one taken at most every REPLAY_EVERY_S:
+# recent enough to be this traffic, each a serialized body (bounded by --max-body-bytes).
+BALLAST_RECENT = 4
+REPLAY_EVERY_S = 0.25
 # RFC 9110 7.6.1 hop-by-hop fields, plus the ones aiohttp recomputes for the new message.
 HOP_BY_HOP = frozenset(
     {
@@ -105,6 +111,10 @@ class Router:
         self._shadow: aiohttp.ClientSession | None = None
         self._shadow_tasks: set[asyncio.Task[None]] = set()
         self._timer: asyncio.TimerHandle | None = None
+        # Recent requests as shadow bodies: what a ballast copy replays (Topology.ballast_due).
+        self._recent: deque[_Replay] = deque(maxlen=BALLAST_RECENT)
+        self._replayed_at = -math.inf
+        self._ballast_turn = 0
         self._closing = False
         topology.queue_limit = self.config.shadow_queue
         topology.queue_wait_s = self.config.shadow_queue_wait_s
@@ -477,7 +487,9 @@ class Router:
             headers=_downstream_headers(upstream),
         )
 
-    def _record(self, measured: Measured, of: _SampleOf, status: int) -> None:
+    def _record(self, measured: Measured, of: _SampleOf | None, status: int) -> None:
+        if of is None:  # ballast: never a sample
+            return
         sample = to_sample(
             measured,
             arm=of.arm,
@@ -522,6 +534,13 @@ class Router:
             self.metrics.mirror_dropped.labels(decision).inc()
             return None
         copy = _Copy(_Pair(uuid.uuid4().hex), served, parsed, path, headers, domain)
+        ballast_may_be_due = top.load_match == "in_flight" and top.mirror_share >= 1.0
+        if served == top.serving_arm and ballast_may_be_due and now - self._replayed_at >= (
+            REPLAY_EVERY_S
+        ):
+            body = json.dumps(_shadow_body(parsed)).encode()
+            self._recent.append(_Replay(served, body, path, headers))
+            self._replayed_at = now
         if decision == "queue":
             top.enqueue(copy, served, now)
             self.metrics.mirror_queued.inc()
@@ -530,18 +549,24 @@ class Router:
             return copy.pair
         return copy.pair if self._send(copy) else None
 
-    def _send(self, copy: _Copy) -> bool:
+    def _send(self, copy: _Copy | _Replay) -> bool:
         """Start the copy's shadow task (fire and forget); False when it was dropped (the
-        copy budget is full, or no pod of its arm is ready)."""
+        copy budget is full, or no pod of its arm is ready). ``ballast``: a replay that only
+        holds the shadow's in-flight count (``Topology.ballast_due``): no sample, no pair."""
         top = self.topology
+        ballast = isinstance(copy, _Replay)
         arm = other_arm(copy.served_by)
         if self.shadow_in_flight >= self.config.shadow_max_in_flight:
+            if isinstance(copy, _Replay):
+                return False
             self.metrics.mirror_dropped.labels("budget").inc()
             top.budget_full()
             copy.pair.dropped = True
             return False
         pod = top.pick(arm)
         if pod is None:
+            if isinstance(copy, _Replay):
+                return False
             self.metrics.mirror_dropped.labels("no_pod").inc()
             copy.pair.dropped = True
             return False
@@ -551,7 +576,7 @@ class Router:
         top.begin(pod, begun)
         gauge = self.metrics.in_flight.labels(pod.arm, "shadow")
         gauge.inc()
-        sample_of = _SampleOf(
+        sample_of = None if isinstance(copy, _Replay) else _SampleOf(
             pod.arm, "shadow", pod.name, copy.domain, pod.in_flight, copy.pair, time.time()
         )
         flight = _Flight(pod, begun)
@@ -566,7 +591,7 @@ class Router:
             gauge.dec()
 
         task.add_done_callback(done)
-        self.metrics.mirrored.labels(arm).inc()
+        (self.metrics.mirror_ballast if ballast else self.metrics.mirrored.labels(arm)).inc()
         return True
 
     def _land(self, flight: _Flight, took: float | None) -> None:
@@ -584,21 +609,25 @@ class Router:
         count the ones dropped on the way, and wake up again when time alone may open room
         or end a copy's wait."""
         top = self.topology
-        if not top.queued:
-            return
-        now = time.perf_counter()
-        while True:
-            copy, dropped = top.take_copy(now)
-            for pending, reason in dropped:
-                assert isinstance(pending.payload, _Copy)
-                pending.payload.pair.dropped = True
-                self.metrics.mirror_dropped.labels(reason).inc()
-            if copy is None:
+        if top.queued:
+            now = time.perf_counter()
+            while True:
+                copy, dropped = top.take_copy(now)
+                for pending, reason in dropped:
+                    assert isinstance(pending.payload, _Copy)
+                    pending.payload.pair.dropped = True
+                    self.metrics.mirror_dropped.labels(reason).inc()
+                if copy is None:
+                    break
+                assert isinstance(copy.payload, _Copy)
+                self._send(copy.payload)
+            self.metrics.mirror_queue.set(top.queued)
+            self._schedule(now)
+        # Real copies first; then ballast while a faster shadow has room they cannot fill.
+        while self._recent and top.ballast_due(time.perf_counter()):
+            self._ballast_turn += 1
+            if not self._send(self._recent[self._ballast_turn % len(self._recent)]):
                 break
-            assert isinstance(copy.payload, _Copy)
-            self._send(copy.payload)
-        self.metrics.mirror_queue.set(top.queued)
-        self._schedule(now)
 
     def _schedule(self, now: float) -> None:
         """(Re)arm the one timer that calls ``_release`` at ``Topology.next_check``."""
@@ -611,19 +640,25 @@ class Router:
             delay = max(when - now, 0.0) + 0.001
             self._timer = asyncio.get_running_loop().call_later(delay, self._release)
 
-    async def _shadow_request(self, copy: _Copy, flight: _Flight, *, of: _SampleOf) -> None:
-        """One shadow copy (``of``: the sample it becomes; the pod's in-flight count was
-        raised by ``_send`` and is lowered when the request ends, however it ends)."""
+    async def _shadow_request(
+        self, copy: _Copy | _Replay, flight: _Flight, *, of: _SampleOf | None
+    ) -> None:
+        """One shadow copy (``of``: the sample it becomes, None for ballast; the pod's
+        in-flight count was raised by ``_send`` and is lowered when the request ends, however
+        it ends)."""
         assert self._shadow is not None
         pod = flight.pod
         started = time.perf_counter()
         # Counted from _send, at the pod only from now: the time-average takes the gap back.
         self.topology.arrived(pod, flight.begun, started)
         took: float | None = None
-        sample_of = replace(of, wall=time.time())
+        sample_of = None if of is None else replace(of, wall=time.time())
         outcome = "upstream_error"
-        body = json.dumps(_shadow_body(copy.parsed)).encode()
-        tools = ToolCallCheck.for_request(copy.parsed)
+        if isinstance(copy, _Replay):
+            body, tools = copy.body, None
+        else:
+            body = json.dumps(_shadow_body(copy.parsed)).encode()
+            tools = ToolCallCheck.for_request(copy.parsed)
         path, headers = copy.path, copy.headers
         # The bytes are all the copy needs: do not keep the prompt twice until it ends.
         del copy
@@ -701,6 +736,16 @@ class _Copy:
     path: str
     headers: CIMultiDict[str]
     domain: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Replay:
+    """A recent request as the shadow gets it, kept for ballast (``Topology.ballast_due``)."""
+
+    served_by: Arm
+    body: bytes
+    path: str
+    headers: CIMultiDict[str]
 
 
 class _Outcome:
