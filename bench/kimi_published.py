@@ -1,7 +1,7 @@
 """The kimi-k3-published simulator profile against the table it is calibrated to.
 
     .venv/bin/python bench/kimi_published.py          # the table, ~2 s
-    .venv/bin/python bench/kimi_published.py --fit    # re-derive the fitted parameters, ~1 min
+    .venv/bin/python bench/kimi_published.py --fit    # re-derive the fitted parameters, ~2 min
 
 Published (AMD-AGI/Infera PR #74: Kimi-K3 + DSpark on vLLM, MI355X TP8, 1024 input / 128
 output tokens): output tokens/s with DSpark / without, per benchmark concurrency. Measured:
@@ -23,8 +23,14 @@ import sys
 import time
 from dataclasses import replace
 
-from specguard.sim._profiles import KIMI_K3, KIMI_K3_PUBLISHED, PUBLISHED_KIMI_K3, CostModel
-from specguard.sim._profiles import Profile, scaled, with_held_cost
+from specguard.sim._profiles import (
+    KIMI_K3,
+    KIMI_K3_PUBLISHED,
+    PUBLISHED_KIMI_K3,
+    CostModel,
+    Profile,
+    scaled,
+)
 from specguard.sim._specconfig import SpecConfig, parse_spec_config
 from specguard.sim._virtual import speedup
 
@@ -115,11 +121,13 @@ def fit() -> int:
     base, _ = speedup(fitted, dspark(fitted), concurrency=4, prompt_tokens=PROMPT,
                       output_tokens=OUTPUT)  # fmt: skip
     scale = base.output_throughput / PUBLISHED_KIMI_K3.baseline_c4
-    print(f"fit in {time.monotonic() - started:.0f}s: per_seq_ms={best[0]:.4f} "
-          f"draft_knee_tokens={best[1]:.2f} draft_overload_ms={best[2]:.4f} "
-          f"(squared log error {min(scores):.5f})")
+    print(
+        f"fit in {time.monotonic() - started:.0f}s: per_seq_ms={best[0]:.4f} "
+        f"draft_knee_tokens={best[1]:.2f} draft_overload_ms={best[2]:.4f} "
+        f"(squared log error {min(scores):.5f})"
+    )
     print(f"time scale to no-spec c=4 = {PUBLISHED_KIMI_K3.baseline_c4} tok/s: x{scale:.4f}")
-    cost: CostModel = with_held_cost(scaled(fitted.cost, scale))
+    cost: CostModel = scaled(fitted.cost, scale)
     print("scaled:", cost)
     return 0
 
