@@ -7,7 +7,7 @@ Published (AMD-AGI/Infera PR #74: Kimi-K3 + DSpark on vLLM, MI355X TP8, 1024 inp
 output tokens): output tokens/s with DSpark / without, per benchmark concurrency. Measured:
 the same ratio from the simulator's engine run in model time (specguard.sim._virtual: the
 Engine steps, step costs and acceptance draws `specguard sim` serves), a closed loop of
-``c`` clients with max(64, 8c) requests, chat-domain acceptance, DSpark k = 8.
+``c`` clients with max(256, 8c) requests, chat-domain acceptance, DSpark k = 8.
 
 --fit: starting from the kimi-k3 profile's cost model, the three parameters the profile's
 comments name (per_seq_ms, draft_knee_tokens, draft_overload_ms) minimise the squared log
@@ -34,7 +34,7 @@ from specguard.sim._profiles import (
 from specguard.sim._specconfig import SpecConfig, parse_spec_config
 from specguard.sim._virtual import speedup
 
-PROMPT, OUTPUT = 1024, 128
+PROMPT, OUTPUT = PUBLISHED_KIMI_K3.prompt_tokens, PUBLISHED_KIMI_K3.output_tokens
 
 
 def dspark(profile: Profile) -> SpecConfig:
@@ -60,6 +60,7 @@ def table(profile: Profile, seeds: int) -> int:
     runs = [ratios(profile, seed) for seed in range(seeds)]
     print(f"{profile.name}: DSpark k={profile.ref_k} / no speculation, {PROMPT} in / {OUTPUT} out,"
           f" seeds 0..{seeds - 1}")  # fmt: skip
+    print(f"  published: {PUBLISHED_KIMI_K3.source}")
     print(f"  {'c':>3} {'published':>9} {'simulated':>9} {'error':>7} {'worst seed':>10}"
           f" {'no-spec tok/s':>13} {'DSpark tok/s':>12}")  # fmt: skip
     worst_all = 0.0

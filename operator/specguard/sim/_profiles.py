@@ -285,8 +285,8 @@ PUBLISHED_KIMI_K3 = PublishedCurve(
 #   (specguard.sim._virtual, 1024 in / 128 out, a closed loop of c clients). The table
 #   falls 2.60 -> 1.36 from 4 to 8 clients, then flattens: a drafter that is cheap up to
 #   ~27 drafted tokens per step (c = 4 drafts 32) and costs 6 ms per drafted token past it,
-#   with a per-sequence target cost above the floor, is the fit in this cost family. No
-#   fit with a near-flat per-sequence cost came within 10% at c = 8 (docs/simulator.md).
+#   with a per-sequence target cost above the floor, is the fit in this cost family: fits
+#   with per_seq_ms under 0.5 missed c = 8 by 11-14% (docs/simulator.md).
 # - every duration x 1.134: the no-speculation output at c = 4 becomes the published
 #   56.8 tok/s (ratios do not move: all durations scale together; knees are tokens).
 # - held_*: kimi-k3's too (scaled), not solved from HELD_DRAFTER_COST: a held drafter's
