@@ -15,7 +15,7 @@ import yaml
 
 from specguard.api._resource import parse_resource
 from specguard.demo import _stage as stage
-from specguard.demo._command import Console, main
+from specguard.demo._command import Console, _check, build_parser, main
 from specguard.demo._load import read_records, record_line
 from specguard.testing._images import Launch
 from specguard.testing._loadclient import StreamRecord
@@ -35,6 +35,10 @@ def _demo(argv: list[str], env: dict[str, str] | None = None) -> subprocess.Comp
         (["--time-scale", "0"], "--time-scale: must be 0.01..100, got 0"),
         (["--consecutive-windows", "0"], "--consecutive-windows: must be 1..100, got 0"),
         (["--schedule", "math:4:40,"], "--schedule: phase 2 '': expected DOMAIN:PER_POD:SECONDS"),
+        (
+            ["--profile", "gpt-9"],
+            "--profile: unknown profile 'gpt-9'; one of kimi-k3, deepseek-v4, kimi-k3-published",
+        ),
     ],
 )
 def test_bad_values_are_one_line_naming_the_flag(
@@ -124,6 +128,16 @@ def test_the_vllm_image_runs_as_the_deepseek_simulator_at_the_time_scale() -> No
                                         "127.0.9.3"))  # fmt: skip
     assert argv[1:] == ["-m", "specguard", "sim", "deepseek-ai/DeepSeek-V4", "--x", "--profile",
                         "deepseek-v4", "--time-scale", "2", "--host", "127.0.9.3"]  # fmt: skip
+
+
+def test_the_profile_option_picks_the_simulator_profile() -> None:
+    parser = build_parser()
+    assert _check(parser.parse_args([])) and parser.parse_args([]).profile == "deepseek-v4"
+    args = parser.parse_args(["--profile", "kimi-k3-published"])
+    _check(args)  # accepted
+    argv = stage.sim_runner(2.0, args.profile)(Launch(stage.SIM_IMAGE, (), ("m",), "127.0.9.3"))
+    assert argv[argv.index("--profile") + 1] == "kimi-k3-published"
+    assert "kimi-k3-published" in parser.format_help()
 
 
 def test_client_lines_hold_numbers_only_and_read_back(tmp_path: Path) -> None:

@@ -253,7 +253,9 @@ def test_cli_entry_point_dispatches(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert proc.returncode == 2
-    expected = "--simulate: unknown profile 'nope'; profiles are kimi-k3, deepseek-v4"
+    expected = (
+        "--simulate: unknown profile 'nope'; profiles are kimi-k3, deepseek-v4, kimi-k3-published"
+    )
     assert proc.stderr.strip() == f"specguard evaluate: {expected}"
 
 
@@ -283,3 +285,16 @@ def test_failed_request_text_never_echoes_the_request() -> None:
     assert error_text(404, "Not Found", openai) == "HTTP 404: The model `x` does not exist."
     assert error_text(502, "Bad Gateway", f"<html>{secret}</html>") == "HTTP 502 Bad Gateway"
     assert error_text(500, None, json.dumps({"echo": secret})) == "HTTP 500"
+
+
+def test_simulate_offers_every_profile_and_starts_its_simulators() -> None:
+    from specguard.evaluate import _command, _simulate
+
+    assert "kimi-k3-published" in _command.build_parser().format_help()
+    prof = _simulate.profile("kimi-k3-published")
+    config = _simulate.drafter_config(prof, None)
+    assert (config["method"], config["num_speculative_tokens"]) == ("dspark", 8)
+    with _simulate.simulators(prof, {"speculative": config}, 1, 1.0, 0) as targets:
+        metrics = read_metrics(targets["speculative"].url)
+    # the simulator runs the profile's drafter: its spec-decode counters are there
+    assert sample_value(metrics, "vllm:spec_decode_num_drafts_total") == 0

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from specguard.sim._launch import start_sim
-from specguard.sim._options import OptionError, parse_options
+from specguard.sim._options import OptionError, build_parser, parse_options
 from specguard.sim._specconfig import SpecConfigError, parse_spec_config
 
 
@@ -89,6 +89,14 @@ def test_bad_flags_name_the_flag(args: list[str], needle: str) -> None:
     with pytest.raises(OptionError) as info:
         parse_options(["m", *args])
     assert needle in str(info.value)
+
+
+def test_every_profile_is_offered_and_chosen_by_name() -> None:
+    assert "kimi-k3-published" in build_parser().format_help()
+    options = parse_options(["--profile", "kimi-k3-published"])
+    assert (options.profile.name, options.model) == ("kimi-k3-published", "moonshotai/Kimi-K3")
+    spec = parse_options(["--profile", "kimi-k3-published", "--spec-model", "org/dspark"]).spec
+    assert spec is not None and spec.num_speculative_tokens == 8  # the profile's k
 
 
 def test_bad_flag_exit_code_is_2() -> None:

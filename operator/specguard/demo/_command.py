@@ -2,11 +2,11 @@
 
 Starts the local control plane (building its binaries on first use), installs specguard
 with its Helm chart and the real helm binary, applies an example SpeculativeDeployment whose
-vLLM image is the simulator (DeepSeek-V4-like, DSpark k=7, TP-2, 2 serving pods + 1 shadow),
-and drives a schedule through the router: low-concurrency math, high-concurrency tool calls
-past the drafter's crossover, math again. It shows one live status line and every Event,
-then writes a timeline PNG and a summary against "always drafter", "never drafter" and the
-per-window best. Ctrl-C tears everything down. See docs/demo.md.
+vLLM image is the simulator (DeepSeek-V4-like unless --profile says otherwise, DSpark k=7,
+TP-2, 2 serving pods + 1 shadow), and drives a schedule through the router: low-concurrency
+math, high-concurrency tool calls past the drafter's crossover, math again. It shows one live
+status line and every Event, then writes a timeline PNG and a summary against "always
+drafter", "never drafter" and the per-window best. Ctrl-C tears everything down. See docs/demo.md.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from specguard.demo._schedule import (
 )
 from specguard.demo._watch import EventRecord, Monitor, verdict_text
 from specguard.judge import PolicySettings
+from specguard.sim import PROFILES
 from specguard.testing import group_members
 
 # Measured on the development machine (2 shared cores, cached binaries): cluster start,
@@ -105,6 +106,14 @@ def build_parser() -> argparse.ArgumentParser:
         "time (keeps the chunk rate within what 2 cores serve)",
     )
     p.add_argument(
+        "--profile",
+        default=st.SIM_PROFILE,
+        metavar="NAME",
+        help=f"the simulator's profile ({', '.join(PROFILES)}; default {st.SIM_PROFILE}): its "
+        "cost model and acceptance rates, under the example resource's drafter (DSpark k=7); "
+        "the default schedule crosses the drafter's crossover with deepseek-v4 only",
+    )
+    p.add_argument(
         "--max-tokens", type=int, default=64, metavar="N", help="output tokens per request"
     )
     p.add_argument(
@@ -125,6 +134,10 @@ def _check(args: argparse.Namespace) -> tuple[Phase, ...]:
         raise UsageError(f"--consecutive-windows: must be 1..100, got {args.consecutive_windows}")
     if not 0.01 <= args.time_scale <= 100:
         raise UsageError(f"--time-scale: must be 0.01..100, got {args.time_scale:g}")
+    if args.profile not in PROFILES:
+        raise UsageError(
+            f"--profile: unknown profile {args.profile!r}; one of {', '.join(PROFILES)}"
+        )
     if not 16 <= args.max_tokens <= 4096:
         raise UsageError(f"--max-tokens: must be 16..4096, got {args.max_tokens}")
     return phases
@@ -247,7 +260,7 @@ class Demo:
         helm, _ = st.check_tools()
         origin = st.ensure_binaries(say, self.console.progress, build=not args.no_build)
         self.console.end_status()
-        self.stage = stage = st.Stage(time_scale=args.time_scale, say=say)
+        self.stage = stage = st.Stage(time_scale=args.time_scale, say=say, profile=args.profile)
         mark = time.monotonic()
         stage.start_cluster()
         self.timings["cluster_s"] = time.monotonic() - mark
@@ -300,7 +313,8 @@ class Demo:
         )
         d = body["spec"]["drafter"]
         plain(
-            f"  model: DeepSeek-V4-like simulator, {d['method']} k={d['numSpeculativeTokens']}, "
+            f"  model: simulator profile {args.profile} "
+            f"({PROFILES[args.profile].description}), {d['method']} k={d['numSpeculativeTokens']}, "
             f"TP-{body['spec']['runtime']['tensorParallelSize']}, {replicas} serving pods + "
             f"{body['spec']['shadow']['replicas']} shadow"
         )

@@ -43,7 +43,8 @@ SYSTEM_NAMESPACE = "specguard-system"  # the operator: Pod Security restricted
 DEMO_NAMESPACE = "specguard-demo"  # the model's pods: baseline (vLLM runs as root)
 SPECGUARD_IMAGE = f"ghcr.io/specguard/specguard:{__version__}"
 # The SpeculativeDeployment's vLLM image: the process kubelet runs it as the simulator
-# with the DeepSeek-V4-like profile (docs/simulator.md) at the demo's time scale.
+# with the DeepSeek-V4-like profile (docs/simulator.md; `specguard demo --profile` picks
+# another) at the demo's time scale.
 SIM_IMAGE = "specguard.local/vllm-simulator:deepseek-v4"
 SIM_PROFILE = "deepseek-v4"
 GPU_NODES, GPUS_PER_NODE = 2, 4
@@ -197,7 +198,7 @@ def manifest(*, window_s: int, cooldown_s: int, consecutive: int) -> dict[str, A
     return body
 
 
-def sim_runner(time_scale: float) -> ImageRunner:
+def sim_runner(time_scale: float, profile: str = SIM_PROFILE) -> ImageRunner:
     """The kubelet's mapping of SIM_IMAGE: `vllm serve`'s args to the simulator."""
 
     def run(launch: Launch) -> list[str]:
@@ -208,7 +209,7 @@ def sim_runner(time_scale: float) -> ImageRunner:
             "sim",
             *launch.args,
             "--profile",
-            SIM_PROFILE,
+            profile,
             "--time-scale",
             f"{time_scale:g}",
             "--host",
@@ -224,8 +225,9 @@ def sim_runner(time_scale: float) -> ImageRunner:
 class Stage:
     """The running demo cluster. ``stop()`` tears it all down (idempotent)."""
 
-    def __init__(self, *, time_scale: float, say: Say) -> None:
+    def __init__(self, *, time_scale: float, say: Say, profile: str = SIM_PROFILE) -> None:
         self.time_scale = time_scale
+        self.profile = profile
         self.say = say
         self.cluster = LocalCluster()
         self.sd: dict[str, Any] = {}
@@ -237,7 +239,9 @@ class Stage:
     def start_cluster(self) -> None:
         self.cluster.start()
         self.cluster.add_gpu_nodes(GPU_NODES, gpus=GPUS_PER_NODE)
-        self.cluster.start_kubelet(KubeletConfig(images={SIM_IMAGE: sim_runner(self.time_scale)}))
+        self.cluster.start_kubelet(
+            KubeletConfig(images={SIM_IMAGE: sim_runner(self.time_scale, self.profile)})
+        )
 
     def install_chart(self, helm: str) -> str:
         """`helm install` into a restricted namespace; returns the operator pod's name."""

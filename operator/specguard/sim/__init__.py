@@ -8,6 +8,8 @@ _command        the CLI entry point and the server's lifecycle
 _options        vLLM's serve flags plus the simulator's; _specconfig: --speculative-config checks
 _server         the OpenAI-compatible HTTP routes; _openai_format: pre-encoded response bodies
 _engine         continuous batching, step timing, acceptance draws; _profiles: calibrated costs
+_virtual        the same engine run in model time without a server (a closed loop of clients,
+                what bench/kimi_published.py and the calibration tests measure)
 _exporter       vLLM's Prometheus metrics (read back with specguard.sources)
 _domains        request domain and prompt-token estimates; _filler: generated text
 _launch         ``start_sim``: a simulator subprocess

@@ -65,6 +65,16 @@ class Sequence:
             await self.next_chunks()
 
 
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One engine step as planned: ``ms`` is its duration in model time (unscaled)."""
+
+    decoders: list[Sequence]
+    fresh: list[Sequence]
+    k: int
+    ms: float
+
+
 class Engine:
     def __init__(
         self,
@@ -176,28 +186,15 @@ class Engine:
         m = self.metrics
         while True:
             now = loop.time()
-            # drop before admitting: the other order let a step that dropped every running
-            # sequence go to sleep with requests still waiting, until the next arrival
-            self._drop_cancelled()
-            self._admit(now)
-            if not self.running:
+            step = self.next_step(now)
+            if step is None:
                 m.running.set(0)
                 m.waiting.set(len(self.waiting))
                 self._wake.clear()
                 await self._wake.wait()
                 deadline = loop.time()
                 continue
-            decoders = [s for s in self.running if s.prefilled]
-            fresh = [s for s in self.running if not s.prefilled]
-            self._domains = Counter(s.domain for s in decoders)
-            k = self.choose_k(len(self.running), len(decoders))
-            self.last_k = k
-            prefill_tokens = sum(s.prompt_tokens for s in fresh)
-            step_ms = self.profile.cost.step_ms(
-                len(decoders), k, prefill_tokens,
-                adaptive=bool(self.spec and self.spec.adaptive), drafter=self.spec is not None,
-            )  # fmt: skip
-            step_s = step_ms / 1000.0 * self.time_scale
+            step_s = step.ms / 1000.0 * self.time_scale
             m.running.set(len(self.running))
             m.waiting.set(len(self.waiting))
             if now - deadline > max(4 * step_s, CATCH_UP_LIMIT_S):
@@ -206,10 +203,35 @@ class Engine:
             delay = deadline - loop.time()
             if delay > 0:
                 await asyncio.sleep(delay)
-            t = loop.time()
-            self.steps += 1
-            self._emit(decoders, fresh, k, t)
-            self.running = [s for s in self.running if not s.finished]
+            self.complete_step(step, loop.time())
+
+    def next_step(self, now: float) -> Step | None:
+        """The step starting at ``now`` (None: nothing to run): who decodes, who is
+        prefilled, the draft length and how long it takes in model time. ``complete_step``
+        ends it; ``run`` sleeps in between, specguard.sim._virtual does not."""
+        # drop before admitting: the other order let a step that dropped every running
+        # sequence go to sleep with requests still waiting, until the next arrival
+        self._drop_cancelled()
+        self._admit(now)
+        if not self.running:
+            return None
+        decoders = [s for s in self.running if s.prefilled]
+        fresh = [s for s in self.running if not s.prefilled]
+        self._domains = Counter(s.domain for s in decoders)
+        k = self.choose_k(len(self.running), len(decoders))
+        self.last_k = k
+        prefill_tokens = sum(s.prompt_tokens for s in fresh)
+        ms = self.profile.cost.step_ms(
+            len(decoders), k, prefill_tokens,
+            adaptive=bool(self.spec and self.spec.adaptive), drafter=self.spec is not None,
+        )  # fmt: skip
+        return Step(decoders, fresh, k, ms)
+
+    def complete_step(self, step: Step, t: float) -> None:
+        """The step ends at ``t``: its tokens are emitted, finished sequences leave."""
+        self.steps += 1
+        self._emit(step.decoders, step.fresh, step.k, t)
+        self.running = [s for s in self.running if not s.finished]
 
     def kv_usage(self) -> float:
         """Fraction of the KV cache the running sequences hold, in whole blocks as vLLM

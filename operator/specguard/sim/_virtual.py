@@ -1,0 +1,123 @@
+"""The simulator's engine run in model time, without a server or a clock: a closed loop of
+``concurrency`` clients, each sending the next request as soon as its last one finished
+(what ``vllm bench serve --max-concurrency`` does), through the same ``Engine`` steps, step
+costs and acceptance draws that ``specguard sim`` serves. Each step lasts exactly its model
+time, so the figures are what the server intends, free of timer jitter (bench/sim_fidelity.py
+checks the server keeps to them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specguard.sim._engine import Engine, Sequence
+from specguard.sim._exporter import SimMetrics
+from specguard.sim._profiles import Profile
+from specguard.sim._specconfig import SpecConfig
+
+
+@dataclass(frozen=True, slots=True)
+class ClosedLoopRun:
+    requests: int
+    output_tokens: int  # generated over all requests
+    seconds: float  # model time from the first request to the last token
+    steps: int
+
+    @property
+    def output_throughput(self) -> float:
+        """Output tokens per second of model time (vLLM bench's "output token throughput")."""
+        return self.output_tokens / self.seconds
+
+
+def closed_loop(
+    profile: Profile,
+    spec: SpecConfig | None,
+    *,
+    concurrency: int,
+    requests: int,
+    prompt_tokens: int,
+    output_tokens: int,
+    domain: str = "chat",
+    seed: int = 0,
+) -> ClosedLoopRun:
+    """``requests`` requests of ``prompt_tokens`` in and exactly ``output_tokens`` out, at
+    most ``concurrency`` at a time, on one engine with ``--max-num-seqs concurrency``."""
+    if concurrency < 1 or requests < 1 or prompt_tokens < 1 or output_tokens < 1:
+        raise ValueError("concurrency, requests, prompt_tokens and output_tokens must be >= 1")
+    k = spec.num_speculative_tokens if spec is not None else 0
+    metrics = SimMetrics(
+        profile.model, num_spec_tokens=k, max_model_len=prompt_tokens + output_tokens
+    )
+    engine = Engine(
+        profile,
+        spec,
+        metrics,
+        max_num_seqs=concurrency,
+        time_scale=1.0,
+        seed=seed,
+        kv_capacity_tokens=1 << 30,
+        block_size=16,
+    )
+    now = 0.0
+    sent = done = generated = 0
+
+    def send() -> None:
+        nonlocal sent
+        sent += 1
+        engine.submit(
+            Sequence(
+                domain=domain,
+                prompt_tokens=prompt_tokens,
+                max_new_tokens=output_tokens,
+                finish_reason="length",
+                arrival=now,
+                max_tokens_param=output_tokens,
+            )
+        )
+
+    for _ in range(min(concurrency, requests)):
+        send()
+    while done < requests:
+        step = engine.next_step(now)
+        if step is None:  # cannot happen while requests are outstanding
+            raise RuntimeError("the engine idles with requests outstanding")
+        now += step.ms / 1000.0
+        engine.complete_step(step, now)
+        for seq in (*step.decoders, *step.fresh):
+            if seq.finished:
+                done += 1
+                generated += seq.generated
+                if sent < requests:
+                    send()
+    return ClosedLoopRun(requests, generated, now, engine.steps)
+
+
+def speedup(
+    profile: Profile,
+    spec: SpecConfig,
+    *,
+    concurrency: int,
+    prompt_tokens: int,
+    output_tokens: int,
+    domain: str = "chat",
+    seed: int = 0,
+) -> tuple[ClosedLoopRun, ClosedLoopRun]:
+    """(without the drafter, with ``spec``): the same closed loop twice, as a benchmark of
+    speculation runs it. ``max(256, 8 * concurrency)`` requests each: at least 8 rounds, so
+    the last partial round weighs little, and at least 256 at low concurrency, where
+    acceptance noise would otherwise move the ratio by a few percent."""
+    requests = max(256, 8 * concurrency)
+    runs = [
+        closed_loop(
+            profile,
+            drafter,
+            concurrency=concurrency,
+            requests=requests,
+            prompt_tokens=prompt_tokens,
+            output_tokens=output_tokens,
+            domain=domain,
+            seed=seed,
+        )
+        for drafter in (None, spec)
+    ]
+    return runs[0], runs[1]
