@@ -263,15 +263,17 @@ def summary_json(s: Summary, settings: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def side_by_side(
-    runs: Sequence[tuple[str, Mapping[str, Any]]], *, goal: float = 0.03
+    runs: Sequence[tuple[str, Mapping[str, Any]]], *, goal: float = 0.01
 ) -> list[str]:
     """The regret bench's table (bench/regret.py): one column per run, each a label and the
     ``summary.json`` the demo wrote for it. Per-token latency (ms) realized by the operator,
     always drafter, never drafter and the per-window best from the mirrored pairs, realized
-    against each, the per-phase best on/off (``Summary.phase_best_s``), the served estimate's
-    regret, the load-match rule over time, the
-    decisions, and whether the goal holds: within ``goal`` of the best and below both
-    always and never."""
+    against each, the per-phase best on/off (``Summary.phase_best_s``), the best after K
+    windows (``Summary.lagged_best_s``), the served estimate's regret, the load-match rule
+    over time, the decisions, and whether the goal holds: within ``goal`` of the best after
+    K windows — the reference for an operator that acts on K windows in a row — and below
+    both always and never (the per-window best, which no policy that must see a window
+    first can reach, stays printed)."""
     rows: list[tuple[str, Sequence[str]]] = [("", [label for label, _ in runs])]
 
     def line(name: str, cells: Sequence[str]) -> None:
@@ -308,16 +310,16 @@ def side_by_side(
     line("requests, errors", [f"{r.get('requests', 0)}, {r.get('errors', 0)}" for r in reports])
     verdicts = []
     for r in reports:
-        o = r.get("overall")
-        if not o:
+        o, lagged = r.get("overall"), r.get("lagged_best_s")
+        if not o or lagged is None:
             verdicts.append("n/a")
             continue
-        ok = (o["realized_s"] <= (1 + goal) * o["best_s"], o["realized_s"] < o["always_s"],
+        ok = (o["realized_s"] <= (1 + goal) * lagged, o["realized_s"] < o["always_s"],
               o["realized_s"] < o["never_s"])  # fmt: skip
+        names = (f">{goal:.0%} of best after K", "≥ always", "≥ never")
         verdicts.append("met" if all(ok) else "missed: " + ", ".join(
-            what for what, fine in zip((f">{goal:.0%} of best", "≥ always", "≥ never"), ok,
-                                       strict=True) if not fine))  # fmt: skip
-    line(f"goal (≤{goal:.0%}, < both)", verdicts)
+            what for what, fine in zip(names, ok, strict=True) if not fine))  # fmt: skip
+    line(f"goal (≤{goal:.0%} of K, < both)", verdicts)
     width = 2 + max(len(cell) for _, cells in rows for cell in cells)
     return [f"{name:<24}" + "".join(f"{cell:>{width}}" for cell in cells) for name, cells in rows]
 
