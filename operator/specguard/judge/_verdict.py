@@ -49,7 +49,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from specguard.judge._adjust import PodSpread, in_flight_gap, pod_spread
+from specguard.judge._adjust import MAX_LOAD_SLOPE, PodSpread, in_flight_gap, pod_spread
 from specguard.judge._robust import median_interval
 from specguard.judge._sample import ARMS, MEASUREMENTS, Arm, Sample
 
@@ -512,6 +512,8 @@ def judge(
         # (the Little's-law note) is compared at equal arrivals instead: not corrected.
         correct_gap = settings.concurrency_match == "in_flight" and not load_notes
         estimate = _paired(chosen, values, settings, correct_gap=correct_gap)
+        if settings.concurrency_match == "in_flight" and load_notes:
+            estimate = _little_widened(estimate, chosen)
     else:
         serving: Arm = max(ARMS, key=lambda arm: serving_votes[arm])
         estimate = _unpaired(chosen, values, serving, requests_per_pod, settings=settings, rng=rng)
@@ -829,19 +831,56 @@ def _little_check(
     arrival moment, so the ratio of the arms' rates is known far better than two arms'
     unpaired spreads say — e2e times that spread ×30 between requests left a 0.32–0.41 log
     disagreement inside a 0.41–0.44 bound while the pairs put it 10 standard errors out."""
-    (spec_r, spec_se), (base_r, base_se) = (_little_rate(chosen[arm]) for arm in ARMS)
+    (spec_r, _), (base_r, _) = (_little_rate(chosen[arm]) for arm in ARMS)
     rates = (
         f"arrivals by Little's law, mean in flight ÷ mean e2e: {spec_r:.3g} vs {base_r:.3g} "
         "per second per pod"
     )
-    if not (math.isfinite(spec_r) and math.isfinite(base_r) and spec_r > 0 and base_r > 0):
+    disagree, se = _little_gap(chosen, paired=paired)
+    if not (math.isfinite(disagree) and math.isfinite(se)):
         return False, rates
-    se = _paired_little_se(chosen) if paired else math.hypot(spec_se, base_se)
-    disagree = math.log(spec_r / base_r)
     bound = math.log1p(tolerance) + _LITTLE_Z * se
     if paired:
         rates += f" (log {disagree:+.2f}, paired standard error {se:.3f})"
     return abs(disagree) <= bound, rates
+
+
+def _little_widened(estimate: _Estimate, chosen: Mapping[Arm, Sequence[Sample]]) -> _Estimate:
+    """A paired estimate compared at equal arrivals (the Little's-law exception), its
+    interval widened by what the arms' disagreement by Little's law could hide: the log
+    ratio of their arrival rates d (and 1.96 paired standard errors) is the in-flight gap
+    their latencies do not explain, i.e. load one arm had beyond the other's at one arrival
+    rate; with latency at most proportional to in-flight it moves the ratio by at most that
+    much, toward the arm that was lighter than its speed says. Within the check's tolerance
+    the gap is not refused, but nor does it decide a verdict: loaded-apart arms of an
+    unchanged drafter (d 0.28–0.30 inside a 0.30 bound) were called improved otherwise."""
+    if estimate.refusal is not None:
+        return estimate
+    d, se = _little_gap(chosen, paired=True)
+    if not (math.isfinite(d) and math.isfinite(se)):
+        return estimate
+    reach = math.exp(MAX_LOAD_SLOPE * (abs(d) + _LITTLE_Z * se))
+    # d < 0: the speculative arm held fewer in flight than its latency explains (lighter
+    # than the baseline at one arrival rate), so it looks faster than it is: the truth may
+    # lie higher.
+    low, high = (estimate.ci_low, estimate.ci_high * reach) if d < 0 else (
+        estimate.ci_low / reach, estimate.ci_high)  # fmt: skip
+    note = (
+        f"the arms' arrivals by Little's law differ by {math.exp(d) - 1:+.0%} (the in-flight "
+        "gap their latencies do not explain): the interval is widened by the load that could "
+        f"hide ({reach - 1:.0%})"
+    )
+    return replace(estimate, ci_low=low, ci_high=high, notes=(*estimate.notes, note))
+
+
+def _little_gap(chosen: Mapping[Arm, Sequence[Sample]], *, paired: bool) -> tuple[float, float]:
+    """(log ratio of the arms' arrival rates by Little's law, speculative over baseline, its
+    standard error: the pairs' own when ``paired``); infinite when a rate is not known."""
+    (spec_r, spec_se), (base_r, base_se) = (_little_rate(chosen[arm]) for arm in ARMS)
+    if not (math.isfinite(spec_r) and math.isfinite(base_r) and spec_r > 0 and base_r > 0):
+        return math.inf, math.inf
+    se = _paired_little_se(chosen) if paired else math.hypot(spec_se, base_se)
+    return math.log(spec_r / base_r), se
 
 
 def _paired_little_se(chosen: Mapping[Arm, Sequence[Sample]]) -> float:

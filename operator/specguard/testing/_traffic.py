@@ -215,10 +215,14 @@ def window(
     start: float = 0.0,
     duration: float = 60.0,
     pods: Mapping[Arm, FloatArray] | None = None,
+    unmirrored: int = 0,
 ) -> list[Sample]:
     """One window: n requests per arm (n pairs when ``paired``), the speculative arm's
     per-token latency ``effect`` × the baseline's at every concurrency. ``pods``: each arm's
-    pod factors, fixed for a run (:func:`run_pods`); by default drawn for this window."""
+    pod factors, fixed for a run (:func:`run_pods`); by default drawn for this window.
+    ``unmirrored``: the serving arm also served this many requests that were not copied (no
+    pair id; at its own load), as when fewer shadow pods get a share of the serving arm's
+    requests (one drafter pod beside three baseline pods gets a third of them copied)."""
     traffic = traffic or Traffic()
     apart = spec_load is not None or base_load is not None
     spec_load = traffic.load if spec_load is None else spec_load
@@ -256,7 +260,16 @@ def window(
         pair_ids=ids, start=start, duration=duration, pods=fixed.get("baseline"),
         tokens=tokens,
     )  # fmt: skip
-    return spec + base
+    if unmirrored <= 0:
+        return spec + base
+    arm = traffic.serving
+    load = spec_load if arm == "speculative" else base_load
+    extra = _arm(
+        arm, traffic, prompts(traffic, unmirrored, rng), concurrencies(load, unmirrored, rng),
+        effect=effect if arm == "speculative" else 1.0, rng=rng, pair_ids=None, start=start,
+        duration=duration, pods=fixed.get(arm),
+    )  # fmt: skip
+    return spec + base + extra
 
 
 __all__ = [
