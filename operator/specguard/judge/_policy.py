@@ -314,7 +314,7 @@ def change_mode(
 
 def _cleared(state: PolicyState) -> PolicyState:
     """No evidence toward a change: no streak, no cumulative evidence."""
-    return replace(state, streak=0, cumulative=Cumulative())
+    return replace(state, streak=0, cumulative=state.cumulative.cleared())
 
 
 def _no_evidence(state: PolicyState, settings: PolicySettings) -> PolicyState:
