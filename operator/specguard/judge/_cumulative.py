@@ -23,7 +23,8 @@ up, window after window, as evidence for a change beyond the tolerance:
   spread between pods taken out, ``standard_error``), because the same pods serve every
   window: their offset is one fixed term of every window's estimate, not noise that more
   windows average away. The evidence carries it once instead: the mean of its windows'
-  between-pod variance (``Verdict.pod_variance``, ``Cumulative.pods``), and acts only when
+  between-pod variance before its floor at 0 (``Verdict.pod_variance_raw``: unbiased where pods
+  do not differ; ``Cumulative.pods``), and acts only when
   the windows' estimate together clears the tolerance by ``POD_Z`` standard errors counting
   it, √(1/Σ(1/v) + pods) — a bound that does not shrink with more windows
   (``pods_clear``). Arms whose pods' average speeds differ by chance (a few pods per arm,
@@ -156,7 +157,7 @@ class Cumulative:
         windows shrink, plus the pods' offset once, which they do not."""
         if self.weight <= 0:
             return None
-        return 1.0 / self.weight + self.pods
+        return 1.0 / self.weight + max(self.pods, 0.0)
 
     def half_width(self, confidence: float) -> float | None:
         """The relative half-width of that ratio's interval at ``confidence`` (the pods'
@@ -225,8 +226,10 @@ def weigh(
     # Loss: H0 x ~ N(edge, v), H1 x ~ N(edge + shift, v). Gain: the mirror image.
     toward = x - edge - shift / 2 if direction == "loss" else -x - edge - shift / 2
     llr = min(shift / v * toward, settings.cap(direction))
-    pods = verdict.pod_variance or 0.0
-    return WindowWeight(x, v, llr, pods if math.isfinite(pods) and pods > 0 else 0.0, edge)
+    pods = verdict.pod_variance_raw
+    if pods is None:
+        pods = verdict.pod_variance or 0.0
+    return WindowWeight(x, v, llr, pods if math.isfinite(pods) else 0.0, edge)
 
 
 def add(
@@ -298,8 +301,10 @@ def evidence_summary(
     ratio, width = evidence.ratio(), evidence.half_width(0.99)
     if ratio is None or width is None:
         return head
-    offset = math.expm1(POD_Z * math.sqrt(evidence.pods)) * 100
-    pods = f", the pods' offset ±{offset:.1f}% counted once" if evidence.pods > 0 else ""
+    pods = ""
+    if evidence.pods > 0:
+        offset = math.expm1(POD_Z * math.sqrt(evidence.pods)) * 100
+        pods = f", the pods' offset ±{offset:.1f}% counted once"
     return f"{head} (together {_pct(ratio)} ±{width * 100:.1f}%{pods})"
 
 

@@ -247,6 +247,9 @@ class Verdict:
     # carries it). While the same pods serve it is one fixed offset, not noise that more
     # windows average away: the cumulative rule leaves it out of each window's weight.
     pod_variance: float | None = None
+    # The same before its floor at 0 (may be negative): the evidence across windows averages
+    # it over the windows and carries the mean once.
+    pod_variance_raw: float | None = None
 
     @property
     def actionable(self) -> bool:
@@ -542,6 +545,7 @@ def judge(
         load_slope=estimate.load_slope,
         pod_spread=estimate.pod_spread,
         pod_variance=estimate.pod_variance,
+        pod_variance_raw=estimate.pod_variance_raw,
         reasons=tuple(notes),
         **base,  # type: ignore[arg-type]
     )
@@ -564,6 +568,7 @@ class _Estimate:
     load_slope: float | None = None
     pod_spread: float | None = None
     pod_variance: float | None = None
+    pod_variance_raw: float | None = None
     refusal: str | None = None
     thin: str | None = None
 
@@ -647,6 +652,7 @@ def _paired(
         load_slope=gap.slope if gap is not None else None,
         pod_spread=spread.sigma if spread is not None else None,
         pod_variance=spread.allowance if spread is not None else None,
+        pod_variance_raw=spread.raw_allowance if spread is not None else None,
     )
 
 
@@ -724,6 +730,7 @@ def _unpaired(
         notes=tuple(notes),
         pod_spread=spread.sigma if spread is not None else None,
         pod_variance=spread.allowance if spread is not None else None,
+        pod_variance_raw=spread.raw_allowance if spread is not None else None,
         thin=thin,
     )
 
@@ -1050,6 +1057,10 @@ def _insufficient(
         )
     spec_l, base_l = requests_per_pod["speculative"], requests_per_pod["baseline"]
     tolerance = settings.concurrency_tolerance
+    spec_c, base_c = concurrency["speculative"], concurrency["baseline"]
+    if allowed is None and spec_c is not None and base_c is not None:
+        # No per-request counts (a histogram source's gauges): the relative tolerance alone.
+        allowed = (spec_c, base_c, tolerance * max(spec_c, base_c))
     if settings.concurrency_match == "arrivals":
         if spec_l and base_l:
             if max(spec_l, base_l) / min(spec_l, base_l) - 1 > tolerance:
