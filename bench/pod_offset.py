@@ -55,9 +55,10 @@ K = 3
 
 
 def run_verdicts(
-    rng: np.random.Generator, effect: float, windows: int, traffic: Traffic = TRAFFIC
+    rng: np.random.Generator, effect: float, windows: int, traffic: Traffic | None = None
 ) -> tuple[float, Iterator[Verdict]]:
     """(the run's pod offset, log ratio of the arms' mean pod factors; its judged windows)."""
+    traffic = traffic or TRAFFIC
     pods = run_pods(traffic, rng)
     offset = float(np.mean(np.log(pods["speculative"])) - np.mean(np.log(pods["baseline"])))
 
@@ -124,12 +125,12 @@ class Streak:
 RULES = (("after", After), ("before", Before), (f"{K} in a row", Streak))
 
 
-def aa(runs: int, windows: int, seed: int) -> None:
+def aa(runs: int, windows: int, seed: int, traffic: Traffic) -> None:
     acted = {name: 0 for name, _ in RULES}
     offsets: dict[str, list[float]] = {name: [] for name, _ in RULES}
     started = time.perf_counter()
     for r in range(runs):
-        offset, verdicts = run_verdicts(np.random.default_rng([seed, 0, r]), 1.0, windows)
+        offset, verdicts = run_verdicts(np.random.default_rng([seed, 0, r]), 1.0, windows, traffic)
         rules = [make() for _, make in RULES]
         hit = [False] * len(rules)
         for v in verdicts:
@@ -139,8 +140,9 @@ def aa(runs: int, windows: int, seed: int) -> None:
             if hit[j]:
                 acted[name] += 1
                 offsets[name].append(offset)
-    print(f"A/A, {runs} runs of {windows} windows, pods fixed per run (log-σ 0.05, 3 + 3, not "
-          f"balanced): runs with a rollback ({time.perf_counter() - started:.0f} s)")  # fmt: skip
+    print(f"A/A, {runs} runs of {windows} windows, pods fixed per run (log-σ "
+          f"{traffic.pod_bias:g}, 3 + 3, not balanced): runs with a rollback "
+          f"({time.perf_counter() - started:.0f} s)")  # fmt: skip
     for name, _ in RULES:
         seen = ", ".join(f"{math.expm1(o) * 100:+.1f}%" for o in sorted(offsets[name])[-6:])
         upper = _upper(acted[name], runs)
@@ -156,11 +158,11 @@ def _upper(hits: int, total: int) -> float:
     return 3.0 / total if hits == 0 else min(1.0, p + 1.96 * math.sqrt(p * (1 - p) / total))
 
 
-def power(effect: float, runs: int, windows: int, seed: int) -> None:
+def power(effect: float, runs: int, windows: int, seed: int, traffic: Traffic) -> None:
     found: dict[str, list[int | None]] = {name: [] for name, _ in RULES}
     for r in range(runs):
         _, verdicts = run_verdicts(np.random.default_rng([seed, 1, round(effect * 1000), r]),
-                                   effect, windows)  # fmt: skip
+                                   effect, windows, traffic)  # fmt: skip
         rules = [make() for _, make in RULES]
         when: list[int | None] = [None] * len(rules)
         for w, v in enumerate(verdicts, start=1):
@@ -171,7 +173,8 @@ def power(effect: float, runs: int, windows: int, seed: int) -> None:
                 break
         for j, (name, _) in enumerate(RULES):
             found[name].append(when[j])
-    print(f"{(effect - 1) * 100:+.0f}%, {runs} runs, pods fixed per run: windows to act")
+    print(f"{(effect - 1) * 100:+.0f}%, {runs} runs, pods fixed per run (log-σ "
+          f"{traffic.pod_bias:g}): windows to act")  # fmt: skip
     for name, _ in RULES:
         print(f"  {name:<12} {_summary(found[name], windows)}")
 
@@ -239,8 +242,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--power-runs", type=int, default=40, help="runs per effect")
     parser.add_argument("--effects", default="1.1,1.2")
     parser.add_argument("--apart-windows", type=int, default=200, help="windows per case")
+    parser.add_argument("--pod-bias", type=float, default=0.05,
+                        help="log-σ of each pod's speed, fixed per run (0: pods alike)")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args(argv)
+    traffic = replace(TRAFFIC, pod_bias=args.pod_bias)
     if min(args.runs, args.windows, args.power_runs, args.apart_windows) < 0:
         print("pod_offset: counts must be >= 0", file=sys.stderr)
         return 2
@@ -248,10 +254,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.apart_windows:
         loaded_apart(args.apart_windows, args.seed)
     if args.runs:
-        aa(args.runs, args.windows, args.seed)
+        aa(args.runs, args.windows, args.seed, traffic)
     for effect in (float(e) for e in args.effects.split(",") if e):
         if args.power_runs:
-            power(effect, args.power_runs, args.windows, args.seed)
+            power(effect, args.power_runs, args.windows, args.seed, traffic)
     print(f"({time.perf_counter() - started:.0f} s)")
     return 0
 
