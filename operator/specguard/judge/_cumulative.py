@@ -47,7 +47,7 @@ the windows a loss takes on realistic traffic (docs/judge.md, "Evidence across w
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from statistics import NormalDist
 from typing import Literal
 
@@ -133,9 +133,10 @@ class Cumulative:
     gap: int = 0
     weighted: float = 0.0
     weight: float = 0.0
-    pods: float = 0.0
-    edge: float = 0.0
-    pod_windows: int = 0
+    # Memory of the pods rather than evidence: states compare by the evidence alone.
+    pods: float = field(default=0.0, compare=False)
+    edge: float = field(default=0.0, compare=False)
+    pod_windows: int = field(default=0, compare=False)
 
     def cleared(self) -> Cumulative:
         """No evidence, the pods' variance remembered."""

@@ -245,7 +245,8 @@ class Verdict:
     pod_spread: float | None = None
     # What the spread between pods added to the variance of the log ratio (the interval
     # carries it). While the same pods serve it is one fixed offset, not noise that more
-    # windows average away: the cumulative rule leaves it out of each window's weight.
+    # windows average away: the cumulative rule leaves it out of each window's weight and
+    # carries it once (judge._cumulative.pods_clear).
     pod_variance: float | None = None
     # The same before its floor at 0 (may be negative): the evidence across windows averages
     # it over the windows and carries the mean once.
