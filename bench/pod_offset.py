@@ -2,7 +2,7 @@
 arms are loaded apart (issue 34 item 3).
 
     .venv/bin/python bench/pod_offset.py [--runs 100] [--windows 60] [--power-runs 40]
-        [--apart-windows 200] [--seed 1]
+        [--apart-windows 400] [--pod-bias 0.05] [--effects 1.1,1.2] [--seed 1]
 
 Windows come from specguard.testing._traffic (written apart from the judge): mirrored pairs,
 heavy-tailed per-request latency (Student-t(3) prompts in log space, 3% stragglers 2–10×
@@ -241,9 +241,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--windows", type=int, default=60, help="windows per run")
     parser.add_argument("--power-runs", type=int, default=40, help="runs per effect")
     parser.add_argument("--effects", default="1.1,1.2")
-    parser.add_argument("--apart-windows", type=int, default=200, help="windows per case")
-    parser.add_argument("--pod-bias", type=float, default=0.05,
-                        help="log-σ of each pod's speed, fixed per run (0: pods alike)")
+    parser.add_argument("--apart-windows", type=int, default=400, help="windows per case")
+    parser.add_argument(
+        "--pod-bias",
+        type=float,
+        default=0.05,
+        help="log-σ of each pod's speed, fixed per run (0: pods alike)",
+    )
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args(argv)
     traffic = replace(TRAFFIC, pod_bias=args.pod_bias)
