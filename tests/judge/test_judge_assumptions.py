@@ -99,7 +99,7 @@ def test_a_gap_the_window_cannot_correct_widens_the_interval_by_the_most_it_coul
                    concurrency=10, pair_prefix="p")  # fmt: skip
     base = samples("baseline", tpot * np.exp(rng.normal(0, 0.05, 300)), concurrency=8,
                    pair_prefix="p")  # fmt: skip
-    v = judge(spec + base, JudgeSettings(concurrency_slack=0.0))
+    v = judge(spec + base, JudgeSettings())
     # 15% slower as measured, but 25% heavier in flight: it may be no slower at all.
     assert v.outcome == "neutral", v.sentence()
     assert v.ci_low is not None and v.ci_low < 0.93 and v.load_slope is None

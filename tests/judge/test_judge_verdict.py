@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -14,6 +15,7 @@ from specguard.judge._verdict import (
     QUANTITY_MEDIANS,
     QUANTITY_PAIRED,
     JudgeSettings,
+    Verdict,
     _median_se,
     bootstrap_medians,
     classify,
@@ -204,7 +206,7 @@ def test_an_underfed_arm_is_inconclusive_with_the_numbers() -> None:
     assert v.outcome == "inconclusive"
     assert v.ratio is None and v.ci_low is None
     reason = next(r for r in v.reasons if "mismatched concurrency" in r)
-    assert "speculative 40 vs baseline 10 in flight per pod" in reason
+    assert "speculative 40 vs baseline 10 mean in flight per pod" in reason
     assert "100 vs 400 requests per pod" in reason and "underfed" in reason
     assert v.requests_per_pod == {"speculative": 400.0, "baseline": 100.0}
     assert "400" in v.sentence() and "100" in v.sentence()
@@ -292,11 +294,33 @@ def test_a_slower_arm_holds_more_in_flight_and_is_still_judged() -> None:
     assert not any("equal arrivals" in r or "mismatched" in r for r in v3.reasons), v3.reasons
 
 
-def test_small_in_flight_difference_within_slack_is_accepted() -> None:
+def test_in_flight_match_has_no_fixed_slack_of_requests() -> None:
+    """Issue 34: a fixed 2-request slack accepted 4 against 2 in flight (one arm at twice the
+    other's load) silently. The allowance is relative, plus the counting noise of the means:
+    4 vs 2 in every pair is a mismatch, 4 vs 3 is within 25%, and the same 4 vs 2 with
+    noisy counts is still refused (the noise of 250 pairs' means is far below 2 requests)."""
     rng = np.random.default_rng(16)
+    tpot = 0.03 * np.exp(rng.normal(0, 0.3, 250))
+
+    def paired(spec_conc: Sequence[int], base_conc: Sequence[int]) -> Verdict:
+        spec = samples("speculative", tpot * np.exp(rng.normal(0, 0.05, 250)), pair_prefix="p")
+        base = samples("baseline", tpot * np.exp(rng.normal(0, 0.05, 250)), pair_prefix="p")
+        spec = [replace(x, concurrency=int(c)) for x, c in zip(spec, spec_conc, strict=True)]
+        base = [replace(x, concurrency=int(c)) for x, c in zip(base, base_conc, strict=True)]
+        return judge(spec + base)
+
+    apart = paired([4] * 250, [2] * 250)
+    assert apart.outcome == "inconclusive", apart.sentence()
+    assert any("mismatched concurrency" in r for r in apart.reasons), apart.reasons
+    near = paired([4] * 250, [3] * 250)
+    assert near.outcome == "neutral", near.sentence()
+    noisy = paired(list(rng.poisson(3.0, 250) + 1), list(rng.poisson(1.0, 250) + 1))
+    assert noisy.outcome == "inconclusive", noisy.sentence()
+    # Unpaired arms at 3 and 1 in flight (no level shared, the same arrivals) are not pooled
+    # either: 3× the load, not the gap one arm's speed makes at one arrival rate.
     spec = samples("speculative", 0.03 * np.exp(rng.normal(0, 0.1, 250)), concurrency=3)
     base = samples("baseline", 0.03 * np.exp(rng.normal(0, 0.1, 250)), concurrency=1)
-    assert judge(spec + base).outcome == "neutral"
+    assert judge(spec + base).outcome == "inconclusive"
 
 
 def test_strata_and_pod_concurrency_are_reported() -> None:

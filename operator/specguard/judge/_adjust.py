@@ -126,12 +126,15 @@ class PodSpread:
     ``sigma``: the between-pod log-σ (0 when the pods differ no more than chance says);
     ``variance``: what it adds to the variance of the log ratio (σ² × the sum over both arms
     of each pod's squared share of its arm's weight); ``pods``: pods that entered the
-    estimate; ``df``: its degrees of freedom (pods − 1, summed over the arms)."""
+    estimate; ``df``: its degrees of freedom (pods − 1, summed over the arms); ``raw``: the
+    variance it adds before the floor at 0 (may be negative: chance spread below what the
+    pods' own errors explain), which averages without bias over many windows."""
 
     sigma: float
     variance: float
     pods: int
     df: int
+    raw: float = 0.0
 
     @property
     def allowance(self) -> float:
@@ -142,8 +145,17 @@ class PodSpread:
         0.35% and 0.5% per window (2000 windows), power at +20% 60%; with the plug-in
         variance 0.8–1.5% false each way, power 80%; with Student's t itself 0.5–0.9%, power
         54%."""
-        factor = self.df / (self.df - 2) if self.df > 3 else _MAX_ALLOWANCE
-        return self.variance * factor
+        return self.variance * self._factor
+
+    @property
+    def raw_allowance(self) -> float:
+        """``allowance`` before the floor at 0: what the evidence across windows averages
+        (the mean of floored estimates would grow with noise where pods do not differ)."""
+        return self.raw * self._factor
+
+    @property
+    def _factor(self) -> float:
+        return self.df / (self.df - 2) if self.df > 3 else _MAX_ALLOWANCE
 
     def note(self, before: float, after: float) -> str | None:
         """A reason's text when the spread widens the interval by a tenth or more (``before``
@@ -199,8 +211,9 @@ def pod_spread(
     df = sum(d for d, _ in estimates)
     if df < MIN_POD_DF:
         return None
-    variance = max(0.0, sum(d * v for d, v in estimates) / df)
-    return PodSpread(math.sqrt(variance), variance * weight_sq, counted, df)
+    raw = sum(d * v for d, v in estimates) / df
+    variance = max(0.0, raw)
+    return PodSpread(math.sqrt(variance), variance * weight_sq, counted, df, raw * weight_sq)
 
 
 __all__ = [

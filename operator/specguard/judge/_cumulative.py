@@ -19,6 +19,17 @@ up, window after window, as evidence for a change beyond the tolerance:
   the tolerance reaches ``h`` on average no more often than once per ``windows_per_false_alarm``
   windows (one well inside it — an unchanged drafter — practically never, the drift being
   strongly negative), if each window's interval is right.
+- The pods' offset, once. Each window's standard error is its sampling error only (the
+  spread between pods taken out, ``standard_error``), because the same pods serve every
+  window: their offset is one fixed term of every window's estimate, not noise that more
+  windows average away. The evidence carries it once instead: the mean of its windows'
+  between-pod variance before its floor at 0 (``Verdict.pod_variance_raw``: unbiased where pods
+  do not differ; ``Cumulative.pods``), and acts only when
+  the windows' estimate together clears the tolerance by ``POD_Z`` standard errors counting
+  it, √(1/Σ(1/v) + pods) — a bound that does not shrink with more windows
+  (``pods_clear``). Arms whose pods' average speeds differ by chance (a few pods per arm,
+  log-σ 0.05 each, not balanced between the arms) then no longer read as a drafter that
+  lost or won once enough windows pile up.
 - One window adds at most ``h / min_windows``: never fewer than ``min_windows`` windows of
   evidence (the resource's ``consecutiveWindows``, K), and no single odd window — a bad
   batch, a pod that stalled — can carry the decision.
@@ -36,7 +47,7 @@ the windows a loss takes on realistic traffic (docs/judge.md, "Evidence across w
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from statistics import NormalDist
 from typing import Literal
 
@@ -51,6 +62,17 @@ MIN_SHIFT = 0.01
 DEFAULT_BETWEEN_WINDOWS = 0.005
 # Re-promotion keeps its stricter evidence: a budget this many times smaller.
 GAIN_STRICTNESS = 10.0
+# The pods' offset, carried once: the windows' estimate together must clear the tolerance by
+# this many standard errors of it, the pods' variance counted once (``pods_clear``). The
+# variance is each window's t-inflated allowance (``PodSpread.allowance``: ×2 at 3 + 3 pods),
+# and the offset is the same in every window of a run, so the bound is per run of pods, not
+# per window, and it is looked at after every window: at one-sided 95% (97.5%) it let 3 (2) of
+# 100 A/A runs of 60 windows act at log-σ 0.05 per pod, at 99% 1 and 0 of 100 over two seeds
+# (bench/pod_offset.py; docs/judge.md).
+POD_Z = NormalDist().inv_cdf(0.99)
+# The pods' variance is a running mean over at most this many windows (older ones weigh
+# less beyond it): it follows pods that change, yet averages many windows' noisy estimates.
+MAX_POD_WINDOWS = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,13 +121,26 @@ class Cumulative:
 
     ``total``: the CUSUM (log-likelihood ratio, ≥ 0); ``windows``: the windows it has added
     up since it was last 0; ``gap``: windows in a row that brought none; ``weighted`` and
-    ``weight``: Σ x/v and Σ 1/v over those windows, for the estimate they show together."""
+    ``weight``: Σ x/v and Σ 1/v over those windows, for the estimate they show together;
+    ``pods``: the mean between-pod variance (log ratio², carried once: the same pods'
+    offset is in every window) of the last ``pod_windows`` windows that brought evidence —
+    kept when the CUSUM returns to 0 or a gap clears it, since the pods stay (a mean of a
+    few windows' noisy estimates let a +8–10% offset act at the first windows after a
+    restart); ``edge``: ln(1 + tolerance) of the windows."""
 
     total: float = 0.0
     windows: int = 0
     gap: int = 0
     weighted: float = 0.0
     weight: float = 0.0
+    # Memory of the pods rather than evidence: states compare by the evidence alone.
+    pods: float = field(default=0.0, compare=False)
+    edge: float = field(default=0.0, compare=False)
+    pod_windows: int = field(default=0, compare=False)
+
+    def cleared(self) -> Cumulative:
+        """No evidence, the pods' variance remembered."""
+        return Cumulative(pods=self.pods, edge=self.edge, pod_windows=self.pod_windows)
 
     @property
     def empty(self) -> bool:
@@ -118,22 +153,34 @@ class Cumulative:
             return None
         return math.exp(self.weighted / self.weight)
 
-    def half_width(self, confidence: float) -> float | None:
-        """The relative half-width of that ratio's interval at ``confidence``."""
+    def variance(self) -> float | None:
+        """The variance of the log of that ratio: the windows' sampling error, which more
+        windows shrink, plus the pods' offset once, which they do not."""
         if self.weight <= 0:
             return None
+        return 1.0 / self.weight + max(self.pods, 0.0)
+
+    def half_width(self, confidence: float) -> float | None:
+        """The relative half-width of that ratio's interval at ``confidence`` (the pods'
+        offset included)."""
+        variance = self.variance()
+        if variance is None:
+            return None
         z = NormalDist().inv_cdf(0.5 + confidence / 2)
-        return math.expm1(z / math.sqrt(self.weight))
+        return math.expm1(z * math.sqrt(variance))
 
 
 @dataclass(frozen=True, slots=True)
 class WindowWeight:
     """What one window shows: log ratio ``x``, its variance ``v`` (between-window spread
-    included) and the capped log-likelihood ratio toward ``direction``."""
+    included), the capped log-likelihood ratio toward ``direction``, the between-pod
+    variance its interval carried (``pods``, not in ``v``) and ln(1 + tolerance)."""
 
     x: float
     v: float
     llr: float
+    pods: float = 0.0
+    edge: float = 0.0
 
 
 def design_shift(tolerance: float) -> float:
@@ -180,7 +227,10 @@ def weigh(
     # Loss: H0 x ~ N(edge, v), H1 x ~ N(edge + shift, v). Gain: the mirror image.
     toward = x - edge - shift / 2 if direction == "loss" else -x - edge - shift / 2
     llr = min(shift / v * toward, settings.cap(direction))
-    return WindowWeight(x, v, llr)
+    pods = verdict.pod_variance_raw
+    if pods is None:
+        pods = verdict.pod_variance or 0.0
+    return WindowWeight(x, v, llr, pods if math.isfinite(pods) else 0.0, edge)
 
 
 def add(
@@ -195,26 +245,48 @@ def add(
     if window is None:
         gap = evidence.gap + 1
         if gap >= settings.windows(direction) or not evidence.windows:
-            return Cumulative()  # nothing held, or held too long
+            return evidence.cleared()  # nothing held, or held too long
         return replace(evidence, gap=gap)
     total = evidence.total + window.llr
+    pod_windows = min(evidence.pod_windows, MAX_POD_WINDOWS - 1) + 1
+    pods = evidence.pods + (window.pods - evidence.pods) / pod_windows
     if total <= 0:
-        return Cumulative()
+        return Cumulative(pods=pods, edge=window.edge, pod_windows=pod_windows)
+    windows = evidence.windows + 1
     return Cumulative(
         total=total,
-        windows=evidence.windows + 1,
+        windows=windows,
         gap=0,
         weighted=evidence.weighted + window.x / window.v,
         weight=evidence.weight + 1 / window.v,
+        pods=pods,
+        edge=window.edge,
+        pod_windows=pod_windows,
     )
 
 
+def pods_clear(evidence: Cumulative, direction: Direction) -> bool:
+    """Does the windows' estimate together clear the tolerance toward ``direction`` by
+    ``POD_Z`` standard errors, the pods' offset counted once? True when no window carried a
+    spread between pods (nothing to tell apart from the drafter)."""
+    if evidence.pods <= 0:
+        return True
+    ratio, variance = evidence.ratio(), evidence.variance()
+    if ratio is None or variance is None:
+        return False
+    x = math.log(ratio)
+    beyond = x - evidence.edge if direction == "loss" else -x - evidence.edge
+    return beyond >= POD_Z * math.sqrt(variance)
+
+
 def reached(evidence: Cumulative, direction: Direction, settings: CumulativeSettings) -> bool:
-    """Is the evidence enough to act on?"""
+    """Is the evidence enough to act on? The CUSUM at its threshold over at least K windows,
+    and the windows together beyond the tolerance with the pods' offset counted once."""
     return (
         settings.enabled
         and evidence.windows >= settings.windows(direction)
         and evidence.total >= settings.threshold(direction) * (1 - 1e-12)
+        and pods_clear(evidence, direction)
     )
 
 
@@ -230,7 +302,11 @@ def evidence_summary(
     ratio, width = evidence.ratio(), evidence.half_width(0.99)
     if ratio is None or width is None:
         return head
-    return f"{head} (together {_pct(ratio)} ±{width * 100:.1f}%)"
+    pods = ""
+    if evidence.pods > 0:
+        offset = math.expm1(POD_Z * math.sqrt(evidence.pods)) * 100
+        pods = f", the pods' offset ±{offset:.1f}% counted once"
+    return f"{head} (together {_pct(ratio)} ±{width * 100:.1f}%{pods})"
 
 
 def _pct(ratio: float) -> str:
@@ -243,6 +319,7 @@ __all__ = [
     "DEFAULT_WINDOWS_PER_FALSE_ALARM",
     "GAIN_STRICTNESS",
     "MIN_SHIFT",
+    "POD_Z",
     "Cumulative",
     "CumulativeSettings",
     "Direction",
@@ -250,6 +327,7 @@ __all__ = [
     "add",
     "design_shift",
     "evidence_summary",
+    "pods_clear",
     "reached",
     "standard_error",
     "weigh",

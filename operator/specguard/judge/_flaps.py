@@ -46,7 +46,7 @@ from typing import Any
 
 from specguard.judge._verdict import Verdict
 
-# The judge's default load check (JudgeSettings.concurrency_tolerance / concurrency_slack).
+# The load check of flap traffic (the judge's own relative tolerance, with a slack for counts).
 LOAD_TOLERANCE = 0.25
 LOAD_SLACK = 2.0
 # Largest share of requests that may change domain between two changes on the same traffic.

@@ -143,6 +143,8 @@ class PolicyState:
             ratio = c.ratio()
             if ratio is not None:
                 evidence.update(ratio=round(ratio, 6), weight=round(c.weight, 1))
+            if c.pods > 0:
+                evidence.update(podVariance=float(f"{c.pods:.4g}"), edge=round(c.edge, 6))
             out["evidence"] = evidence
         if self.served:
             out["served"] = [record.to_wire() for record in self.served]
@@ -205,6 +207,8 @@ def _evidence(data: Any, mode: Arm) -> dict[str, Any]:
         gap=_count(f"{key}.gap", data.get("gap", 0)),
         weighted=math.log(ratio) * weight,
         weight=weight,
+        pods=_number(f"{key}.podVariance", data.get("podVariance", 0.0)),
+        edge=_number(f"{key}.edge", data.get("edge", 0.0)),
     )
     return {"streak": _count(f"{key}.inARow", data.get("inARow", 0)), "cumulative": cumulative}
 
@@ -310,7 +314,7 @@ def change_mode(
 
 def _cleared(state: PolicyState) -> PolicyState:
     """No evidence toward a change: no streak, no cumulative evidence."""
-    return replace(state, streak=0, cumulative=Cumulative())
+    return replace(state, streak=0, cumulative=state.cumulative.cleared())
 
 
 def _no_evidence(state: PolicyState, settings: PolicySettings) -> PolicyState:

@@ -49,7 +49,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from specguard.judge._adjust import PodSpread, in_flight_gap, pod_spread
+from specguard.judge._adjust import MAX_LOAD_SLOPE, PodSpread, in_flight_gap, pod_spread
 from specguard.judge._robust import median_interval
 from specguard.judge._sample import ARMS, MEASUREMENTS, Arm, Sample
 
@@ -95,21 +95,24 @@ class JudgeSettings:
 
     ``concurrency_match`` — when are the two arms under the same load?
 
-    - ``"in_flight"`` (default): the arms' median in-flight requests per pod
-      (``Sample.concurrency``, counted over every router) differ by at most
-      ``max(concurrency_slack, concurrency_tolerance × the larger)``: both arms were measured
-      at one concurrency. This is what specguard's routers hold: they copy a request to the
-      shadow arm only while it has no more requests in flight per pod than the serving arm
-      (``router.Topology.shadow_has_room``). One exception, from Little's law (in flight =
-      arrival rate × latency): when the arm with fewer requests in flight received at least
-      as many requests per pod (within ``concurrency_tolerance``), it is simply faster at
-      that load — a shadow that every request was copied to and still ran lighter, or a
-      regression that lifts the slower arm's in-flight count at one arrival rate — and the
-      window is judged (compared at equal arrivals; a reason says so). A lighter arm that
-      also got fewer requests per pod is "mismatched concurrency": it was underfed (mirrors
-      dropped by a full shadow budget, a share below what matching needs). For paired and
-      histogram verdicts; an unpaired verdict is itself made at the in-flight levels both
-      arms cover (``matched_groups``), which this check would only repeat.
+    - ``"in_flight"`` (default): the arms' mean in-flight requests per pod (``Sample.concurrency``,
+      counted over every router) differ by at most ``concurrency_tolerance × the larger`` plus the
+      counting noise of the two means (``in_flight_allowance``: 1.96 standard errors of their
+      difference, over the pairs' differences when paired) — no fixed slack, so 4 against 2 in
+      flight is a mismatch however few the requests: both arms were measured at one concurrency.
+      This is what specguard's routers hold: they copy a request to the shadow arm only while it has
+      no more requests in flight per pod than the serving arm (``router.Topology.shadow_has_room``).
+      One exception, from Little's law (in flight = arrival rate × latency): when the arm with fewer
+      requests in flight received at least as many requests per pod (within
+      ``concurrency_tolerance``) and the arms' arrival rates by Little's law agree
+      (``_little_check``: with pairs, from the pairs' own e2e and in-flight ratios and their
+      standard error), it is simply faster at that load — a shadow that every request was copied to
+      and still ran lighter, or a regression that lifts the slower arm's in-flight count at one
+      arrival rate — and the window is judged (compared at equal arrivals; a reason says so). A
+      lighter arm that also got fewer requests per pod is "mismatched concurrency": it was underfed
+      (mirrors dropped by a full shadow budget, a share below what matching needs). For paired and
+      histogram verdicts; an unpaired verdict is itself made at the in-flight levels both arms cover
+      (``matched_groups``), which this check would only repeat.
     - ``"arrivals"``: the arms' arrivals per pod in the window (all requests, errors
       included) differ by at most ``concurrency_tolerance`` (relative): for clients that
       arrive at their own pace (open loop; ``judge.client_loop``) and routers that copy a
@@ -144,7 +147,6 @@ class JudgeSettings:
     min_output_tokens: int = 16
     concurrency_match: ConcurrencyMatch = "in_flight"
     concurrency_tolerance: float = 0.25
-    concurrency_slack: float = 2.0
     resamples: int = 2000
     seed: int = 0
     min_domain_requests: int = 10
@@ -163,7 +165,6 @@ class JudgeSettings:
                 "must be in_flight, arrivals or off",
             ),
             ("concurrency_tolerance", self.concurrency_tolerance >= 0, "must be >= 0"),
-            ("concurrency_slack", self.concurrency_slack >= 0, "must be >= 0"),
             (
                 "resamples",
                 100 <= self.resamples <= MAX_RESAMPLES,
@@ -244,8 +245,12 @@ class Verdict:
     pod_spread: float | None = None
     # What the spread between pods added to the variance of the log ratio (the interval
     # carries it). While the same pods serve it is one fixed offset, not noise that more
-    # windows average away: the cumulative rule leaves it out of each window's weight.
+    # windows average away: the cumulative rule leaves it out of each window's weight and
+    # carries it once (judge._cumulative.pods_clear).
     pod_variance: float | None = None
+    # The same before its floor at 0 (may be negative): the evidence across windows averages
+    # it over the windows and carries the mean once.
+    pod_variance_raw: float | None = None
 
     @property
     def actionable(self) -> bool:
@@ -478,7 +483,14 @@ def judge(
         requests_per_pod,
         settings,
         levels_matched=not paired,
-        little=_little_check(chosen, settings.concurrency_tolerance) if all(n.values()) else None,
+        little=(
+            _little_check(chosen, settings.concurrency_tolerance, paired=paired)
+            if all(n.values())
+            else None
+        ),
+        allowed=in_flight_allowance(chosen, settings.concurrency_tolerance, paired=paired)
+        if all(n.values())
+        else None,
     )
     timing, timing_note = _timing_check(inconsistent, requests, errors)
     if timing:
@@ -504,6 +516,8 @@ def judge(
         # (the Little's-law note) is compared at equal arrivals instead: not corrected.
         correct_gap = settings.concurrency_match == "in_flight" and not load_notes
         estimate = _paired(chosen, values, settings, correct_gap=correct_gap)
+        if settings.concurrency_match == "in_flight" and load_notes:
+            estimate = _little_widened(estimate, chosen)
     else:
         serving: Arm = max(ARMS, key=lambda arm: serving_votes[arm])
         estimate = _unpaired(chosen, values, serving, requests_per_pod, settings=settings, rng=rng)
@@ -532,6 +546,7 @@ def judge(
         load_slope=estimate.load_slope,
         pod_spread=estimate.pod_spread,
         pod_variance=estimate.pod_variance,
+        pod_variance_raw=estimate.pod_variance_raw,
         reasons=tuple(notes),
         **base,  # type: ignore[arg-type]
     )
@@ -554,6 +569,7 @@ class _Estimate:
     load_slope: float | None = None
     pod_spread: float | None = None
     pod_variance: float | None = None
+    pod_variance_raw: float | None = None
     refusal: str | None = None
     thin: str | None = None
 
@@ -637,6 +653,7 @@ def _paired(
         load_slope=gap.slope if gap is not None else None,
         pod_spread=spread.sigma if spread is not None else None,
         pod_variance=spread.allowance if spread is not None else None,
+        pod_variance_raw=spread.raw_allowance if spread is not None else None,
     )
 
 
@@ -714,6 +731,7 @@ def _unpaired(
         notes=tuple(notes),
         pod_spread=spread.sigma if spread is not None else None,
         pod_variance=spread.allowance if spread is not None else None,
+        pod_variance_raw=spread.raw_allowance if spread is not None else None,
         thin=thin,
     )
 
@@ -770,8 +788,8 @@ def _pooled_check(
     would compare loads, not arms."""
     conc = {arm: float(np.median([s.concurrency for s in chosen[arm]])) for arm in ARMS}
     tolerance = settings.concurrency_tolerance
-    allowed = max(settings.concurrency_slack, tolerance * max(conc.values()))
-    if abs(conc["speculative"] - conc["baseline"]) <= allowed:
+    means = in_flight_allowance(chosen, tolerance, paired=False)
+    if abs(means[0] - means[1]) <= means[2]:
         return None, None
     n = {arm: len(chosen[arm]) for arm in ARMS}
     thin = (
@@ -793,7 +811,7 @@ def _pooled_check(
             "at one arrival rate (Little's law) — is the mirror share right?",
             None,
         )
-    agree, rates = _little_check(chosen, tolerance)
+    agree, rates = _little_check(chosen, tolerance, paired=False)
     if not agree:
         return (
             f"{thin}, and they cannot be compared pooled: with the same arrivals ({counts}) "
@@ -808,20 +826,110 @@ def _pooled_check(
     )
 
 
-def _little_check(chosen: Mapping[Arm, Sequence[Sample]], tolerance: float) -> tuple[bool, str]:
+def _little_check(
+    chosen: Mapping[Arm, Sequence[Sample]], tolerance: float, *, paired: bool
+) -> tuple[bool, str]:
     """(do the arms' arrival rates by Little's law agree, the rates in words): mean in-flight
     ÷ mean e2e per arm, within ``tolerance`` beyond 1.96 standard errors. With the same
     arrivals an arm holds more in flight exactly as much as it is slower; when the gap is
-    not that, the arms were fed differently whatever their request counts say."""
-    (spec_r, spec_se), (base_r, base_se) = (_little_rate(chosen[arm]) for arm in ARMS)
+    not that, the arms were fed differently whatever their request counts say.
+
+    ``paired`` (``chosen[arm][i]`` are the halves of pair i): the standard error is the
+    pairs' own (``_paired_little_se``): a pair's halves share their prompt, output length and
+    arrival moment, so the ratio of the arms' rates is known far better than two arms'
+    unpaired spreads say — e2e times that spread ×30 between requests left a 0.32–0.41 log
+    disagreement inside a 0.41–0.44 bound while the pairs put it 10 standard errors out."""
+    (spec_r, _), (base_r, _) = (_little_rate(chosen[arm]) for arm in ARMS)
     rates = (
         f"arrivals by Little's law, mean in flight ÷ mean e2e: {spec_r:.3g} vs {base_r:.3g} "
         "per second per pod"
     )
-    if not (math.isfinite(spec_r) and math.isfinite(base_r) and spec_r > 0 and base_r > 0):
+    disagree, se = _little_gap(chosen, paired=paired)
+    if not (math.isfinite(disagree) and math.isfinite(se)):
         return False, rates
-    bound = math.log1p(tolerance) + _LITTLE_Z * math.hypot(spec_se, base_se)
-    return abs(math.log(spec_r / base_r)) <= bound, rates
+    bound = math.log1p(tolerance) + _LITTLE_Z * se
+    if paired:
+        rates += f" (log {disagree:+.2f}, paired standard error {se:.3f})"
+    return abs(disagree) <= bound, rates
+
+
+def _little_widened(estimate: _Estimate, chosen: Mapping[Arm, Sequence[Sample]]) -> _Estimate:
+    """A paired estimate compared at equal arrivals (the Little's-law exception), its
+    interval widened by what the arms' disagreement by Little's law could hide: the log
+    ratio of their arrival rates d (and 1.96 paired standard errors) is the in-flight gap
+    their latencies do not explain, i.e. load one arm had beyond the other's at one arrival
+    rate; with latency at most proportional to in-flight it moves the ratio by at most that
+    much, toward the arm that was lighter than its speed says. Within the check's tolerance
+    the gap is not refused, but nor does it decide a verdict: loaded-apart arms of an
+    unchanged drafter (d 0.28–0.30 inside a 0.30 bound) were called improved otherwise."""
+    if estimate.refusal is not None:
+        return estimate
+    d, se = _little_gap(chosen, paired=True)
+    if not (math.isfinite(d) and math.isfinite(se)):
+        return estimate
+    reach = math.exp(MAX_LOAD_SLOPE * (abs(d) + _LITTLE_Z * se))
+    # d < 0: the speculative arm held fewer in flight than its latency explains (lighter
+    # than the baseline at one arrival rate), so it looks faster than it is: the truth may
+    # lie higher.
+    low, high = (estimate.ci_low, estimate.ci_high * reach) if d < 0 else (
+        estimate.ci_low / reach, estimate.ci_high)  # fmt: skip
+    note = (
+        f"the arms' arrivals by Little's law differ by {math.exp(d) - 1:+.0%} (the in-flight "
+        "gap their latencies do not explain): the interval is widened by the load that could "
+        f"hide ({reach - 1:.0%})"
+    )
+    return replace(estimate, ci_low=low, ci_high=high, notes=(*estimate.notes, note))
+
+
+def _little_gap(chosen: Mapping[Arm, Sequence[Sample]], *, paired: bool) -> tuple[float, float]:
+    """(log ratio of the arms' arrival rates by Little's law, speculative over baseline, its
+    standard error: the pairs' own when ``paired``); infinite when a rate is not known."""
+    (spec_r, spec_se), (base_r, base_se) = (_little_rate(chosen[arm]) for arm in ARMS)
+    if not (math.isfinite(spec_r) and math.isfinite(base_r) and spec_r > 0 and base_r > 0):
+        return math.inf, math.inf
+    se = _paired_little_se(chosen) if paired else math.hypot(spec_se, base_se)
+    return math.log(spec_r / base_r), se
+
+
+def _paired_little_se(chosen: Mapping[Arm, Sequence[Sample]]) -> float:
+    """The standard error of the log ratio of the arms' Little's-law arrival rates over
+    mirrored pairs (delta method): per pair, its in-flight counts and e2e times relative to
+    their arm's means, speculative less baseline; the standard deviation of that over √n."""
+    values = {}
+    for arm in ARMS:
+        conc = np.fromiter((s.concurrency for s in chosen[arm]), np.float64, len(chosen[arm]))
+        e2e = np.fromiter((s.e2e_s for s in chosen[arm]), np.float64, len(chosen[arm]))
+        held, took = max(float(conc.mean()) - 1.0, 0.5), float(e2e.mean())
+        if took <= 0.0:
+            return math.inf
+        values[arm] = (conc - 1.0) / held - e2e / took
+    terms = values["speculative"] - values["baseline"]
+    return float(terms.std(ddof=1)) / math.sqrt(terms.size) if terms.size > 1 else math.inf
+
+
+def in_flight_allowance(
+    chosen: Mapping[Arm, Sequence[Sample]], tolerance: float, *, paired: bool
+) -> tuple[float, float, float]:
+    """(speculative, baseline mean in-flight per pod, the difference allowed between them):
+    ``tolerance`` × the larger mean plus the counting noise of the two means, 1.96 standard
+    errors of their difference (``paired``: of the pairs' own differences, whose halves
+    arrived at one moment). No fixed number of requests: at 2–4 in flight a slack of 2 would
+    accept one arm at twice the other's load."""
+    conc = {
+        arm: np.fromiter((s.concurrency for s in chosen[arm]), np.float64, len(chosen[arm]))
+        for arm in ARMS
+    }
+    spec, base = conc["speculative"], conc["baseline"]
+    if not spec.size or not base.size:
+        return 0.0, 0.0, math.inf
+    if paired and spec.size == base.size and spec.size > 1:
+        se = float(np.std(spec - base, ddof=1)) / math.sqrt(spec.size)
+    else:
+        se = math.sqrt(
+            sum(float(np.var(c, ddof=1)) / c.size if c.size > 1 else 0.0 for c in (spec, base))
+        )
+    spec_m, base_m = float(spec.mean()), float(base.mean())
+    return spec_m, base_m, tolerance * max(spec_m, base_m) + _LITTLE_Z * se
 
 
 # What each measurement kind is, and what a user does to get exact per-token latency.
@@ -931,12 +1039,15 @@ def _insufficient(
     *,
     levels_matched: bool = False,
     little: tuple[bool, str] | None = None,
+    allowed: tuple[float, float, float] | None = None,
 ) -> tuple[list[str], list[str]]:
     """(why the window is inconclusive, notes a verdict carries): the sample counts and the
     load check of ``settings.concurrency_match``. ``levels_matched``: the comparison itself
     is made at matched in-flight levels (an unpaired window), which the in-flight check
     would only repeat. ``little``: ``_little_check`` of the compared samples, when known: an
-    in-flight gap is put down to speed at equal arrivals only when it agrees."""
+    in-flight gap is put down to speed at equal arrivals only when it agrees. ``allowed``:
+    ``in_flight_allowance`` of the compared samples (the arms' mean in-flight and the gap
+    allowed between them), when known."""
     reasons: list[str] = []
     notes: list[str] = []
     short = [f"{arm} {n[arm]}" for arm in ARMS if n[arm] < settings.min_requests_per_arm]
@@ -947,6 +1058,10 @@ def _insufficient(
         )
     spec_l, base_l = requests_per_pod["speculative"], requests_per_pod["baseline"]
     tolerance = settings.concurrency_tolerance
+    spec_c, base_c = concurrency["speculative"], concurrency["baseline"]
+    if allowed is None and spec_c is not None and base_c is not None:
+        # No per-request counts (a histogram source's gauges): the relative tolerance alone.
+        allowed = (spec_c, base_c, tolerance * max(spec_c, base_c))
     if settings.concurrency_match == "arrivals":
         if spec_l and base_l:
             if max(spec_l, base_l) / min(spec_l, base_l) - 1 > tolerance:
@@ -954,12 +1069,10 @@ def _insufficient(
                 many: Arm = "baseline" if few == "speculative" else "speculative"
                 few_c, many_c = concurrency[few], concurrency[many]
                 per_pod = f"speculative {_num(spec_l)} vs baseline {_num(base_l)} requests per pod"
-                busier = (
-                    few_c is not None
-                    and many_c is not None
-                    and few_c - many_c
-                    > max(settings.concurrency_slack, tolerance * max(few_c, many_c))
-                )
+                busier = False
+                if few_c is not None and many_c is not None and allowed is not None:
+                    means = dict(zip(ARMS, allowed[:2], strict=True))
+                    busier = means[few] - means[many] > allowed[2]
                 if busier:
                     notes.append(
                         f"{few} got fewer requests ({per_pod}) and held more in flight "
@@ -974,42 +1087,40 @@ def _insufficient(
                     )
         elif n["speculative"] and n["baseline"]:
             reasons.append("per-pod arrivals of an arm are unknown")
-    elif settings.concurrency_match == "in_flight" and not levels_matched:
-        spec_c, base_c = concurrency["speculative"], concurrency["baseline"]
-        if spec_c is not None and base_c is not None:
-            allowed = max(settings.concurrency_slack, tolerance * max(spec_c, base_c))
-            if abs(spec_c - base_c) > allowed:
-                light: Arm = "speculative" if spec_c < base_c else "baseline"
-                heavy: Arm = "baseline" if light == "speculative" else "speculative"
-                light_l, heavy_l = requests_per_pod[light], requests_per_pod[heavy]
-                in_flight = (
-                    f"speculative {_num(spec_c)} vs baseline {_num(base_c)} in flight per pod"
+    elif settings.concurrency_match == "in_flight" and not levels_matched and allowed is not None:
+        spec_c, base_c, gap = allowed
+        if abs(spec_c - base_c) > gap:
+            light: Arm = "speculative" if spec_c < base_c else "baseline"
+            heavy: Arm = "baseline" if light == "speculative" else "speculative"
+            light_l, heavy_l = requests_per_pod[light], requests_per_pod[heavy]
+            in_flight = (
+                f"speculative {_num(spec_c)} vs baseline {_num(base_c)} mean in flight per pod"
+            )
+            equal = light_l and heavy_l and light_l >= (1.0 - tolerance) * heavy_l
+            if equal and little is not None and not little[0]:
+                reasons.append(
+                    f"mismatched concurrency ({in_flight}, allowed difference "
+                    f"{_num(gap)}) with as many requests per pod ({_num(light_l or 0)} "
+                    f"vs {_num(heavy_l or 0)}), but the gap is not the one their "
+                    f"latencies explain ({little[1]}): the arms were loaded differently"
                 )
-                equal = light_l and heavy_l and light_l >= (1.0 - tolerance) * heavy_l
-                if equal and little is not None and not little[0]:
-                    reasons.append(
-                        f"mismatched concurrency ({in_flight}, allowed difference "
-                        f"{_num(allowed)}) with as many requests per pod ({_num(light_l or 0)} "
-                        f"vs {_num(heavy_l or 0)}), but the gap is not the one their "
-                        f"latencies explain ({little[1]}): the arms were loaded differently"
-                    )
-                elif equal:
-                    notes.append(
-                        f"{light} held fewer requests in flight ({in_flight}) with as many "
-                        f"requests per pod ({_num(light_l or 0)} vs {_num(heavy_l or 0)}): it is "
-                        "faster at this load, compared at equal arrivals (Little's law)"
-                    )
-                else:
-                    arrivals = (
-                        f"; {_num(light_l)} vs {_num(heavy_l)} requests per pod"
-                        if light_l and heavy_l
-                        else ""
-                    )
-                    reasons.append(
-                        f"mismatched concurrency ({in_flight}, allowed difference "
-                        f"{_num(allowed)}{arrivals}: the lighter {light} arm was underfed — "
-                        "shadow budget full, or a mirror share too small?)"
-                    )
+            elif equal:
+                notes.append(
+                    f"{light} held fewer requests in flight ({in_flight}) with as many "
+                    f"requests per pod ({_num(light_l or 0)} vs {_num(heavy_l or 0)}): it is "
+                    "faster at this load, compared at equal arrivals (Little's law)"
+                )
+            else:
+                arrivals = (
+                    f"; {_num(light_l)} vs {_num(heavy_l)} requests per pod"
+                    if light_l and heavy_l
+                    else ""
+                )
+                reasons.append(
+                    f"mismatched concurrency ({in_flight}, allowed difference "
+                    f"{_num(gap)}{arrivals}: the lighter {light} arm was underfed — "
+                    "shadow budget full, or a mirror share too small?)"
+                )
     return reasons, notes
 
 
@@ -1258,6 +1369,7 @@ __all__ = [
     "Verdict",
     "bootstrap_medians",
     "classify",
+    "in_flight_allowance",
     "judge",
     "level_of",
     "matched_groups",

@@ -21,6 +21,13 @@ Per-token latency (TPOT) of one request on one arm::
 - ``noise``: exp(N(0, pair_noise)) per request and arm (the batch a request happens to share);
 - ``effect``: the speculative arm's true per-token factor at every concurrency (1 = A/A).
 
+Pods whose speed is fixed for a run (the same pods serve every window: :func:`run_pods`
+draws each pod's factor once, not centred, so one arm's pods may be slower on average than
+the other's; pass them to :func:`window` as ``pods``) replace the per-window draw.
+``pair_tokens``: a mirrored request produces the same number of output tokens on both arms
+(the same prompt and limits), so the two halves' e2e times differ by the arms' speed and
+load, not by the length of the answer.
+
 Paired windows send each prompt to both arms (the same ``pair_id``), each arm measuring it
 on its own pod, with its own noise, at its own concurrency: the two arms' in-flight counts
 differ by a factor exp(N(0, pair_load_noise)), since a mirror sends the shadow the same
@@ -79,6 +86,7 @@ class Traffic:
     pod_centred: bool = True
     shadow_in_flight: float = 1.0
     shadow_pods: int | None = None
+    pair_tokens: bool = False
 
 
 def concurrencies(load: Load, n: int, rng: np.random.Generator) -> IntArray:
@@ -128,6 +136,17 @@ def pod_factors(traffic: Traffic, rng: np.random.Generator, arm: Arm = "speculat
     return factors
 
 
+def run_pods(traffic: Traffic, rng: np.random.Generator) -> dict[Arm, FloatArray]:
+    """Each arm's pod factors for a whole run: exp(N(0, ``pod_bias``)) per pod, drawn once
+    and not centred (whatever ``pod_centred`` says): the arms' pods are not balanced."""
+    arms: tuple[Arm, ...] = ("speculative", "baseline")
+    return {arm: np.exp(rng.normal(0.0, traffic.pod_bias, pods_of(traffic, arm))) for arm in arms}
+
+
+def _tokens(n: int, rng: np.random.Generator) -> IntArray:
+    return np.exp(rng.uniform(np.log(32), np.log(1024), n)).astype(np.int64)
+
+
 def _arm(
     arm: Arm,
     traffic: Traffic,
@@ -139,13 +158,17 @@ def _arm(
     pair_ids: list[str] | None,
     start: float,
     duration: float,
+    pods: FloatArray | None = None,
+    tokens: IntArray | None = None,
 ) -> list[Sample]:
     n = prompt.size
-    pods = pod_factors(traffic, rng, arm)
+    if pods is None:
+        pods = pod_factors(traffic, rng, arm)
     which = rng.integers(0, pods.size, size=n)
     noise = np.exp(rng.normal(0.0, traffic.pair_noise, n))
     tpot = BASE_TPOT_S * (1 + conc / LOAD_SCALE) * prompt * pods[which] * noise * effect
-    tokens = np.exp(rng.uniform(np.log(32), np.log(1024), n)).astype(np.int64)
+    if tokens is None:
+        tokens = _tokens(n, rng)
     ttft = 0.05 + rng.exponential(0.3, n)
     e2e = ttft + tpot * (tokens - 1)
     measurement = traffic.measurement.get(arm, "stream_usage")
@@ -191,9 +214,15 @@ def window(
     base_load: Load | None = None,
     start: float = 0.0,
     duration: float = 60.0,
+    pods: Mapping[Arm, FloatArray] | None = None,
+    unmirrored: int = 0,
 ) -> list[Sample]:
     """One window: n requests per arm (n pairs when ``paired``), the speculative arm's
-    per-token latency ``effect`` × the baseline's at every concurrency."""
+    per-token latency ``effect`` × the baseline's at every concurrency. ``pods``: each arm's
+    pod factors, fixed for a run (:func:`run_pods`); by default drawn for this window.
+    ``unmirrored``: the serving arm also served this many requests that were not copied (no
+    pair id; at its own load), as when fewer shadow pods get a share of the serving arm's
+    requests (one drafter pod beside three baseline pods gets a third of them copied)."""
     traffic = traffic or Traffic()
     apart = spec_load is not None or base_load is not None
     spec_load = traffic.load if spec_load is None else spec_load
@@ -219,15 +248,28 @@ def window(
     else:
         ids = None
         spec_prompt, base_prompt = prompts(traffic, n, rng), prompts(traffic, n, rng)
+    tokens = _tokens(n, rng) if paired and traffic.pair_tokens else None
+    fixed = pods or {}
     spec = _arm(
         "speculative", traffic, spec_prompt, spec_conc, effect=effect, rng=rng,
-        pair_ids=ids, start=start, duration=duration,
+        pair_ids=ids, start=start, duration=duration, pods=fixed.get("speculative"),
+        tokens=tokens,
     )  # fmt: skip
     base = _arm(
         "baseline", traffic, base_prompt, base_conc, effect=1.0, rng=rng,
-        pair_ids=ids, start=start, duration=duration,
+        pair_ids=ids, start=start, duration=duration, pods=fixed.get("baseline"),
+        tokens=tokens,
     )  # fmt: skip
-    return spec + base
+    if unmirrored <= 0:
+        return spec + base
+    arm = traffic.serving
+    load = spec_load if arm == "speculative" else base_load
+    extra = _arm(
+        arm, traffic, prompts(traffic, unmirrored, rng), concurrencies(load, unmirrored, rng),
+        effect=effect if arm == "speculative" else 1.0, rng=rng, pair_ids=None, start=start,
+        duration=duration, pods=fixed.get(arm),
+    )  # fmt: skip
+    return spec + base + extra
 
 
 __all__ = [
@@ -239,5 +281,6 @@ __all__ = [
     "concurrencies",
     "pod_factors",
     "prompts",
+    "run_pods",
     "window",
 ]
