@@ -73,8 +73,8 @@ def test_the_demo_clients_are_told_apart_through_the_router(
         end = time.time()
         samples = samples_of(url)
     found = client_loop(samples, start=start, end=end)
-    assert found.kind == kind, (schedule, found.sentence(), found.median_request_s,
-                                [(f.lag_s, round(f.follow_up, 3), round(f.bound, 3)) for f in found.lags])
+    lags = [(f.lag_s, round(f.follow_up, 3), round(f.bound, 3)) for f in found.lags]
+    assert found.kind == kind, (schedule, found.sentence(), found.median_request_s, lags)
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     assert all(line["status"] == 200 for line in lines)
     if kind == "open":
