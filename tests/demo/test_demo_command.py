@@ -17,6 +17,7 @@ from specguard.api._resource import parse_resource
 from specguard.demo import _stage as stage
 from specguard.demo._command import Console, _check, build_parser, main
 from specguard.demo._load import read_records, record_line
+from specguard.testing import find_tool
 from specguard.testing._images import Launch
 from specguard.testing._loadclient import StreamRecord
 
@@ -64,13 +65,13 @@ def test_without_matplotlib_it_names_the_extra() -> None:
 
 
 def _path_without_go(tmp_path: Path) -> str:
-    """A PATH holding helm and kubectl (the demo checks them first) but no go."""
+    """A PATH holding helm (the demo checks it first) and bash but no go."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    for tool in ("helm", "kubectl", "bash"):
-        found = subprocess.run(["which", tool], capture_output=True, text=True, check=False)
-        if found.returncode == 0:
-            (bin_dir / tool).symlink_to(found.stdout.strip())
+    for tool in ("helm", "bash"):
+        found = find_tool(tool)
+        if found is not None:
+            (bin_dir / tool).symlink_to(found)
     return str(bin_dir)
 
 

@@ -257,7 +257,7 @@ class Demo:
         )
         replicas = int(body["spec"]["replicas"])
         self._intro(body, replicas)
-        helm, _ = st.check_tools()
+        helm = st.check_tools()
         origin = st.ensure_binaries(say, self.console.progress, build=not args.no_build)
         self.console.end_status()
         self.stage = stage = st.Stage(time_scale=args.time_scale, say=say, profile=args.profile)
