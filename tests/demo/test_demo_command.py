@@ -9,13 +9,15 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
+from typing import cast
 
 import pytest
 import yaml
 
 from specguard.api._resource import parse_resource
 from specguard.demo import _stage as stage
-from specguard.demo._command import Console, _check, build_parser, main
+from specguard.demo._command import Console, Demo, _check, build_parser, main
 from specguard.demo._load import read_records, record_line
 from specguard.testing import find_tool
 from specguard.testing._images import Launch
@@ -219,3 +221,29 @@ def test_a_failed_build_is_one_line_with_its_reason_and_log(
         "cannot build the control plane: go mod tidy failed (log: /x/tidy.log)"
     )
     assert "\n" not in message and "demo-build.log" in message
+
+
+def test_the_closing_commands_put_the_venvs_kubectl_first_on_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The venv holds the plugin and kubectl of the control plane's release: the commands
+    printed at the end say to put it first unless PATH already finds both there."""
+    venv, system = tmp_path / "venv" / "bin", tmp_path / "usr" / "bin"
+    for directory, names in ((venv, ("kubectl", "kubectl-specguard")), (system, ("kubectl",))):
+        directory.mkdir(parents=True)
+        for name in names:
+            (directory / name).write_text("#!/bin/sh\n")
+            (directory / name).chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(venv / "python"))
+    out = io.StringIO()
+    demo = Demo(build_parser().parse_args([]), (), Console(out, every=3600.0))
+    demo.stage = cast(stage.Stage, SimpleNamespace(name="dsv4", cluster=None))
+    export = f"  export PATH={venv}:$PATH    # its kubectl and the specguard plugin"
+    for path, printed in ((f"{system}:{venv}", True), (f"{venv}:{system}", False)):
+        monkeypatch.setenv("PATH", path)
+        out.truncate(0)
+        out.seek(0)
+        demo._commands()
+        lines = out.getvalue().splitlines()
+        assert (export in lines) is printed, (path, lines)
+        assert "  kubectl specguard history dsv4 -n specguard-demo" in lines
