@@ -10,7 +10,7 @@
 #   helm     built from its Go module (helm.sh/helm/v4, module proxy only) with the ordinary
 #            go command (Go >= 1.26) and cached outside the checkout.
 #
-#   bash scripts/install-kube-tools.sh      # about 4 minutes on 2 cores the first time, then < 1 s
+#   bash scripts/install-kube-tools.sh   # about 3 CPU-minutes the first time (helm), then < 1 s
 #
 # Idempotent. Cache: ${SPECGUARD_CACHE_DIR:-~/.cache/specguard}/helm/v<version>/bin/helm
 # (log: .../helm/v<version>/build.log). VENV_BIN picks another directory to link into.
@@ -46,9 +46,9 @@ build_helm() {
   # shellcheck disable=SC2064  # expand now: $work is local
   trap "rm -rf '$work'" EXIT
   began=$(date +%s)
-  say "building helm v$HELM_VERSION from the Go module helm.sh/helm/v4 (about 4 minutes on 2 cores, once; log: $HELM_ROOT/build.log)"
-  # Same flags as the control-plane build (CGO off, -trimpath): the client-go packages both
-  # use come from the Go build cache when that build ran first.
+  say "building helm v$HELM_VERSION from the Go module helm.sh/helm/v4 (about 3 CPU-minutes, once; log: $HELM_ROOT/build.log)"
+  # Same flags as the control-plane build (CGO off, -trimpath): what both build at the same
+  # versions (the module graphs differ) comes from the Go build cache.
   CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS=-trimpath GOBIN="$work" go install \
     -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=v$HELM_VERSION -X helm.sh/helm/v4/internal/version.gitTreeState=clean" \
     "helm.sh/helm/v4/cmd/helm@v$HELM_VERSION" >"$HELM_ROOT/build.log" 2>&1 \
