@@ -11,8 +11,8 @@ Order:
 
 The command-line tools (kubectl, helm, runc, ...) are found by ``find_tool``: the bin
 directory of the Python running this (the project's ``.venv/bin``, where
-``scripts/install-kube-tools.sh`` links kubectl and builds helm into), then PATH; kubectl
-of the control plane's own build comes first (``kubectl_binary``).
+``scripts/install-kube-tools.sh`` links kubectl and helm), then PATH; kubectl of the control
+plane's own build comes first (``kubectl_binary``).
 """
 
 from __future__ import annotations
@@ -166,7 +166,9 @@ def find_binaries() -> ControlPlaneBinaries:
         for name in ("kube-controller-manager", "kube-scheduler"):
             path = _executable(assets / name) or _executable(cache / name) or find_tool(name)
             if path is None:
-                raise _missing(name, [str(assets), str(cache), "PATH"])
+                raise _missing(
+                    name, [str(assets), str(cache), str(Path(sys.executable).parent), "PATH"]
+                )
             found[name] = path
         origin = f"KUBEBUILDER_ASSETS={assets}"
     else:
