@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import socket
 import subprocess
 import time
@@ -23,6 +22,7 @@ from typing import Any, Protocol
 
 from specguard import __version__
 from specguard.api import constants as c
+from specguard.testing import find_tool, kubectl_binary
 
 ROOT = Path(__file__).resolve().parents[1]
 CHART = ROOT / "charts" / "specguard"
@@ -69,13 +69,13 @@ class Tools:
 
     def kubectl(self, *args: str, stdin: str | None = None, check: bool = True,
                 timeout: float = 180) -> subprocess.CompletedProcess[str]:  # fmt: skip
-        return self._run(["kubectl", f"--kubeconfig={self.kubeconfig}", *args], stdin, check,
-                         timeout)  # fmt: skip
+        return self._run([str(kubectl_binary()), f"--kubeconfig={self.kubeconfig}", *args],
+                         stdin, check, timeout)  # fmt: skip
 
     def helm(self, *args: str, check: bool = True,
              timeout: float = 300) -> subprocess.CompletedProcess[str]:  # fmt: skip
-        return self._run(["helm", f"--kubeconfig={self.kubeconfig}", *args], None, check,
-                         timeout)  # fmt: skip
+        return self._run([str(find_tool("helm") or "helm"), f"--kubeconfig={self.kubeconfig}",
+                          *args], None, check, timeout)  # fmt: skip
 
     def json(self, *args: str) -> Any:
         return json.loads(self.kubectl(*args, "-o", "json").stdout)
@@ -196,7 +196,7 @@ class NodeBackend(_OnLocalCluster):
 def kind_missing() -> str | None:
     """Why the kind backend cannot run here, or None."""
     for tool in ("docker", "kind", "kubectl", "helm"):
-        if shutil.which(tool) is None:
+        if find_tool(tool) is None:
             return f"{tool} not found"
     info = run(["docker", "info", "--format", "{{.ServerVersion}}"], timeout=30)
     if info.returncode != 0:
@@ -276,7 +276,8 @@ class KindBackend:
             sock.bind(("127.0.0.1", 0))
             local = int(sock.getsockname()[1])
         forward = subprocess.Popen(
-            ["kubectl", f"--kubeconfig={self.kubeconfig}", "-n", namespace, "port-forward",
+            [str(kubectl_binary()), f"--kubeconfig={self.kubeconfig}", "-n", namespace,
+             "port-forward",
              f"pod/{pod}", f"{local}:{port}"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
@@ -289,7 +290,8 @@ class KindBackend:
         raise RuntimeError(f"kubectl port-forward to {namespace}/{pod} did not open")
 
     def pod_logs(self, namespace: str, pod: str) -> str:
-        done = run(["kubectl", f"--kubeconfig={self.kubeconfig}", "-n", namespace, "logs", pod])
+        done = run([str(kubectl_binary()), f"--kubeconfig={self.kubeconfig}", "-n", namespace,
+                    "logs", pod])  # fmt: skip
         return done.stdout + done.stderr
 
     def stop(self) -> None:

@@ -8,11 +8,17 @@ pytest e2e --backend kind       # a kind cluster; skipped with one line without 
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import pytest
+
+from specguard.testing import (
+    MissingBinariesError,
+    find_tool,
+    install_tools_script,
+    kubectl_binary,
+)
 
 from .backends import BACKENDS, Backend, Tools, kind_missing, start_backend
 
@@ -95,9 +101,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session")
 def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
     name = str(request.config.getoption("--backend"))
-    for tool in ("kubectl", "helm"):
-        if shutil.which(tool) is None:
-            pytest.fail(f"{tool} is not on PATH: run `bash scripts/install-kube-tools.sh`")
+    if find_tool("helm") is None:
+        pytest.fail(f"helm is in neither .venv/bin nor PATH: run `bash {install_tools_script()}`")
+    try:
+        kubectl_binary()
+    except MissingBinariesError as missing:
+        pytest.fail(str(missing))
     for backend in start_backend(name):
         _BACKEND.append(backend)
         yield backend

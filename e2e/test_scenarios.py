@@ -24,6 +24,7 @@ import yaml
 from lupa import LuaRuntime
 
 from specguard.api import constants as c
+from specguard.testing import kubectl_binary
 
 from .backends import CHART, Backend, Tools
 
@@ -147,7 +148,7 @@ def watching(tools: Tools) -> Iterator[list[dict[str, Any]]]:
     (`kubectl get -w -o json`): each status the operator wrote."""
     seen: list[dict[str, Any]] = []
     proc = subprocess.Popen(
-        ["kubectl", f"--kubeconfig={tools.kubeconfig}", "-n", WORKLOAD, "get",
+        [str(kubectl_binary()), f"--kubeconfig={tools.kubeconfig}", "-n", WORKLOAD, "get",
          f"{c.PLURAL}.{c.GROUP}", NAME, "-w", "-o", "json"],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
     )  # fmt: skip

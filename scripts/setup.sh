@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Set up a development environment in .venv.
 #   scripts/setup.sh            Python environment only (enough for render, sim, router, judge, evaluate)
-#   scripts/setup.sh --demo     also kubectl and helm: what `specguard demo` needs besides the control
-#                               plane, which the demo builds itself on first use (with a progress line)
-#   scripts/setup.sh --cluster  also Prometheus (Debian), kubectl and helm, the local control plane
-#                               (Kubernetes and etcd built once from the Go modules; needs Go >= 1.26),
+#   scripts/setup.sh --demo     also helm (built once from its Go module; needs Go >= 1.26) and kubectl
+#                               in .venv/bin (scripts/install-kube-tools.sh): what `specguard demo`
+#                               needs besides the control plane, which the demo builds itself on
+#                               first use (with a progress line), kubectl included
+#   scripts/setup.sh --cluster  also Prometheus (Debian), helm and kubectl in .venv/bin, the local
+#                               control plane (Kubernetes, its kubectl, and etcd built once from the
+#                               Go modules; needs Go >= 1.26),
 #                               the real node: kubelet and kube-proxy (same build), containerd,
 #                               crictl and the CNI plugins (Go modules), runc (Debian), and the
 #                               specguard image built from the Dockerfile (mmdebstrap, buildah),
@@ -24,6 +27,12 @@ esac
 
 say() { echo "setup: $*" >&2; }
 
+# First: scripts/install-kube-tools.sh links kubectl and helm into .venv/bin.
+if [ ! -x .venv/bin/python ]; then
+  say "creating .venv"
+  python3 -m venv .venv
+fi
+
 if [ "$want_cluster" = 1 ]; then
   missing=()
   command -v prometheus >/dev/null || missing+=(prometheus)
@@ -33,18 +42,17 @@ if [ "$want_cluster" = 1 ]; then
     apt-get update -qq
     apt-get install -y -qq "${missing[@]}" >/dev/null
   fi
-  # helm too: machine images may carry a kubectl but no helm (the chart tests need both).
-  { command -v kubectl && command -v helm; } >/dev/null || bash scripts/install-kube-tools.sh
   # The real node's Debian packages (mmdebstrap, buildah, podman, runc, iptables, gcc).
   bash scripts/install-node-packages.sh
   # The image (mmdebstrap and pip: mostly network) builds beside the Go builds (CPU).
   bash scripts/build-image.sh >/dev/null &
   image_pid=$!
   # The Go builds (minutes of CPU) run while pip fetches the venvs below (mostly network):
-  # the control plane (with the kubelet and kube-proxy the real node and the e2e suite need,
-  # even where envtest's KUBEBUILDER_ASSETS provides an apiserver), then the node's runtime
-  # (both are CPU: one at a time).
-  { bash scripts/build-control-plane.sh && bash scripts/build-node.sh; } &
+  # the control plane (with kubectl, and the kubelet and kube-proxy the real node and the
+  # e2e suite need, even where envtest's KUBEBUILDER_ASSETS provides an apiserver), then the
+  # node's runtime, then helm into .venv/bin beside that kubectl (all CPU: one at a time).
+  { bash scripts/build-control-plane.sh && bash scripts/build-node.sh &&
+    bash scripts/install-kube-tools.sh; } &
   build_pid=$!
   # Real vLLM (CPU build) for tests/realvllm and the real-vLLM operator scenario: ~6 GB of
   # wheels (network and disk) beside the Go build (CPU); cached, < 1 s once installed.
@@ -73,24 +81,27 @@ if [ "$want_cluster" = 1 ]; then
 fi
 
 if [ "$want_demo" = 1 ]; then
-  { command -v kubectl && command -v helm; } >/dev/null || bash scripts/install-kube-tools.sh
+  # helm's build (CPU, minutes once) runs while pip installs the package below (network).
+  bash scripts/install-kube-tools.sh &
+  tools_pid=$!
+  trap '[ -n "${tools_pid:-}" ] && kill "$tools_pid" 2>/dev/null || true' EXIT
 fi
 
-if [ ! -x .venv/bin/python ]; then
-  say "creating .venv"
-  python3 -m venv .venv
-fi
 if ! .venv/bin/python -c "import specguard, pytest, matplotlib, rich" 2>/dev/null || [ pyproject.toml -nt .venv/.installed ]; then
   say "installing specguard and its development dependencies into .venv"
   .venv/bin/pip install -q -U pip >/dev/null
   .venv/bin/pip install -q -e '.[dev,fast,evaluate]'
   touch .venv/.installed
 fi
+if [ -n "${tools_pid:-}" ]; then
+  wait "$tools_pid" || { tools_pid=""; say "installing kubectl and helm failed (see its output above)"; exit 1; }
+  tools_pid=""
+fi
 if [ -n "${vllm_pid:-}" ]; then
   wait "$vllm_pid" || { say "the real-vLLM install failed (see its output above)"; exit 1; }
 fi
 if [ -n "${build_pid:-}" ]; then
-  wait "$build_pid" || { build_pid=""; say "the control-plane or node build failed (see its log above)"; exit 1; }
+  wait "$build_pid" || { build_pid=""; say "the control-plane, node or helm build failed (see its log above)"; exit 1; }
   build_pid=""
 fi
 if [ -n "${image_pid:-}" ]; then

@@ -79,10 +79,7 @@ def server(local_cluster: LocalCluster) -> Iterator[Server]:
         [sys.executable, "-m", "specguard", "crd"],
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
-    applied = subprocess.run(
-        ["kubectl", f"--kubeconfig={local_cluster.kubeconfig}", "apply", "-f", "-"],
-        input=crd, capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+    applied = local_cluster.kubectl("apply", "-f", "-", input=crd, check=False)
     assert applied.returncode == 0, applied.stderr
     local_cluster.kubectl(
         "wait", "--for=condition=Established", "crd/speculativedeployments.specguard.io",

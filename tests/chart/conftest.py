@@ -1,18 +1,20 @@
 """The chart under test and the real helm binary.
 
-helm comes from scripts/install-kube-tools.sh (run by scripts/setup.sh --cluster); without
+helm is built from its Go module by scripts/install-kube-tools.sh (run by scripts/setup.sh
+--demo and --cluster) into .venv/bin, where specguard.testing.find_tool looks first; without
 it these tests fail and say so (they never skip).
 """
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+
+from specguard.testing import find_tool, install_tools_script
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "specguard"
@@ -33,10 +35,10 @@ EVERYTHING_ON: dict[str, Any] = {
 
 
 def helm_binary() -> str:
-    found = shutil.which("helm")
+    found = find_tool("helm")
     if found is None:
-        pytest.fail("helm is not on PATH: run `bash scripts/install-kube-tools.sh`")
-    return found
+        pytest.fail(f"helm is in neither .venv/bin nor PATH: run `bash {install_tools_script()}`")
+    return str(found)
 
 
 def run_helm(*args: str, values: dict[str, Any] | None = None, tmp: Path | None = None,

@@ -9,14 +9,17 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
+from typing import cast
 
 import pytest
 import yaml
 
 from specguard.api._resource import parse_resource
 from specguard.demo import _stage as stage
-from specguard.demo._command import Console, _check, build_parser, main
+from specguard.demo._command import Console, Demo, _check, build_parser, main
 from specguard.demo._load import read_records, record_line
+from specguard.testing import find_tool
 from specguard.testing._images import Launch
 from specguard.testing._loadclient import StreamRecord
 
@@ -64,13 +67,13 @@ def test_without_matplotlib_it_names_the_extra() -> None:
 
 
 def _path_without_go(tmp_path: Path) -> str:
-    """A PATH holding helm and kubectl (the demo checks them first) but no go."""
+    """A PATH holding helm (the demo checks it first) and bash but no go."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    for tool in ("helm", "kubectl", "bash"):
-        found = subprocess.run(["which", tool], capture_output=True, text=True, check=False)
-        if found.returncode == 0:
-            (bin_dir / tool).symlink_to(found.stdout.strip())
+    for tool in ("helm", "bash"):
+        found = find_tool(tool)
+        if found is not None:
+            (bin_dir / tool).symlink_to(found)
     return str(bin_dir)
 
 
@@ -218,3 +221,29 @@ def test_a_failed_build_is_one_line_with_its_reason_and_log(
         "cannot build the control plane: go mod tidy failed (log: /x/tidy.log)"
     )
     assert "\n" not in message and "demo-build.log" in message
+
+
+def test_the_closing_commands_put_the_venvs_kubectl_first_on_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The venv holds the plugin and kubectl of the control plane's release: the commands
+    printed at the end say to put it first unless PATH already finds both there."""
+    venv, system = tmp_path / "venv" / "bin", tmp_path / "usr" / "bin"
+    for directory, names in ((venv, ("kubectl", "kubectl-specguard")), (system, ("kubectl",))):
+        directory.mkdir(parents=True)
+        for name in names:
+            (directory / name).write_text("#!/bin/sh\n")
+            (directory / name).chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(venv / "python"))
+    out = io.StringIO()
+    demo = Demo(build_parser().parse_args([]), (), Console(out, every=3600.0))
+    demo.stage = cast(stage.Stage, SimpleNamespace(name="dsv4", cluster=None))
+    export = f"  export PATH={venv}:$PATH    # its kubectl and the specguard plugin"
+    for path, printed in ((f"{system}:{venv}", True), (f"{venv}:{system}", False)):
+        monkeypatch.setenv("PATH", path)
+        out.truncate(0)
+        out.seek(0)
+        demo._commands()
+        lines = out.getvalue().splitlines()
+        assert (export in lines) is printed, (path, lines)
+        assert "  kubectl specguard history dsv4 -n specguard-demo" in lines

@@ -54,8 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = ArgumentParser(
         prog="specguard demo",
         description=__doc__.split("\n\n")[0],
-        epilog="Needs helm and kubectl on PATH, matplotlib (the 'evaluate' extra) and the "
-        "Kubernetes control-plane binaries (built on first use). See docs/demo.md.",
+        epilog="Needs helm (.venv/bin or PATH: scripts/install-kube-tools.sh), matplotlib (the "
+        "'evaluate' extra) and the Kubernetes control-plane binaries, kubectl included (built "
+        "on first use). See docs/demo.md.",
     )
     p.add_argument(
         "--out",
@@ -257,7 +258,7 @@ class Demo:
         )
         replicas = int(body["spec"]["replicas"])
         self._intro(body, replicas)
-        helm, _ = st.check_tools()
+        helm = st.check_tools()
         origin = st.ensure_binaries(say, self.console.progress, build=not args.no_build)
         self.console.end_status()
         self.stage = stage = st.Stage(time_scale=args.time_scale, say=say, profile=args.profile)
@@ -517,10 +518,15 @@ class Demo:
         )
         if keep:
             plain(f"  export KUBECONFIG={self.stage.cluster.kubeconfig}")
-        if shutil.which("kubectl-specguard") is None:
-            bindir = Path(sys.executable).parent
-            if (bindir / "kubectl-specguard").exists():
-                plain(f"  export PATH={bindir}:$PATH    # for the kubectl plugin")
+        # The venv's bin holds the plugin and kubectl of the control plane's release
+        # (scripts/install-kube-tools.sh): first on PATH, or a system kubectl answers.
+        bindir = Path(sys.executable).parent
+        on_path = shutil.which("kubectl-specguard"), shutil.which("kubectl")
+        if (bindir / "kubectl-specguard").exists() and on_path != (
+            str(bindir / "kubectl-specguard"),
+            str(bindir / "kubectl"),
+        ):
+            plain(f"  export PATH={bindir}:$PATH    # its kubectl and the specguard plugin")
         for command in (
             f"kubectl get sd -n {ns}",
             f"kubectl describe sd {name} -n {ns}",

@@ -31,7 +31,10 @@ from specguard.testing import (
     build_script,
     cache_bin_dir,
     find_binaries,
+    find_tool,
     free_port,
+    install_tools_script,
+    kubectl_binary,
     proc_stat,
 )
 
@@ -171,17 +174,24 @@ def ensure_binaries(say: Say, progress: Say, *, build: bool = True) -> str:
     return find_binaries().origin
 
 
-def check_tools() -> tuple[str, str]:
-    """helm and kubectl on PATH, and the chart: (helm, kubectl)."""
-    helm, kubectl = shutil.which("helm"), shutil.which("kubectl")
-    if helm is None or kubectl is None:
-        name = "helm" if helm is None else "kubectl"
+def check_tools() -> str:
+    """helm (``find_tool``: the project's .venv/bin, then PATH) and the chart; returns helm.
+    kubectl is the one built with the control plane (``ensure_binaries``), checked here only
+    when KUBEBUILDER_ASSETS stands in for that build."""
+    helm = find_tool("helm")
+    if helm is None:
         raise DemoError(
-            f"needs {name} on PATH: run `bash {ROOT / 'scripts' / 'install-kube-tools.sh'}`"
+            f"needs helm (looked in {Path(sys.executable).parent} and PATH): run "
+            f"`bash {install_tools_script()}`"
         )
+    if os.environ.get("KUBEBUILDER_ASSETS"):
+        try:
+            kubectl_binary()
+        except MissingBinariesError as missing:
+            raise DemoError(str(missing)) from None
     if not (CHART / "Chart.yaml").is_file():
         raise DemoError(f"needs the specguard Helm chart at {CHART} (run the demo from a checkout)")
-    return helm, kubectl
+    return str(helm)
 
 
 # ----------------------------------------------------------------------------- manifest

@@ -6,9 +6,10 @@ image as the simulator), real nodes (kubelet, containerd, runc, CNI, kube-proxy)
 the images built from the Dockerfile as containers, and a real Prometheus scraping them.
 See docs/local-cluster.md.
 Also what `specguard demo` runs on it: where the binaries come from and the build script,
-free ports, process-group inspection, the streaming client of the tests, and a router in a
-process of its own. Real vLLM (the CPU build) and its tiny models for the real-vLLM tier:
-``find_real_vllm``, ``serve_argv``, ``start_vllm``.
+the command-line tools (``find_tool``: the project's .venv/bin, then PATH;
+``kubectl_binary``), free ports, process-group inspection, the streaming client of the
+tests, and a router in a process of its own. Real vLLM (the CPU build) and its tiny models
+for the real-vLLM tier: ``find_real_vllm``, ``serve_argv``, ``start_vllm``.
 """
 
 from specguard.sim import SimProcess
@@ -20,6 +21,9 @@ from specguard.testing._binaries import (
     cache_bin_dir,
     find_binaries,
     find_node_binaries,
+    find_tool,
+    install_tools_script,
+    kubectl_binary,
 )
 from specguard.testing._cluster import LocalCluster
 from specguard.testing._images import HOST_IMAGE, ImageRunner, Launch
@@ -62,8 +66,11 @@ __all__ = [
     "find_binaries",
     "find_node_binaries",
     "find_real_vllm",
+    "find_tool",
     "free_port",
     "group_members",
+    "install_tools_script",
+    "kubectl_binary",
     "proc_stat",
     "router_process",
     "serve_argv",

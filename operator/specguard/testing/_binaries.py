@@ -8,6 +8,11 @@ Order:
 2. The cache directory filled by ``scripts/build-control-plane.sh`` from the Go modules:
    ``$SPECGUARD_CACHE_DIR/control-plane/v<KUBE_VERSION>/bin`` (default
    ``~/.cache/specguard``), etcd included.
+
+The command-line tools (kubectl, helm, runc, ...) are found by ``find_tool``: the bin
+directory of the Python running this (the project's ``.venv/bin``, where
+``scripts/install-kube-tools.sh`` links kubectl and helm), then PATH; kubectl of the control
+plane's own build comes first (``kubectl_binary``).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +30,9 @@ KUBE_BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
 # test checks the two agree). Supported by specguard: KUBE_MINOR_OLDEST to this one's minor.
 KUBE_VERSION = "1.37.2"
 KUBE_MINOR_OLDEST = 30
+# The helm scripts/install-kube-tools.sh builds from its Go module (its HELM_VERSION; a test
+# checks the two agree).
+HELM_VERSION = "4.3.2"
 
 
 def cache_dir() -> Path:
@@ -46,11 +55,35 @@ def build_script() -> Path:
     return Path(__file__).resolve().parents[3] / "scripts" / "build-control-plane.sh"
 
 
+def install_tools_script() -> Path:
+    """scripts/install-kube-tools.sh: kubectl and helm into the project's .venv/bin."""
+    return build_script().with_name("install-kube-tools.sh")
+
+
+def find_tool(name: str) -> Path | None:
+    """A command-line tool (helm, kubectl, runc, ...): in the bin directory of the Python
+    running this first (the project's ``.venv/bin``, where scripts/install-kube-tools.sh puts
+    kubectl and helm, found whether or not the venv is activated), then on PATH; None when
+    neither has it. The directory is not resolved: a venv's python is a link to the
+    system's."""
+    beside = _executable(Path(sys.executable).parent / name)
+    if beside is not None:
+        return beside
+    found = shutil.which(name)
+    return Path(found) if found else None
+
+
 def kubectl_binary() -> Path:
-    """kubectl of the cached build (the server's version) when present, else ``kubectl`` on
-    PATH."""
-    built = _executable(cache_bin_dir() / "kubectl")
-    return built or Path(shutil.which("kubectl") or "kubectl")
+    """kubectl of the control plane's cached build (the server's version) when present, else
+    ``find_tool("kubectl")``; MissingBinariesError saying how to get it when neither."""
+    found = _executable(cache_bin_dir() / "kubectl") or find_tool("kubectl")
+    if found is None:
+        raise MissingBinariesError(
+            f"kubectl not found (looked in: {cache_bin_dir()}, {Path(sys.executable).parent}, "
+            f"PATH): build it with the control plane, `bash {build_script()}`, and link it with "
+            f"`bash {install_tools_script()}`"
+        )
+    return found
 
 
 class MissingBinariesError(RuntimeError):
@@ -74,7 +107,6 @@ class ControlPlaneBinaries:
         if match is None:
             raise MissingBinariesError(f"{binary}: cannot read its version from {out!r}")
         return int(match.group(1))
-
 
     def checked_minors(self) -> tuple[int, int, int]:
         """Minor versions of (apiserver, controller-manager, scheduler), refused outside the
@@ -111,11 +143,6 @@ def _executable(path: Path) -> Path | None:
     return path if path.is_file() and os.access(path, os.X_OK) else None
 
 
-def _on_path(name: str) -> Path | None:
-    found = shutil.which(name)
-    return Path(found) if found else None
-
-
 def _missing(what: str, looked: list[str]) -> MissingBinariesError:
     return MissingBinariesError(
         f"{what} not found (looked in: {', '.join(looked)}). Build the control plane once with "
@@ -137,9 +164,11 @@ def find_binaries() -> ControlPlaneBinaries:
                 raise _missing(name, [f"KUBEBUILDER_ASSETS={assets}"])
             found[name] = path
         for name in ("kube-controller-manager", "kube-scheduler"):
-            path = _executable(assets / name) or _executable(cache / name) or _on_path(name)
+            path = _executable(assets / name) or _executable(cache / name) or find_tool(name)
             if path is None:
-                raise _missing(name, [str(assets), str(cache), "PATH"])
+                raise _missing(
+                    name, [str(assets), str(cache), str(Path(sys.executable).parent), "PATH"]
+                )
             found[name] = path
         origin = f"KUBEBUILDER_ASSETS={assets}"
     else:
@@ -223,7 +252,7 @@ def find_node_binaries() -> NodeBinaries:
                 "(or `bash scripts/setup.sh --cluster`, which runs both build scripts)"
             )
         found[name] = path
-    runc = _on_path("runc")
+    runc = find_tool("runc")
     if runc is None:
         raise MissingBinariesError("runc not found on PATH: `apt-get install runc` (Debian)")
     pause = node / "pause.oci.tar"

@@ -451,7 +451,7 @@ class LocalCluster:
         self, *args: str, check: bool = True, input: str | None = None
     ) -> subprocess.CompletedProcess[str]:
         """Run kubectl against this cluster (the one built with the control plane when there
-        is one: its version matches the server's; else the one on PATH)."""
+        is one: its version matches the server's; else find_tool's: .venv/bin, PATH)."""
         return subprocess.run(
             [str(kubectl_binary()), f"--kubeconfig={self.kubeconfig}", *args],
             input=input,
