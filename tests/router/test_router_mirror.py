@@ -8,6 +8,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
+import pytest
 
 from specguard.judge import Arm, LoadMatch
 from specguard.router import Pod, Topology
@@ -390,3 +391,21 @@ def test_ballast_only_where_real_copies_cannot_hold_the_shadow() -> None:
     top = made()
     top.set_roles("speculative", 1.0, swapping=True)
     assert not top.ballast_due(0.0)
+
+
+def test_a_shadow_below_its_target_gets_every_request_whatever_its_stale_request_time() -> None:
+    """After an overload the drafter shadow's mean request time is still inflated (10 s
+    against the serving arm's 1 s) and, with few copies, comes down slowly: by Little's law
+    it would get 1/20 of the requests and stay starved. Once it has held less than its
+    target for the deficit's whole bound, every request is copied (the room check still
+    holds the count); before that, the estimate's share."""
+    top, serving, shadow = one_shadow_pod(2)
+    for pod, took in ((serving[0], 1.0), (shadow, 10.0)):
+        top.begin(pod, 0.0)
+        top.end(pod, 0.0, took)
+    for pod in serving:
+        for _ in range(4):
+            top.begin(pod, 0.0)
+    assert top.copy_share() == pytest.approx(0.5 / 10.0, rel=0.2)
+    top._advance(60.0)  # a minute at 0 of 4 in flight: the deficit is at its bound
+    assert top.copy_share() == 1.0

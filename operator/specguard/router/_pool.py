@@ -215,7 +215,10 @@ class Topology:
           arm's request time ÷ the shadow arm's (this router's running means; 1 until both
           have ended requests). A slower shadow gets fewer copies than a serving pod gets
           requests, a faster one more, up to every request (beyond that a faster shadow on
-          as many pods is underfed: each request is copied once at most)."""
+          as many pods is underfed: each request is copied once at most). While the shadow
+          has held less than its target for the deficit's whole bound, every request (up
+          to the ceiling): a stale request-time estimate (a drafter's mean still inflated
+          by an overload just ended) must not starve it."""
         serving_arm = self.serving_arm if served_by is None else served_by
         target = other_arm(serving_arm)
         serving, shadow = self.pods[serving_arm], self.pods[target]
@@ -225,6 +228,12 @@ class Topology:
             served, copied = self._took[serving_arm], self._took[target]
             speed = served / copied if served is not None and copied else 1.0
             cap = _DEFICIT_REQUESTS * (copied or 1.0)
+            if self._deficit[target] >= cap * (1.0 - 1e-9):
+                # Below its target for as long as the deficit holds: whatever the request
+                # times say (a running mean still inflated by an overload just ended, with
+                # too few copies to bring it down), every request may be copied; the room
+                # check still holds the count.
+                return self.mirror_share
             steer = 1.0 + max(self._deficit[target], 0.0) / cap
             return min(self.mirror_share, len(shadow) / len(serving) * speed * steer)
         if not serving:
