@@ -4,6 +4,7 @@ the status and the Events, compared by exact equality."""
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import replace
 from typing import Any
 
@@ -26,6 +27,7 @@ from specguard.controller._decide import (
     Outcome,
     Window,
     decide,
+    drafter_config,
     gather,
     judging,
     pods_changed,
@@ -433,14 +435,20 @@ def test_gather_says_how_the_shadow_was_matched_and_what_the_clients_got(
                                   12, 64, e2e, tpot_s=e2e / 64, pair_id=f"p{i}"))  # fmt: skip
     clients = LoopEvidence("closed", 60, 4.0, (), None, 0.5)
     window = replace(window_of(1.3), samples=tuple(samples), start=NOW - 10.0, clients=clients)
-    evidence = gather(observe(sd, window=window))
+    obs = observe(sd, window=window)
+    evidence = gather(obs)
     assert evidence.matching is not None and evidence.matching.e2e_ratio == pytest.approx(1.25)
     assert evidence.matching == Matching("in_flight", "closed", evidence.matching.e2e_ratio, 60,
                                          (12.0, 12.0))  # fmt: skip
     assert evidence.served == Served(
         arm=SPEC, at=NOW, arrivals=3.0, in_flight=12.0, tpot_s=0.0625, requests=60,
-        domains=(("chat", 1.0),),
+        domains=(("chat", 1.0),), config=drafter_config(obs),
     )  # fmt: skip
+    # The drafter configuration in force: the rung, and a digest of spec.drafter.
+    assert re.fullmatch(r"configured/[0-9a-f]{10}", drafter_config(obs))
+    edited = sd.model_copy(update={"spec": sd.spec.model_copy(update={
+        "drafter": sd.spec.drafter.model_copy(update={"num_speculative_tokens": 3})})})
+    assert drafter_config(observe(edited, window=window)) != drafter_config(obs)
     split = Status(arms=Arms(serving=ArmStatus(arm=SPEC, deployment="qwen-spec", replicas=2),
                              shadow=ArmStatus(arm=BASE, deployment="qwen-base", replicas=1),
                              mirror_share=0.25, routes={"tool_call": BASE}))  # fmt: skip

@@ -551,8 +551,9 @@ class Router:
 
     def _send(self, copy: _Copy | _Replay) -> bool:
         """Start the copy's shadow task (fire and forget); False when it was dropped (the
-        copy budget is full, or no pod of its arm is ready). ``ballast``: a replay that only
-        holds the shadow's in-flight count (``Topology.ballast_due``): no sample, no pair."""
+        copy budget is full, or no pod of its arm is ready). A ``_Replay`` is ballast: it
+        only holds the shadow's in-flight count (``Topology.ballast_due``): no sample, no
+        pair, no drop counted."""
         top = self.topology
         ballast = isinstance(copy, _Replay)
         arm = other_arm(copy.served_by)
@@ -624,7 +625,7 @@ class Router:
             self.metrics.mirror_queue.set(top.queued)
             self._schedule(now)
         # Real copies first; then ballast while a faster shadow has room they cannot fill.
-        while self._recent and top.ballast_due(time.perf_counter()):
+        while not self._closing and self._recent and top.ballast_due(time.perf_counter()):
             self._ballast_turn += 1
             if not self._send(self._recent[self._ballast_turn % len(self._recent)]):
                 break
