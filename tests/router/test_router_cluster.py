@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -163,6 +164,16 @@ async def test_router_follows_pods_and_resource_status(  # noqa: PLR0917 (fixtur
             stdout=log, stderr=subprocess.STDOUT, env=env,
         )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
+
+    async def started_when(predicate: Callable[[], bool]) -> None:
+        try:
+            await h.wait_for(predicate, timeout=10)
+        except AssertionError:
+            raise AssertionError(
+                f"started: baseline {base_up.started}, speculative {spec_up.started}; "
+                f"router log: {log_path.read_text()[-2000:]}"
+            ) from None
+
     try:
         # Empty status: mode speculative, nothing mirrored until the operator says so.
         view = await health_when(
@@ -191,7 +202,7 @@ async def test_router_follows_pods_and_resource_status(  # noqa: PLR0917 (fixtur
         await health_when(url, lambda v: v.get("mirror_share") == 0.5)
         for _ in range(4):
             assert await post(url) == 200
-        await h.wait_for(lambda: base_up.started == 2, timeout=10)
+        await started_when(lambda: base_up.started == 2)
         assert spec_up.started == 5
 
         # A pod turning Ready joins; the other deployment's pod never does.
@@ -219,7 +230,7 @@ async def test_router_follows_pods_and_resource_status(  # noqa: PLR0917 (fixtur
         assert await post(url) == 200
         # The copy, and maybe ballast: two shadow pods hold a serving pod's count each, more
         # than one serving pod's copies can give them (router.md, ballast).
-        await h.wait_for(lambda: base_up.started == 3 and spec_up.started >= 6, timeout=10)
+        await started_when(lambda: base_up.started == 3 and spec_up.started >= 6)
         async with aiohttp.ClientSession() as s, s.get(url + "/samples") as r:
             samples = (await r.json())["samples"]
         last = {x["role"]: x for x in samples if x.get("pair_id")}

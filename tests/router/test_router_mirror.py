@@ -409,3 +409,33 @@ def test_a_shadow_below_its_target_gets_every_request_whatever_its_stale_request
     assert top.copy_share() == pytest.approx(0.5 / 10.0, rel=0.2)
     top._advance(60.0)  # a minute at 0 of 4 in flight: the deficit is at its bound
     assert top.copy_share() == 1.0
+
+
+async def test_ballast_kept_before_a_swap_never_reaches_the_new_serving_arm(
+    upstream: UpstreamFactory, start_router: RouterFactory, h: type[Helpers]
+) -> None:
+    """Replays kept while the drafter served were copies for the baseline shadow; once the
+    roles swap, none of them may be replayed (they would load the baseline, now serving):
+    the baseline gets exactly the clients' requests."""
+    # Three drafter pods twice as slow as one baseline pod: after the swap the drafter
+    # shadow is fed short of its target (3 pods at half speed), so ballast is due.
+    fast, slow = await upstream(gap_s=0.01), await upstream(gap_s=0.02)
+    rt = await start_router(h.topology([slow.url] * 3, [fast.url], share=1.0))
+    body = {**CHAT, "stream": True, "max_tokens": 10}
+    assert await _closed_loop(rt.url, 4, 1.5, body) == 0
+    await h.wait_for(lambda: rt.router.shadow_in_flight == 0, timeout=10.0)
+    assert rt.router._recent  # replays kept for the baseline shadow
+    top = rt.router.topology
+    top.set_roles("baseline", 1.0)  # the swap: the fast baseline serves, the drafter shadows
+    before = fast.started
+    sent = 0
+    deadline = time.monotonic() + 1.5
+    while time.monotonic() < deadline:
+        status, _, _ = await post(rt.url + "/v1/chat/completions", body)
+        assert status == 200
+        sent += 1
+    await h.wait_for(lambda: rt.router.shadow_in_flight == 0, timeout=10.0)
+    assert fast.started - before == sent
+    assert rt.router.metrics.registry.get_sample_value(
+        "specguard_router_mirror_ballast_total"
+    ), "ballast was due after the swap (the test must exercise it)"

@@ -627,7 +627,11 @@ class Router:
         # Real copies first; then ballast while a faster shadow has room they cannot fill.
         while not self._closing and self._recent and top.ballast_due(time.perf_counter()):
             self._ballast_turn += 1
-            if not self._send(self._recent[self._ballast_turn % len(self._recent)]):
+            replay = self._recent[self._ballast_turn % len(self._recent)]
+            if replay.served_by != top.serving_arm:  # kept before a swap: for the other arm
+                self._recent.clear()
+                break
+            if not self._send(replay):
                 break
 
     def _schedule(self, now: float) -> None:
