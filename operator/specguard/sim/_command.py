@@ -70,8 +70,11 @@ async def serve(options: SimOptions) -> None:
         drafter += " configured but NOT applied (--fault-drop-drafter)"
     elif spec is not None and options.fault_accept_nothing:
         drafter += " accepting nothing (--fault-accept-nothing)"
+    profile = options.profile.name
+    if options.profile.acceptance_spread > 0:
+        profile += f" acceptance spread {options.profile.acceptance_spread:g}"
     log.info("listening on http://%s:%d (profile %s, %s, time scale %g)",
-             options.host, port, options.profile.name, drafter, options.time_scale)  # fmt: skip
+             options.host, port, profile, drafter, options.time_scale)  # fmt: skip
     if options.startup_delay > 0:
         log.info("loading for %.1fs (requests are held until then)", options.startup_delay)
         with contextlib.suppress(asyncio.TimeoutError):

@@ -3,7 +3,8 @@
 Each iteration is one engine step. Waiting requests are admitted up to --max-num-seqs;
 newly admitted ones are prefilled in this step and get their first token at its end;
 every other running sequence decodes: with a drafter it verifies ``1 + k`` tokens and
-emits ``1 + accepted`` of them (acceptance drawn per position), as one chunk.
+emits ``1 + accepted`` of them (acceptance drawn per position), as one chunk. With the
+profile's acceptance spread each request draws its own rates when it is admitted.
 
 The loop sleeps to absolute deadlines (``deadline += step``), so scheduling jitter in one
 step does not add up over a request; when the process falls more than one step behind it
@@ -43,6 +44,8 @@ class Sequence:
     finished: bool = False
     cancelled: bool = False
     pending: list[int] = field(default_factory=list)
+    # this request's per-position acceptance rates (None: its domain's)
+    rates: list[float] | None = None
     _waiter: asyncio.Future[None] | None = None
 
     def _push(self, n: int) -> None:
@@ -110,16 +113,24 @@ class Engine:
             k = spec.num_speculative_tokens
             p = solve_rate(spec.synthetic_acceptance_length, k, 1.0)
             self._synthetic = conditional_rates(p, 1.0, k)
-        # cum[domain][k] = mean acceptance length with draft length k
+        # per-request acceptance: drawn at admission (the profile's rates, not synthetic)
+        self._spread = spec is not None and self._synthetic is None and (
+            profile.acceptance_spread > 0
+        )
+        # cum[domain][k] = mean acceptance length with draft length k (over requests)
         self._cum: dict[str, list[float]] = {}
         k_max = spec.num_speculative_tokens if spec else 0
         for domain in profile.rates:
             rates = self._rates(domain)
-            total, chain, cum = 1.0, 1.0, [1.0]
-            for r in rates[:k_max]:
-                chain *= r
-                total += chain
-                cum.append(total)
+            n_model = min(k_max, len(rates))
+            if self._spread:
+                cum = [profile.mean_length(domain, k) for k in range(n_model + 1)]
+            else:
+                total, chain, cum = 1.0, 1.0, [1.0]
+                for r in rates[:n_model]:
+                    chain *= r
+                    total += chain
+                    cum.append(total)
             # Draft positions past the profile's acceptance model accept nothing (and cost
             # what they cost): k may be up to 32, the model has 16 positions.
             cum += [cum[-1]] * (k_max + 1 - len(cum))
@@ -148,6 +159,8 @@ class Engine:
                 self.metrics.success["abort"].inc()
                 continue
             seq.scheduled_at = now
+            if self._spread:
+                seq.rates = self.profile.request_rates(seq.domain, self.rng.gauss(0.0, 1.0))
             self.running.append(seq)
             admitted.append(seq)
         return admitted
@@ -171,8 +184,8 @@ class Engine:
                 best_k, best_rate = k, rate
         return best_k
 
-    def _accepted(self, domain: str, k: int) -> int:
-        rates = self._rates(domain)
+    def _accepted(self, seq: Sequence, k: int) -> int:
+        rates = seq.rates if seq.rates is not None else self._rates(seq.domain)
         rand = self.rng.random
         a = 0
         k = min(k, len(rates))  # positions past the acceptance model accept nothing
@@ -266,7 +279,7 @@ class Engine:
                 continue
             n = 1
             if k > 0:
-                a = self._accepted(s.domain, k)
+                a = self._accepted(s, k)
                 accepted_total += a
                 for i in range(a):
                     per_pos[i] += 1

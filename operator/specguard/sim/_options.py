@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from specguard._args import ArgumentParser, UsageError
 from specguard.sim._exporter import ITL_BUCKETS
-from specguard.sim._profiles import DEFAULT_PROFILE, PROFILES, Profile
+from specguard.sim._profiles import DEFAULT_PROFILE, PROFILES, Profile, with_spread
 from specguard.sim._specconfig import SpecConfig, SpecConfigError, parse_spec_config
 
 # The shared usage error, under the name this module's callers know.
@@ -127,6 +127,12 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument(
         "--profile", default=DEFAULT_PROFILE, metavar="NAME",
         help=f"cost model and acceptance rates: {', '.join(PROFILES)}",
+    )  # fmt: skip
+    sim.add_argument(
+        "--acceptance-spread", type=float, default=None, metavar="S",
+        help="per-request acceptance: each request's acceptance rates are shifted by S "
+        "standard normal draws on the logit scale, domain means kept (default: the "
+        "profile's, 0 except kimi-k3-tails' 1.5)",
     )  # fmt: skip
     sim.add_argument(
         "--time-scale", type=float, default=1.0, metavar="S",
@@ -364,6 +370,11 @@ def parse_options(argv: list[str]) -> SimOptions:
             f"--profile: unknown profile {args.profile!r}; one of {', '.join(PROFILES)}"
         )
     profile = PROFILES[args.profile]
+    spread = args.acceptance_spread
+    if spread is not None:
+        if not (math.isfinite(spread) and 0 <= spread <= 10):
+            raise OptionError(f"--acceptance-spread: must be in [0, 10], got {spread}")
+        profile = with_spread(profile, spread)
     model = model or profile.model
     if args.tensor_parallel_size not in (1, 2, 4, 8, 16):
         raise OptionError(

@@ -30,6 +30,14 @@ Acceptance: for each domain a mean acceptance length at the profile's reference 
 length ``ref_k`` (what the drafter cards publish). Per-position conditional acceptance
 probabilities ``p_1..p_k`` follow ``p_j = p * decay**(j-1)``; ``p`` is solved so that
 ``1 + sum_j prod_{i<=j} p_i`` equals the published mean at ``ref_k``.
+
+Acceptance spread (``acceptance_spread`` = s, default 0: every request of a domain accepts
+alike): each request draws ``z ~ N(0, 1)`` once and its rates are
+``sigmoid(logit(p_j) + c + s * z)``, the domain's rates shifted on the logit scale. ``c``
+is solved per domain so that the mean acceptance length over requests at ``ref_k`` is
+still the published mean. A request drawn low verifies k drafts for little gain: its
+tokens cost the drafter's step time and come one or two at a time (the tails of
+``--acceptance-spread``; docs/simulator.md).
 """
 
 from __future__ import annotations
@@ -149,6 +157,55 @@ def solve_rate(target_length: float, k: int, decay: float) -> float:
     return (lo + hi) / 2
 
 
+# The standard normal on a grid (nodes, weights): expectations over the per-request draw.
+_GRID_STEP = 0.25
+_NORMAL_GRID: tuple[tuple[float, float], ...] = tuple(
+    (z, math.exp(-z * z / 2))
+    for z in (i * _GRID_STEP for i in range(-24, 25))  # ±6 sd
+)
+_NORMAL_TOTAL = sum(w for _, w in _NORMAL_GRID)
+
+
+def _logit(r: float) -> float:
+    return math.log(r / (1.0 - r))
+
+
+def shifted_rates(rates: list[float], shift: float) -> list[float]:
+    """``rates`` moved by ``shift`` on the logit scale (0: unchanged)."""
+    if shift == 0.0:
+        return list(rates)
+    return [
+        0.0 if r <= 0.0 else 1.0 / (1.0 + math.exp(-(_logit(min(r, 0.999)) + shift)))
+        for r in rates
+    ]
+
+
+def spread_lengths(rates: list[float], spread: float, offset: float, k: int) -> float:
+    """Mean acceptance length at draft length ``k`` over requests whose rates are
+    ``rates`` shifted by ``offset + spread * z``, z standard normal."""
+    total = sum(
+        w * expected_length(shifted_rates(rates[:k], offset + spread * z))
+        for z, w in _NORMAL_GRID
+    )
+    return total / _NORMAL_TOTAL
+
+
+def solve_offset(rates: list[float], spread: float, k: int) -> float:
+    """The logit shift ``c`` keeping the mean acceptance length at ``k`` over requests
+    (rates shifted by ``c + spread * z``) equal to that of ``rates`` unshifted."""
+    if spread == 0.0:
+        return 0.0
+    target = expected_length(rates[:k])
+    lo, hi = -20.0, 20.0
+    for _ in range(50):
+        mid = (lo + hi) / 2
+        if spread_lengths(rates, spread, mid, k) < target:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
 def fit_rates(target_length: float, k: int, decay: float, size: int = 16) -> list[float]:
     """Per-position rates reaching ``target_length`` at ``k``. A mean too high for this
     ``decay`` (even with p capped) is reached by relaxing the decay toward 1."""
@@ -173,18 +230,48 @@ class Profile:
     # drawn uniformly from this range; tool calls use tool_length
     natural_length: tuple[int, int] = (128, 512)
     tool_length: tuple[int, int] = (24, 64)
+    # per-request acceptance: sd of each request's logit shift (module docstring; 0: none)
+    acceptance_spread: float = 0.0
     rates: dict[str, list[float]] = field(default_factory=dict)
+    # domain -> the logit shift c keeping the domain's mean under acceptance_spread
+    offsets: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if not (math.isfinite(self.acceptance_spread) and self.acceptance_spread >= 0):
+            raise ValueError(f"acceptance_spread must be >= 0, got {self.acceptance_spread}")
+        self.rates.clear()
+        self.offsets.clear()
         for domain, length in self.acceptance.items():
             # rates for the longest draft anyone may configure
             self.rates[domain] = fit_rates(length, self.ref_k, self.decay)
+            self.offsets[domain] = solve_offset(
+                self.rates[domain], self.acceptance_spread, self.ref_k
+            )
+
+    def _domain(self, domain: str) -> str:
+        return domain if domain in self.rates else self.default_domain
 
     def domain_rates(self, domain: str) -> list[float]:
-        return self.rates.get(domain) or self.rates[self.default_domain]
+        return self.rates[self._domain(domain)]
+
+    def request_rates(self, domain: str, z: float) -> list[float]:
+        """The rates of one request of ``domain`` that drew ``z`` (standard normal)."""
+        d = self._domain(domain)
+        return shifted_rates(self.rates[d], self.offsets[d] + self.acceptance_spread * z)
 
     def mean_length(self, domain: str, k: int) -> float:
-        return expected_length(self.domain_rates(domain)[:k])
+        """Mean acceptance length over this domain's requests at draft length ``k``."""
+        d = self._domain(domain)
+        if self.acceptance_spread == 0.0:
+            return expected_length(self.rates[d][:k])
+        return spread_lengths(self.rates[d], self.acceptance_spread, self.offsets[d], k)
+
+
+def with_spread(profile: Profile, spread: float) -> Profile:
+    """``profile`` with per-request acceptance spread ``spread`` (``--acceptance-spread``)."""
+    if spread == profile.acceptance_spread:
+        return profile
+    return replace(profile, acceptance_spread=spread, rates={}, offsets={})
 
 
 KIMI_K3 = Profile(
@@ -306,5 +393,25 @@ KIMI_K3_PUBLISHED = Profile(
     decay=KIMI_K3.decay,
 )
 
-PROFILES: dict[str, Profile] = {p.name: p for p in (KIMI_K3, DEEPSEEK_V4, KIMI_K3_PUBLISHED)}
+# kimi-k3 whose requests do not all accept alike: each request's rates are shifted by
+# 1.5 z on the logit scale (module docstring), the domain means unchanged. On Kimi-K3 +
+# DSpark the median per-token latency improved while end-to-end p99 regressed in 8 of 16
+# workload shapes, and requests with acceptance <= 1.1 took 1.97x the median latency;
+# no distribution of per-request acceptance is published, so 1.5 is a choice, not a fit:
+# about 1.5% of chat requests accept <= 1.1 at k = 8 and, from 4 to 64 clients, the
+# median TPOT with the drafter is 0.45-0.85 of none's while p99 TPOT is 1.6-2.9x
+# (docs/simulator.md).
+KIMI_K3_TAILS = with_spread(
+    replace(
+        KIMI_K3,
+        name="kimi-k3-tails",
+        description="kimi-k3 with per-request acceptance spread 1.5: the median improves, "
+        "low-acceptance stragglers make the p99 tail",
+    ),
+    1.5,
+)
+
+PROFILES: dict[str, Profile] = {
+    p.name: p for p in (KIMI_K3, DEEPSEEK_V4, KIMI_K3_PUBLISHED, KIMI_K3_TAILS)
+}
 DEFAULT_PROFILE = "kimi-k3"

@@ -8,6 +8,7 @@ checks the server keeps to them).
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 
 from specguard.sim._engine import Engine, Sequence
@@ -17,11 +18,35 @@ from specguard.sim._specconfig import SpecConfig
 
 
 @dataclass(frozen=True, slots=True)
+class RequestTimes:
+    """One finished request, in model seconds (as vLLM's histograms time it)."""
+
+    ttft: float
+    tpot: float  # decode time / (tokens - 1)
+    e2e: float
+    acceptance: float  # tokens per decode step (1 + accepted drafts, on average)
+
+
+def quantile(values: list[float], q: float) -> float:
+    """The ``q`` quantile (0..1) of ``values``, interpolated between order statistics."""
+    if not values:
+        raise ValueError("quantile of no values")
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=1000, method="inclusive")[round(q * 1000) - 1]
+
+
+@dataclass(frozen=True, slots=True)
 class ClosedLoopRun:
     requests: int
     output_tokens: int  # generated over all requests
     seconds: float  # model time from the first request to the last token
     steps: int
+    finished: tuple[RequestTimes, ...] = ()  # in the order they finished
+
+    def quantile(self, metric: str, q: float) -> float:
+        """The ``q`` quantile over requests of ``metric`` ("ttft", "tpot", "e2e")."""
+        return quantile([getattr(r, metric) for r in self.finished], q)
 
     @property
     def output_throughput(self) -> float:
@@ -60,6 +85,8 @@ def closed_loop(
     )
     now = 0.0
     sent = done = generated = 0
+    finished: list[RequestTimes] = []
+    decode_steps: dict[int, int] = {}  # id(sequence) -> steps it decoded in
 
     def send() -> None:
         nonlocal sent
@@ -83,13 +110,24 @@ def closed_loop(
             raise RuntimeError("the engine idles with requests outstanding")
         now += step.ms / 1000.0
         engine.complete_step(step, now)
+        for seq in step.decoders:
+            decode_steps[id(seq)] = decode_steps.get(id(seq), 0) + 1
         for seq in (*step.decoders, *step.fresh):
             if seq.finished:
                 done += 1
                 generated += seq.generated
+                n = decode_steps.pop(id(seq), 0)
+                finished.append(
+                    RequestTimes(
+                        ttft=seq.first_token_at - seq.arrival,
+                        tpot=(now - seq.first_token_at) / max(seq.generated - 1, 1),
+                        e2e=now - seq.arrival,
+                        acceptance=(seq.generated - 1) / n if n else 1.0,
+                    )
+                )
                 if sent < requests:
                     send()
-    return ClosedLoopRun(requests, generated, now, engine.steps)
+    return ClosedLoopRun(requests, generated, now, engine.steps, tuple(finished))
 
 
 def speedup(
