@@ -232,21 +232,23 @@ class Profile:
     tool_length: tuple[int, int] = (24, 64)
     # per-request acceptance: sd of each request's logit shift (module docstring; 0: none)
     acceptance_spread: float = 0.0
+    # derived in __post_init__ (any value given is replaced): domain -> per-position rates,
+    # and domain -> the logit shift c keeping the domain's mean under acceptance_spread
     rates: dict[str, list[float]] = field(default_factory=dict)
-    # domain -> the logit shift c keeping the domain's mean under acceptance_spread
     offsets: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.acceptance_spread) and self.acceptance_spread >= 0):
             raise ValueError(f"acceptance_spread must be >= 0, got {self.acceptance_spread}")
-        self.rates.clear()
-        self.offsets.clear()
+        # new dicts, never the ones dataclasses.replace passes on from another profile
+        rates: dict[str, list[float]] = {}
+        offsets: dict[str, float] = {}
         for domain, length in self.acceptance.items():
             # rates for the longest draft anyone may configure
-            self.rates[domain] = fit_rates(length, self.ref_k, self.decay)
-            self.offsets[domain] = solve_offset(
-                self.rates[domain], self.acceptance_spread, self.ref_k
-            )
+            rates[domain] = fit_rates(length, self.ref_k, self.decay)
+            offsets[domain] = solve_offset(rates[domain], self.acceptance_spread, self.ref_k)
+        object.__setattr__(self, "rates", rates)
+        object.__setattr__(self, "offsets", offsets)
 
     def _domain(self, domain: str) -> str:
         return domain if domain in self.rates else self.default_domain
@@ -271,7 +273,7 @@ def with_spread(profile: Profile, spread: float) -> Profile:
     """``profile`` with per-request acceptance spread ``spread`` (``--acceptance-spread``)."""
     if spread == profile.acceptance_spread:
         return profile
-    return replace(profile, acceptance_spread=spread, rates={}, offsets={})
+    return replace(profile, acceptance_spread=spread)
 
 
 KIMI_K3 = Profile(
