@@ -21,11 +21,11 @@ import statistics
 import aiohttp
 import pytest
 
+from specguard.sim._launch import start_sim
 from specguard.sim._options import OptionError, parse_options
 from specguard.sim._profiles import PROFILES, Profile, expected_length, with_spread
 from specguard.sim._specconfig import parse_spec_config
 from specguard.sim._virtual import ClosedLoopRun, closed_loop, quantile
-from specguard.sim._launch import start_sim
 from specguard.testing._loadclient import StreamRecord, completion_payload, stream_once
 
 TAILS = PROFILES["kimi-k3-tails"]
@@ -58,9 +58,7 @@ def _ratio(pair: tuple[ClosedLoopRun, ...], metric: str, q: float) -> float:
 @pytest.mark.parametrize("concurrency", [4, 16])
 def test_median_tpot_improves_while_the_p99_regresses(seed: int, concurrency: int) -> None:
     pair = _pair(TAILS, seed, concurrency)
-    ratios = {
-        (m, q): _ratio(pair, m, q) for m in ("tpot", "e2e") for q in (0.5, 0.99)
-    }
+    ratios = {(m, q): _ratio(pair, m, q) for m in ("tpot", "e2e") for q in (0.5, 0.99)}
     assert ratios["tpot", 0.5] < 0.8, ratios
     assert ratios["tpot", 0.99] > 1.3, ratios
     assert ratios["e2e", 0.99] > 1.3, ratios
@@ -129,7 +127,9 @@ async def _closed(url: str, clients: int, per_client: int) -> list[StreamRecord]
 
 def _per_request_acceptance(args: list[str]) -> list[float]:
     """Tokens per chunk after the first, per request, from a served simulator."""
-    with start_sim(["--speculative-config", DSPARK, "--seed", "5", "--time-scale", "0.2", *args]) as sim:
+    with start_sim(
+        ["--speculative-config", DSPARK, "--seed", "5", "--time-scale", "0.2", *args]
+    ) as sim:
         records = asyncio.run(_closed(sim.url, clients=4, per_client=15))
     return [(r.tokens - 1) / (len(r.chunk_tokens) - 1) for r in records]
 

@@ -114,8 +114,8 @@ class Engine:
             p = solve_rate(spec.synthetic_acceptance_length, k, 1.0)
             self._synthetic = conditional_rates(p, 1.0, k)
         # per-request acceptance: drawn at admission (the profile's rates, not synthetic)
-        self._spread = spec is not None and self._synthetic is None and (
-            profile.acceptance_spread > 0
+        self._spread = (
+            spec is not None and self._synthetic is None and (profile.acceptance_spread > 0)
         )
         # cum[domain][k] = mean acceptance length with draft length k (over requests)
         self._cum: dict[str, list[float]] = {}

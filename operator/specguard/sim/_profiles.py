@@ -175,8 +175,7 @@ def shifted_rates(rates: list[float], shift: float) -> list[float]:
     if shift == 0.0:
         return list(rates)
     return [
-        0.0 if r <= 0.0 else 1.0 / (1.0 + math.exp(-(_logit(min(r, 0.999)) + shift)))
-        for r in rates
+        0.0 if r <= 0.0 else 1.0 / (1.0 + math.exp(-(_logit(min(r, 0.999)) + shift))) for r in rates
     ]
 
 
@@ -184,8 +183,7 @@ def spread_lengths(rates: list[float], spread: float, offset: float, k: int) -> 
     """Mean acceptance length at draft length ``k`` over requests whose rates are
     ``rates`` shifted by ``offset + spread * z``, z standard normal."""
     total = sum(
-        w * expected_length(shifted_rates(rates[:k], offset + spread * z))
-        for z, w in _NORMAL_GRID
+        w * expected_length(shifted_rates(rates[:k], offset + spread * z)) for z, w in _NORMAL_GRID
     )
     return total / _NORMAL_TOTAL
 
