@@ -442,8 +442,8 @@ def test_gather_fills_the_evidence_record(sd: SpeculativeDeployment) -> None:
     # Between window ends, the engines read at this tick (the overload guardrail's look).
     assert gather(observe(sd, load=load)) == Evidence(startup=READY, load=load, drafter=ngram)
     assert [f.name for f in dataclasses.fields(Evidence)] == [
-        "verdict", "startup", "errors", "speculation", "drafter", "load", "tool_calls", "pin", "retry",
-        "spans", "matching", "served",
+        "verdict", "startup", "errors", "speculation", "drafter", "load", "tool_calls", "pin",
+        "retry", "spans", "matching", "served",
     ]  # fmt: skip
 
 

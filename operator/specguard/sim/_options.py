@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import difflib
 import itertools
 import json
-import dataclasses
 import math
 from dataclasses import dataclass
 
