@@ -5,7 +5,9 @@ I/O package ``sources``, so that pure code (``evaluate/_cells.py``) can use it.
 
 Only ``vllm:request_time_per_output_token_seconds`` (one observation per request, per token)
 is used for latency; ``vllm:inter_token_latency_seconds`` is per engine step and is never
-read (a drafter makes steps slower while making tokens faster).
+read for latency (a drafter makes steps slower while making tokens faster); its count (one
+observation per engine step per request) is the request-steps the spec-decode counters are
+set against (``draft_counters``' spans: drafts per step).
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ from dataclasses import dataclass, field
 from prometheus_client.parser import text_string_to_metric_families
 
 from specguard._arms import ARMS, Arm, LoadMatch
-from specguard.judge import ArmLoad, DraftCounters, Histogram
+from specguard.judge import ArmLoad, DraftCounters, DraftSpan, Histogram
 
 TPOT_METRIC = "vllm:request_time_per_output_token_seconds"
+ITL_METRIC = "vllm:inter_token_latency_seconds"
 RUNNING_METRIC = "vllm:num_requests_running"
 WAITING_METRIC = "vllm:num_requests_waiting"
 DRAFTS_METRIC = "vllm:spec_decode_num_drafts"
@@ -64,6 +67,8 @@ class Reading:
     waiting: float | None = None
     # highest ``position`` label + 1 on the per-position acceptance counter: the drafter's k
     positions: int | None = None
+    # request-steps: the inter-token histogram's count (None: not exported)
+    steps: float | None = None
 
     @property
     def has_spec_decode(self) -> bool:
@@ -87,6 +92,8 @@ def parse_reading(text: str) -> Reading:
             buckets[le] = buckets.get(le, 0.0) + value
         elif name == f"{TPOT_METRIC}_count":
             count += value
+        elif name == f"{ITL_METRIC}_count":
+            sums[ITL_METRIC] = sums.get(ITL_METRIC, 0.0) + value
         else:
             base = _base(name)
             if base in (RUNNING_METRIC, WAITING_METRIC, DRAFTS_METRIC, DRAFT_TOKENS_METRIC,
@@ -105,6 +112,7 @@ def parse_reading(text: str) -> Reading:
         draft_tokens=sums.get(DRAFT_TOKENS_METRIC),
         waiting=sums.get(WAITING_METRIC),
         positions=positions,
+        steps=sums.get(ITL_METRIC),
     )
 
 
@@ -120,18 +128,27 @@ def counter_delta(before: float | None, after: float | None) -> float | None:
 
 def draft_counters(start: Mapping[str, Reading], end: Mapping[str, Reading]) -> DraftCounters:
     """The drafter arm's spec-decode counters over a window: per-pod deltas between two
-    readings (pod URL → Reading), summed over the pods read at both ends."""
+    readings (pod URL → Reading), summed over the pods read at both ends; a span per
+    exporting pod that also exports the running gauge and the inter-token histogram."""
     pods = sorted(set(start) & set(end))
     exporting = 0
-    drafts = accepted = 0.0
+    drafts = accepted = tokens = 0.0
+    spans: list[DraftSpan] = []
     for pod in pods:
         a, b = start[pod], end[pod]
         if b.drafts is None:
             continue
         exporting += 1
-        drafts += counter_delta(a.drafts, b.drafts) or 0.0
+        pod_drafts = counter_delta(a.drafts, b.drafts) or 0.0
+        pod_tokens = counter_delta(a.draft_tokens, b.draft_tokens) or 0.0
+        drafts += pod_drafts
+        tokens += pod_tokens
         accepted += counter_delta(a.accepted, b.accepted) or 0.0
-    return DraftCounters(len(pods), exporting, drafts, accepted)
+        steps = counter_delta(a.steps, b.steps)
+        if a.running is not None and b.running is not None and steps is not None:
+            low, high = sorted((a.running, b.running))
+            spans.append(DraftSpan(low, high, steps, pod_drafts, pod_tokens))
+    return DraftCounters(len(pods), exporting, drafts, accepted, tokens, tuple(spans))
 
 
 def arm_load(
@@ -252,6 +269,7 @@ __all__ = [
     "ACCEPTED_METRIC",
     "DRAFTS_METRIC",
     "DRAFT_TOKENS_METRIC",
+    "ITL_METRIC",
     "PER_POSITION_METRIC",
     "RUNNING_METRIC",
     "TPOT_METRIC",

@@ -42,6 +42,7 @@ from specguard.judge import (
     ArmLoad,
     Decision,
     DraftCounters,
+    DrafterRun,
     Evidence,
     LadderState,
     LoopEvidence,
@@ -64,6 +65,7 @@ READY = Startup(True, None)
 NOW = 1_000_000.0
 ISO = "1970-01-12T13:46:40Z"  # NOW
 SETTLED = {SPEC: ArmObserved(2, 2, 2), BASE: ArmObserved(1, 1, 1)}
+DSPARK = {"method": "dspark", "model": "org/ds-dspark", "numSpeculativeTokens": 7}
 
 
 def paired(ratio: float, n: int = 200, seed: int = 0, conc: int = 8) -> list[Sample]:
@@ -308,9 +310,11 @@ def test_retry_re_promotes_once(sd: SpeculativeDeployment) -> None:
 
 
 def test_speculation_off_counts_as_a_failed_drafter(sd: SpeculativeDeployment) -> None:
+    # A drafter that proposes at every step (dspark) counting no draft: not in effect.
     off = DraftCounters(pods=2, exporting=2, drafts=0, accepted=0)
     reason = "the drafter arm served 200 requests with 0 drafts over the window"
-    sd = parse_resource(resource(evaluation={"window": "10s", "minRequestsPerArm": 20}))
+    evaluation = {"window": "10s", "minRequestsPerArm": 20}
+    sd = parse_resource(resource(drafter=DSPARK, evaluation=evaluation))
     out = decide(observe(sd, window=window_of(1.0, drafts=off)))
     assert out.target == BASE and out.transition is not None
     assert (out.transition.reason, out.transition.message) == ("SpeculationOff", reason)
@@ -318,8 +322,9 @@ def test_speculation_off_counts_as_a_failed_drafter(sd: SpeculativeDeployment) -
     speculating = get_condition(out.status.conditions, "Speculating")
     assert speculating is not None
     assert (speculating.status, speculating.reason) == ("False", "SpeculationOff")
-    evaluation = {"window": "10s", "minRequestsPerArm": 20}
-    notify = parse_resource(resource(rollback={"policy": "notify"}, evaluation=evaluation))
+    notify = parse_resource(
+        resource(drafter=DSPARK, rollback={"policy": "notify"}, evaluation=evaluation)
+    )
     dry = decide(observe(notify, window=window_of(1.0, drafts=off)))
     assert dry.target == SPEC and dry.events == (EventSpec("Warning", "SpeculationOff", reason),)
     # Between windows the finding stands in the Speculating condition; the next healthy
@@ -331,6 +336,26 @@ def test_speculation_off_counts_as_a_failed_drafter(sd: SpeculativeDeployment) -
     healthy = decide(observe(notify, status=later.status, now=NOW + 10, window=window_of(1.0)))
     speculating = get_condition(healthy.status.conditions, "Speculating")
     assert speculating is not None and speculating.status == "True"
+
+
+def test_an_ngram_drafter_proposing_nothing_is_not_speculation_off() -> None:
+    # Counters present (vLLM registers them only with a drafter in effect), 0 drafts, and a
+    # lookup drafter: it found nothing to propose in this traffic (sampled text on real
+    # vLLM), a loss of its own; counters absent: the configuration never took effect.
+    nothing = DraftCounters(pods=2, exporting=2, drafts=0, accepted=0)
+    absent = DraftCounters(pods=2, exporting=0)
+    sd = parse_resource(resource(evaluation={"window": "10s", "minRequestsPerArm": 20}))
+    out = decide(observe(sd, window=window_of(1.0, drafts=nothing)))
+    assert out.target == BASE and out.transition is not None
+    assert out.transition.reason == "NothingToPropose"
+    assert out.transition.message == (
+        "the drafter arm served 200 requests with 0 drafts over the window, its spec-decode "
+        "counters present (the ngram drafter is in effect): it finds nothing to propose in "
+        "this traffic"
+    )
+    off = decide(observe(sd, window=window_of(1.0, drafts=absent)))
+    assert off.transition is not None and off.transition.reason == "SpeculationOff"
+    assert off.transition.message.endswith("the speculative config is not in effect")
 
 
 def test_an_unreadable_memory_starts_fresh_and_says_so(sd: SpeculativeDeployment) -> None:
@@ -405,18 +430,20 @@ def test_gather_fills_the_evidence_record(sd: SpeculativeDeployment) -> None:
         startup=READY,
         errors=ArmErrors(spec_requests=200, base_requests=200),
         speculation=DraftCounters(1, 1, 10.0, 20.0),
+        drafter=DrafterRun("ngram", 4),
         load=load,
         pin=BASE,
         retry="r",
     )
+    ngram = DrafterRun("ngram", 4)
     assert gather(observe(sd, annotations={c.ANNOTATION_PIN_MODE: "fast"})) == Evidence(
-        startup=READY
+        startup=READY, drafter=ngram
     )
     # Between window ends, the engines read at this tick (the overload guardrail's look).
-    assert gather(observe(sd, load=load)) == Evidence(startup=READY, load=load)
+    assert gather(observe(sd, load=load)) == Evidence(startup=READY, load=load, drafter=ngram)
     assert [f.name for f in dataclasses.fields(Evidence)] == [
-        "verdict", "startup", "errors", "speculation", "load", "tool_calls", "pin", "retry",
-        "spans", "matching", "served",
+        "verdict", "startup", "errors", "speculation", "drafter", "load", "tool_calls", "pin",
+        "retry", "spans", "matching", "served",
     ]  # fmt: skip
 
 

@@ -16,7 +16,15 @@ from specguard.api.constants import Arm
 from specguard.controller._decide import EventSpec, Observation, Outcome, Window, decide, judging
 from specguard.controller._rungs import rolled_out
 from specguard.controller._swap import ArmObserved, SwapPlan
-from specguard.judge import ArmLoad, JudgeSettings, LoadMatch, Sample, judge
+from specguard.judge import (
+    ArmLoad,
+    DraftCounters,
+    DraftSpan,
+    JudgeSettings,
+    LoadMatch,
+    Sample,
+    judge,
+)
 from specguard.render import vllm_args
 
 from .conftest import resource
@@ -256,6 +264,79 @@ def test_an_overloaded_shadow_rung_is_lost_at_once_whatever_its_pairs_say() -> N
     held = decide(observe(sd, status=status, arms=SWAPPED,
                           window=window(improved, load=load("in_flight"))))  # fmt: skip
     assert "RungLost" not in [e.reason for e in held.events], held.events
+
+
+SCHEDULE_RUNG = DrafterRung.model_validate({"name": "schedule", "schedule": [
+    {"minBatchSize": 1, "maxBatchSize": 4, "numSpeculativeTokens": 7},
+    {"minBatchSize": 5, "maxBatchSize": 1024, "numSpeculativeTokens": 0},
+]})  # fmt: skip
+
+
+def drafts_at(batch: float, per_step: float) -> DraftCounters:
+    """The drafter pod's counters over a window at ``batch`` running requests: 2000
+    request-steps, ``per_step`` drafts each, 7 tokens a draft."""
+    span = DraftSpan(batch, batch, 2000.0, 2000.0 * per_step, 2000.0 * per_step * 7)
+    return DraftCounters(1, 1, span.drafts, span.drafts * 3, span.draft_tokens, (span,))
+
+
+def test_a_schedule_rung_the_engine_ignores_is_lost_not_credited() -> None:
+    """vLLM's V2 model runner ignores num_speculative_tokens_per_batch_size (#51510): the
+    schedule rung, the shadow at 8 running requests per pod where it asks for no draft,
+    still drafts at every step. Its pairs read improved, but the latency is not the rung's:
+    lost with RungNotInEffect at once, and the window counts toward no re-promotion. The
+    same windows with the schedule kept (no draft at 8) count and re-promote it."""
+    sd = ladder_sd()
+    ladder = LadderStatus(
+        rung=SCHEDULE_RUNG,
+        lost=[RungLoss(rung="configured", at=NOW - 7200, reason="Regressed"),
+              RungLoss(rung="adaptive", at=NOW - 7000, reason="Regressed")],
+    )  # fmt: skip
+    status = Status(
+        mode=BASE, target_mode=BASE, ladder=ladder, policy={"mode": BASE, "since": NOW - 100}
+    )
+
+    def run(drafts: DraftCounters) -> list[Outcome]:
+        outs, current = [], status
+        for i, t in enumerate((NOW, NOW + 10, NOW + 20)):
+            out = decide(observe(sd, status=current, now=t, arms=SWAPPED, window=window(
+                pairs(0.6, seed=30 + i, serving=BASE), drafts=drafts)))  # fmt: skip
+            outs.append(out)
+            current = out.status
+        return outs
+
+    ignored = run(drafts_at(8, 1.0))
+    lost = [e for e in ignored[0].events if e.reason == "RungLost"]
+    assert len(lost) == 1 and lost[0].message.startswith(
+        "schedule (dspark, in flight 1-4: k=7, 5-1024: k=0) lost: RungNotInEffect: the engine "
+        "drafted in 100% of 2000 request-steps at 8 running requests per pod, where the "
+        "schedule rung asks for no draft (schedule 1-4: k=7, 5-1024: k=0): the configuration "
+        "is not in effect"
+    ), lost
+    first = ignored[0].status.ladder
+    assert first is not None
+    assert [(x.rung, x.reason) for x in first.lost] == [
+        ("configured", "Regressed"), ("adaptive", "Regressed"), ("schedule", "RungNotInEffect")
+    ]
+    assert all(out.target == BASE and out.transition is None for out in ignored)
+    assert all((out.status.policy or {}).get("streak", 0) == 0 for out in ignored)
+    kept = run(drafts_at(8, 0.01))
+    assert not [e for out in kept for e in out.events if e.reason == "RungLost"]
+    assert kept[-1].target == SPEC and kept[-1].transition is not None
+    assert (kept[-1].transition.reason, kept[-1].transition.rung) == ("Improved", "schedule")
+
+
+def test_a_serving_rung_not_in_effect_rolls_back_with_its_own_cause() -> None:
+    sd = ladder_sd()
+    ladder = LadderStatus(
+        rung=SCHEDULE_RUNG, lost=[RungLoss(rung="configured", at=NOW - 7200, reason="Regressed")]
+    )
+    out = decide(observe(sd, status=Status(ladder=ladder),
+                         window=window(pairs(0.6), drafts=drafts_at(12, 1.0))))  # fmt: skip
+    assert out.target == BASE and out.transition is not None
+    assert (out.transition.reason, out.transition.rung) == ("RungNotInEffect", "schedule")
+    assert out.status.ladder is not None
+    assert out.status.ladder.lost[-1].rung == "schedule"
+    assert out.status.ladder.lost[-1].reason == "RungNotInEffect"
 
 
 def test_no_rung_left_keeps_the_last_and_climbs_back_after_retry_after() -> None:

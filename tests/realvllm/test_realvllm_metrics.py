@@ -5,8 +5,9 @@ greedy decoding repeats an 8-token cycle, temperature 1 is near-uniform noise):
 
 - healthy speculation: ngram (prompt_lookup_min 2) on greedy completions — it matches the
   cycle, nearly every draft token is accepted;
-- SpeculationOff, no drafts: the same ngram server on sampled completions — no 2-gram of the
-  noise ever recurs, so ngram proposes nothing: the counters are exported and stay at 0;
+- NothingToPropose: the same ngram server on sampled completions — no 2-gram of the noise
+  ever recurs, so ngram proposes nothing: the counters are exported (the drafter is in
+  effect) and stay at 0 — told apart from SpeculationOff, where they are absent;
 - SpeculationOff, no counters: a drafter arm whose server has no --speculative-config (the
   baseline server): real vLLM exports no spec_decode family at all;
 - AcceptanceCollapsed: the draft_model drafter with a draft built on another permutation
@@ -22,7 +23,7 @@ from typing import Any
 import httpx
 import pytest
 
-from specguard.judge import GUARDRAILS, ArmErrors, Evidence, PolicySettings
+from specguard.judge import GUARDRAILS, ArmErrors, DrafterRun, Evidence, PolicySettings
 from specguard.render._vllm import INTER_TOKEN_LATENCY_BUCKETS
 from specguard.sources import (
     Reading,
@@ -59,7 +60,7 @@ def guardrail(before: Mapping[str, Reading], after: Mapping[str, Reading], reque
               ) -> tuple[str, str] | None:  # fmt: skip
     """The operator's guardrails (judge.GUARDRAILS) on the drafter arm's readings at both ends
     of a window in which it served ``requests``: (cause, message) of the first that trips."""
-    evidence = Evidence(speculation=draft_counters(before, after),
+    evidence = Evidence(speculation=draft_counters(before, after), drafter=DrafterRun("ngram", 4),
                         errors=ArmErrors(spec_requests=requests))  # fmt: skip
     settings = PolicySettings(speculation_min_requests=requests)
     for check in GUARDRAILS:
@@ -104,14 +105,16 @@ def test_guardrails_quiet_on_healthy_speculation(servers: Any) -> None:
     assert guardrail(before, {"pod": reading(url)}, 4) is None
 
 
-def test_speculation_off_when_ngram_never_matches(servers: Any) -> None:
+def test_nothing_to_propose_when_ngram_never_matches(servers: Any) -> None:
     url = servers.get("ngram").url
     before = {"pod": reading(url)}
     complete(url, 6, temperature=1.0)
     after = {"pod": reading(url)}
     assert after["pod"].drafts == before["pod"].drafts  # real vLLM counted no draft at all
+    # the request-steps the counters are set against are there (the inter-token histogram)
+    assert (after["pod"].steps or 0) > (before["pod"].steps or 0)
     trip = guardrail(before, after, 6)
-    assert trip is not None and trip[0] == "SpeculationOff"
+    assert trip is not None and trip[0] == "NothingToPropose"
     assert "0 drafts" in trip[1]
 
 

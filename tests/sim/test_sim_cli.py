@@ -237,7 +237,9 @@ def test_help_gives_every_flag_a_help_text() -> None:
         assert flag in result.stdout
 
 
-@pytest.mark.parametrize("flag", ["--fault-drop-drafter", "--fault-accept-nothing"])
+@pytest.mark.parametrize(
+    "flag", ["--fault-drop-drafter", "--fault-accept-nothing", "--fault-ignore-schedule"]
+)
 def test_drafter_faults_need_a_drafter(flag: str) -> None:
     with pytest.raises(OptionError, match=f"{flag}: needs a drafter"):
         parse_options([flag])
@@ -245,6 +247,16 @@ def test_drafter_faults_need_a_drafter(flag: str) -> None:
     options = parse_options([flag, "--speculative-config", spec])
     assert options.spec is not None
     assert (options.served_spec is None) == (flag == "--fault-drop-drafter")
+
+
+def test_an_ignored_schedule_keeps_k_at_every_batch_size() -> None:
+    spec = json.dumps({"method": "dspark", "model": "m", "num_speculative_tokens": 4,
+                       "num_speculative_tokens_per_batch_size": [[1, 2, 4], [3, 64, 0]]})
+    kept = parse_options(["--speculative-config", spec]).served_spec
+    ignored = parse_options(["--fault-ignore-schedule", "--speculative-config", spec])
+    assert kept is not None and kept.k_for_batch(8) == 0
+    assert ignored.spec is not None and ignored.spec.k_for_batch(8) == 0  # still checked
+    assert ignored.served_spec is not None and ignored.served_spec.k_for_batch(8) == 4
 
 
 def test_a_dropped_drafter_is_still_checked_as_vllm_checks_it() -> None:

@@ -20,6 +20,7 @@ import aiohttp
 import pytest
 
 from specguard._exposition import acceptance_length, sample_value
+from specguard.judge import DraftCounters, DrafterRun, DraftSpan, rung_mismatch
 from specguard.sim._launch import start_sim
 from specguard.testing._loadclient import (
     StreamRecord,
@@ -199,6 +200,51 @@ def test_accept_nothing_drafts_but_never_accepts() -> None:
     assert counters["drafts"] >= 3 * 58 and counters["draft_tokens"] == 6 * counters["drafts"]
     assert counters["accepted_tokens"] == 0
     assert acceptance_length(counters["drafts"], counters["accepted_tokens"]) == 1.0
+
+
+def _crowd_counters(args: list[str], streams: int) -> DraftSpan:
+    """Request-steps, drafts and draft tokens while ``streams`` requests run together."""
+    counts = ("vllm:inter_token_latency_seconds_count", "vllm:spec_decode_num_drafts_total",
+              "vllm:spec_decode_num_draft_tokens_total")  # fmt: skip
+
+    async def go(url: str) -> None:
+        async with aiohttp.ClientSession() as session:
+            payload = completion_payload(None, 200)
+            headers = {"Content-Type": "application/json"}
+            await asyncio.gather(
+                *(stream_once(session, url, payload, headers) for _ in range(streams))
+            )
+
+    with start_sim(args) as sim:
+        before = read_metrics(sim.url)
+        asyncio.run(go(sim.url))
+        after = read_metrics(sim.url)
+    steps, drafts, tokens = (sample_value(after, n) - sample_value(before, n) for n in counts)
+    return DraftSpan(streams, streams, steps, drafts, tokens)
+
+
+def test_ignore_schedule_drafts_k_where_the_schedule_says_none() -> None:
+    """--fault-ignore-schedule (vLLM's V2 model runner, #51510): the schedule is accepted
+    but the engine drafts k at six running requests, where it asks for none; the judge's
+    check against the rung (``rung_mismatch``) tells it from the engine that keeps it."""
+    schedule = [[1, 2, 6], [3, 256, 0]]
+    spec = json.dumps({"method": "dspark", "model": "org/d-dspark", "num_speculative_tokens": 6,
+                       "num_speculative_tokens_per_batch_size": schedule})  # fmt: skip
+    rung = DrafterRun("dspark", 6, ((1, 2, 6), (3, 256, 0)), rung="schedule")
+    args = ["--speculative-config", spec, "--time-scale", "0.05", "--seed", "3"]
+    ignored = _crowd_counters([*args, "--fault-ignore-schedule"], 6)
+    kept = _crowd_counters(args, 6)
+    # Ignored: a draft of 6 tokens at nearly every request-step (not only while the batch
+    # ramps up or drains below 3); kept: hardly any.
+    assert ignored.steps > 150 and ignored.drafts > 0.9 * ignored.steps
+    assert ignored.draft_tokens == 6 * ignored.drafts
+    assert kept.steps > 150 and kept.drafts < 0.1 * kept.steps
+
+    def window(span: DraftSpan) -> DraftCounters:
+        return DraftCounters(1, 1, span.drafts, 0.0, span.draft_tokens, (span,))
+
+    assert rung_mismatch(window(ignored), rung, 100) is not None
+    assert rung_mismatch(window(kept), rung, 100) is None
 
 
 async def _stream_then_sigterm(args: list[str]) -> tuple[bool, int, int, int | None, float]:

@@ -85,6 +85,7 @@ from specguard.judge import (
     Cumulative,
     Decision,
     DraftCounters,
+    DrafterRun,
     Evidence,
     LadderState,
     Level,
@@ -103,6 +104,7 @@ from specguard.judge import (
     paired_e2e_ratio,
     served_figures,
     shadow_in_flight,
+    speculation_guardrail,
     split_replicas,
     step,
 )
@@ -296,15 +298,32 @@ def drafter_config(obs: Observation) -> str:
     return f"{rung}/{hashlib.sha256(drafter.encode()).hexdigest()[:10]}"
 
 
+def drafter_run(obs: Observation) -> DrafterRun:
+    """What the drafter arm is configured to run: ``spec.drafter`` with the ladder's rung
+    (its schedule, when it has one)."""
+    drafter, ladder = obs.spec.drafter, obs.status.ladder
+    rung = ladder.rung if ladder is not None else DrafterRung()
+    schedule = tuple(
+        (r.min_batch_size, r.max_batch_size, r.num_speculative_tokens) for r in rung.schedule or ()
+    )
+    return DrafterRun(drafter.method, drafter.num_speculative_tokens, schedule, rung.name)
+
+
 def gather(obs: Observation, verdict: Verdict | None = None) -> Evidence:
     """The judge's evidence for this tick (``verdict``: the one the policy judges, when it
-    is not the window's own: with a routing split, the traffic the serving arm keeps)."""
+    is not the window's own: with a routing split, the traffic the serving arm keeps).
+
+    A window whose drafter-arm counters show the rung not doing what it asks (the
+    speculation guardrail: not in effect, nothing to propose, no draft accepted) counts
+    toward no change (``spans``): the drafter arm is never credited with a latency its
+    rung did not produce; while it serves, the guardrail rolls it back."""
     window = obs.window
-    return Evidence(
+    evidence = Evidence(
         verdict=None if window is None else verdict or window.verdict,
         startup=obs.startup,
         errors=None if window is None else ArmErrors.of(window.verdict),
         speculation=None if window is None else window.drafts,
+        drafter=drafter_run(obs),
         load=obs.load if window is None else window.load,
         tool_calls=None if window is None or not window.samples
         else ToolCallPairs.of(window.samples),
@@ -316,6 +335,12 @@ def gather(obs: Observation, verdict: Verdict | None = None) -> Evidence:
         matching=matching(obs),
         served=served(obs),
     )
+    if window is not None and evidence.spans is None:
+        trip = speculation_guardrail(evidence, policy_settings(obs.spec), obs.now)
+        if trip is not None:
+            evidence = replace(evidence, spans=f"a drafter not doing what its rung asks "
+                                                f"({trip.cause})")  # fmt: skip
+    return evidence
 
 
 def decide(obs: Observation) -> Outcome:

@@ -7,8 +7,12 @@ schedule's derivation); this module applies them to one tick's decision:
 - a rollback of the drafter arm while it serves (any cause but a pin) is a loss of its rung;
 - while the baseline serves, nothing is swapping, no pin holds and no routing split is in
   effect, the shadow rung loses after ``consecutiveWindows`` regressed windows in a row, when
-  its pods never became ready within the startup deadline, on a confident excess of
-  invalid tool calls, or when its engines fall behind arrivals the baseline keeps up with
+  its pods never became ready within the startup deadline, when its spec-decode counters
+  show it not doing what it asks (the speculation guardrail's test: ``RungNotInEffect``
+  where the engine ignored the rung, e.g. a per-batch-size schedule on vLLM's V2 model
+  runner; ``NothingToPropose``, ``SpeculationOff``, ``AcceptanceCollapsed``; such a window
+  is never credited to it either: ``gather`` counts it toward no change), on a confident
+  excess of invalid tool calls, or when its engines fall behind arrivals the baseline keeps up with
   (the overload guardrail's test); a rung that has lost is replaced, once ``retryAfter``
   has passed, by the first eligible one (climbing back);
 - a new ``specguard.io/retry`` value forgets every loss;
@@ -54,6 +58,7 @@ from specguard.judge import (
     rung_order,
     settle,
     shadow_window,
+    speculation_guardrail,
     startup_guardrail,
     tool_call_excess,
 )
@@ -201,10 +206,13 @@ def ladder_step(
     )
     if lost is None and shadow_judged:
         startup = startup_guardrail(evidence, settings, now)
+        speculation = speculation_guardrail(evidence, settings, now)
         tools = tool_call_excess(evidence, settings)
         overloaded = overload_excess(evidence, settings)
         if startup is not None:
             lost = (startup.cause, startup.message, None)
+        elif speculation is not None:
+            lost = (speculation.cause, speculation.message, None)
         elif tools is not None:
             lost = ("InvalidToolCalls", tools, None)
         elif overloaded is not None:

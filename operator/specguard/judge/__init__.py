@@ -44,13 +44,23 @@ from specguard.judge._clients import (
     next_load_match,
 )
 from specguard.judge._cumulative import Cumulative, CumulativeSettings, evidence_summary
-from specguard.judge._evidence import ArmErrors, ArmLoad, DraftCounters, Evidence, Startup
+from specguard.judge._evidence import (
+    ArmErrors,
+    ArmLoad,
+    DraftCounters,
+    DrafterRun,
+    DraftSpan,
+    Evidence,
+    Startup,
+)
 from specguard.judge._flaps import Traffic, same_load, same_traffic, traffic_of
 from specguard.judge._guardrails import (
     GUARDRAILS,
     Guardrail,
     Trip,
     overload_excess,
+    rung_mismatch,
+    speculation_guardrail,
     startup_guardrail,
     tool_call_excess,
 )
@@ -152,6 +162,8 @@ __all__ = [
     "Decision",
     "DomainState",
     "DraftCounters",
+    "DraftSpan",
+    "DrafterRun",
     "Evidence",
     "FollowUps",
     "Guardrail",
@@ -208,6 +220,7 @@ __all__ = [
     "parse_lines",
     "read_lines",
     "route_window",
+    "rung_mismatch",
     "rung_order",
     "same_load",
     "same_traffic",
@@ -218,6 +231,7 @@ __all__ = [
     "settle",
     "shadow_in_flight",
     "shadow_window",
+    "speculation_guardrail",
     "split_replicas",
     "startup_guardrail",
     "step",

@@ -57,14 +57,54 @@ class ArmErrors:
 
 
 @dataclass(frozen=True, slots=True)
+class DraftSpan:
+    """One drafter pod's counters between two readings: its running requests at both
+    (``vllm:num_requests_running``: the batch the per-batch-size schedule looks at), the
+    request-steps it made (``vllm:inter_token_latency_seconds_count``: one observation per
+    step per request), and the drafts and draft tokens it counted."""
+
+    batch_low: float
+    batch_high: float
+    steps: float
+    drafts: float
+    draft_tokens: float
+
+
+@dataclass(frozen=True, slots=True)
 class DraftCounters:
     """The drafter arm's spec-decode counters over the window, summed over its pods read at
-    both ends (``specguard.sources.draft_counters`` subtracts two readings)."""
+    both ends (``specguard.sources.draft_counters`` subtracts two readings). ``spans``: each
+    exporting pod's own counters with its batch at both ends (where it exports the running
+    gauge and the inter-token histogram), for the check that the rung is in effect."""
 
     pods: int = 0  # drafter pods read at both ends of the window
     exporting: int = 0  # of which export spec-decode counters
     drafts: float = 0.0
     accepted: float = 0.0
+    draft_tokens: float = 0.0
+    spans: tuple[DraftSpan, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class DrafterRun:
+    """What the drafter arm is configured to run (the ladder's rung of ``spec.drafter``):
+    vLLM's method, k (None: vLLM's default) and the per-batch-size schedule's
+    ``(start, end, k)`` ranges (empty: k at every batch size)."""
+
+    method: str
+    k: int | None = None
+    schedule: tuple[tuple[int, int, int], ...] = ()
+    rung: str = "configured"
+
+    def k_at(self, batch: int) -> int | None:
+        """The draft length the rung asks for at this batch size (vLLM keeps the last
+        range's k past its end)."""
+        for low, high, k in self.schedule:
+            if low <= batch <= high:
+                return k
+        if self.schedule and batch > self.schedule[-1][1]:
+            return self.schedule[-1][2]
+        return self.k
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +136,9 @@ class Evidence:
       ``ArmErrors.of(verdict)`` for router samples);
     - ``speculation``: the drafter arm's spec-decode counters over the window (the
       speculation guardrail);
+    - ``drafter``: what the drafter arm is configured to run (the speculation guardrail
+      checks its counters against it: ``RungNotInEffect``, ``NothingToPropose``); None:
+      not known (the counters are checked against no rung);
     - ``load``: requests in each arm's engines at the window's start and at its end, or at a
       look between window ends (the overload guardrail);
     - ``tool_calls``: the window's mirrored pairs with tools, and where their tool calls were
@@ -118,6 +161,7 @@ class Evidence:
     startup: Startup = field(default_factory=Startup)
     errors: ArmErrors | None = None
     speculation: DraftCounters | None = None
+    drafter: DrafterRun | None = None
     load: ArmLoad | None = None
     tool_calls: ToolCallPairs | None = None
     pin: Arm | None = None
@@ -127,4 +171,12 @@ class Evidence:
     served: Served | None = None
 
 
-__all__ = ["ArmErrors", "ArmLoad", "DraftCounters", "Evidence", "Startup"]
+__all__ = [
+    "ArmErrors",
+    "ArmLoad",
+    "DraftCounters",
+    "DraftSpan",
+    "DrafterRun",
+    "Evidence",
+    "Startup",
+]

@@ -13,13 +13,27 @@ guardrail is one more function in that tuple, reading its own field of
 - **errors** (``DrafterErrors``): at least ``error_min_requests`` drafter requests and
   ``error_min_errors`` drafter errors, at a rate at least ``error_ratio`` × the baseline's
   AND at least ``error_margin`` (absolute) above it (no baseline requests: rate 0);
-- **speculation**: the drafter arm's own counters say it does not really speculate —
-  ``SpeculationOff``: it served ``speculation_min_requests`` requests but no pod exports
-  vLLM's spec-decode counters, or they counted no draft (``--speculative-config`` never took
-  effect); ``AcceptanceCollapsed``: at least ``speculation_min_drafts`` drafts but a mean
-  acceptance length (1 + accepted ÷ drafts) within ``acceptance_margin`` of 1 (a broken
-  drafter). Acceptance alone never decides on/off: it stays high while the right decision
-  flips with load; these catch a drafter that is not there or useless.
+- **speculation**: the drafter arm's own counters say it does not do what its rung asks
+  (``Evidence.drafter``: method, k, per-batch-size schedule), in this order —
+  ``RungNotInEffect``: the engine ignored the configuration it was given (vLLM's V2 model
+  runner ignores ``num_speculative_tokens_per_batch_size``, vLLM #51510): in a batch band
+  (the pods' running requests at both ends of the window fall in one of the schedule's
+  ranges) with at least ``speculation_min_drafts`` request-steps, it drafted in more than
+  half of them where the rung asks for k = 0, or more than k + 0.5 tokens per draft where
+  it asks for k (:func:`rung_mismatch`); ``AcceptanceCollapsed``: at least
+  ``speculation_min_drafts`` drafts but a mean acceptance length (1 + accepted ÷ drafts)
+  within ``acceptance_margin`` of 1 (a broken drafter); ``SpeculationOff``: it served
+  ``speculation_min_requests`` requests but no pod exports vLLM's spec-decode counters (vLLM
+  registers them only when a drafter is configured: ``--speculative-config`` never took
+  effect), or a drafter that proposes at every step (a draft model, EAGLE, MTP, DSpark...)
+  counted no draft where its rung asks for k > 0; ``NothingToPropose``: the counters are
+  there (the drafter is in effect) but a lookup drafter (ngram, ngram_gpu, suffix) counted
+  no draft: it found nothing to propose in this traffic (sampled text repeats nothing it
+  can match), a loss of its own, not a configuration that failed. With a schedule, zero
+  drafts counts only where a pod's batch stayed in a range with k > 0 (above the schedule's
+  limit no draft is what the rung asks for). Acceptance alone never decides on/off: it
+  stays high while the right decision flips with load; these catch a drafter that is not
+  there, not in effect or useless.
 - **overload** (``DrafterOverloaded``): open-loop clients (the shadow copied by arrivals),
   and the drafter arm falls behind them while the baseline, given a serving pod's arrivals,
   keeps up. Read from the engines themselves (requests running + waiting per pod at the
@@ -53,11 +67,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from specguard._arms import ARM_BASELINE, ARM_SPECULATIVE
-from specguard.judge._evidence import ArmErrors, Evidence
+from specguard.judge._evidence import ArmErrors, DraftCounters, DrafterRun, Evidence
 from specguard.judge._settings import PolicySettings
 
 # The overload guardrail's noise bound: standard deviations of a count's change.
 _Z = 3.0
+# Drafters that look their drafts up in the text (prompt and output so far): they may find
+# nothing to propose in a traffic, whatever the configuration. The others (a draft model,
+# EAGLE, MTP, DSpark...) propose at every step they run.
+LOOKUP_METHODS = frozenset({"ngram", "ngram_gpu", "suffix"})
+# RungNotInEffect where the rung asks for k = 0: drafts in more than this share of a band's
+# request-steps (a batch that dipped below the limit between two readings drafts a little).
+OFF_DRAFT_SHARE = 0.5
+# ... where it asks for k: more than k + this many tokens per draft.
+EXTRA_TOKENS = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,12 +129,86 @@ def error_guardrail(evidence: Evidence, settings: PolicySettings, now: float) ->
     return None if sentence is None else Trip("errors", "DrafterErrors", sentence)
 
 
+def _asked(drafter: DrafterRun, low: float, high: float) -> int | None:
+    """The one k the rung asks for at every batch size from ``low`` to ``high`` (None:
+    ranges with different k, or k unknown)."""
+    lo, hi = max(1, round(low)), max(1, round(high))
+    asked = {drafter.k_at(b) for b in range(lo, min(hi, lo + 4096) + 1)}
+    if len(asked) != 1:
+        return None
+    return next(iter(asked))
+
+
+def _bands(
+    counters: DraftCounters, drafter: DrafterRun
+) -> dict[int, tuple[float, float, float, float, float]]:
+    """The pods' spans grouped by the k their rung asks for over each span's batch:
+    k → (steps, drafts, draft tokens, lowest batch, highest batch)."""
+    bands: dict[int, tuple[float, float, float, float, float]] = {}
+    for span in counters.spans:
+        k = _asked(drafter, span.batch_low, span.batch_high)
+        if k is None:
+            continue
+        steps, drafts, tokens, low, high = bands.get(k, (0.0, 0.0, 0.0, math.inf, 0.0))
+        bands[k] = (steps + span.steps, drafts + span.drafts, tokens + span.draft_tokens,
+                    min(low, span.batch_low), max(high, span.batch_high))  # fmt: skip
+    return bands
+
+
+def _schedule_words(drafter: DrafterRun) -> str:
+    if not drafter.schedule:
+        return f"k={drafter.k} at every batch size"
+    return "schedule " + ", ".join(f"{lo}-{hi}: k={k}" for lo, hi, k in drafter.schedule)
+
+
+def rung_mismatch(
+    counters: DraftCounters | None, drafter: DrafterRun | None, min_steps: int
+) -> str | None:
+    """The sentence when the drafter arm's counters show its engine does not run the rung it
+    was given (see the module doc: ``RungNotInEffect``), else None. ``min_steps``: the
+    request-steps a band needs before it is judged."""
+    if counters is None or drafter is None or not counters.spans:
+        return None
+    for k, (steps, drafts, tokens, low, high) in sorted(_bands(counters, drafter).items()):
+        if steps < min_steps:
+            continue
+        batch = f"{low:.0f}" if round(low) == round(high) else f"{low:.0f}-{high:.0f}"
+        if k == 0 and drafts > OFF_DRAFT_SHARE * steps:
+            return (
+                f"the engine drafted in {drafts / steps:.0%} of {steps:.0f} request-steps at "
+                f"{batch} running requests per pod, where the {drafter.rung} rung asks for no "
+                f"draft ({_schedule_words(drafter)}): the configuration is not in effect"
+            )
+        if k > 0 and drafts >= min_steps and tokens / drafts > k + EXTRA_TOKENS:
+            return (
+                f"the engine drafted {tokens / drafts:.2f} tokens per draft over {drafts:.0f} "
+                f"drafts at {batch} running requests per pod, where the {drafter.rung} rung "
+                f"asks for k={k} ({_schedule_words(drafter)}): the configuration is not in "
+                "effect"
+            )
+    return None
+
+
+def _drafts_asked(counters: DraftCounters, drafter: DrafterRun | None) -> bool:
+    """Did the rung ask for drafts over the window? Without a schedule, yes; with one, only
+    where some pod's batch stayed in a range with k > 0 (no span read: unknown, taken as no
+    unless every range drafts)."""
+    if drafter is None or not drafter.schedule:
+        return True
+    if all(k > 0 for _, _, k in drafter.schedule):
+        return True
+    return any(k > 0 and band[0] > 0 for k, band in _bands(counters, drafter).items())
+
+
 def speculation_guardrail(
     evidence: Evidence, settings: PolicySettings, now: float
 ) -> Trip | None:
-    counters = evidence.speculation
+    counters, drafter = evidence.speculation, evidence.drafter
     if counters is None or counters.pods == 0:
         return None
+    mismatch = rung_mismatch(counters, drafter, settings.speculation_min_drafts)
+    if mismatch is not None:
+        return Trip("speculation", "RungNotInEffect", mismatch)
     if counters.exporting > 0 and counters.drafts >= settings.speculation_min_drafts:
         length = 1.0 + counters.accepted / counters.drafts
         floor = 1.0 + settings.acceptance_margin
@@ -134,13 +231,21 @@ def speculation_guardrail(
             "pods exports spec-decode counters (vllm:spec_decode_num_drafts): the speculative "
             "config is not in effect",
         )
-    if counters.drafts <= 0:
+    if counters.drafts > 0 or not _drafts_asked(counters, drafter):
+        return None
+    if drafter is not None and drafter.method in LOOKUP_METHODS:
         return Trip(
             "speculation",
-            "SpeculationOff",
-            f"the drafter arm served {served} requests with 0 drafts over the window",
+            "NothingToPropose",
+            f"the drafter arm served {served} requests with 0 drafts over the window, its "
+            f"spec-decode counters present (the {drafter.method} drafter is in effect): it "
+            "finds nothing to propose in this traffic",
         )
-    return None
+    return Trip(
+        "speculation",
+        "SpeculationOff",
+        f"the drafter arm served {served} requests with 0 drafts over the window",
+    )
 
 
 def overload_excess(evidence: Evidence, settings: PolicySettings) -> str | None:
@@ -229,6 +334,7 @@ def first_trip(evidence: Evidence, settings: PolicySettings, now: float) -> Trip
 
 __all__ = [
     "GUARDRAILS",
+    "LOOKUP_METHODS",
     "Guardrail",
     "Trip",
     "error_guardrail",
@@ -236,6 +342,7 @@ __all__ = [
     "first_trip",
     "overload_excess",
     "overload_guardrail",
+    "rung_mismatch",
     "speculation_guardrail",
     "startup_guardrail",
     "tool_call_excess",

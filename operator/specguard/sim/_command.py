@@ -70,6 +70,8 @@ async def serve(options: SimOptions) -> None:
         drafter += " configured but NOT applied (--fault-drop-drafter)"
     elif spec is not None and options.fault_accept_nothing:
         drafter += " accepting nothing (--fault-accept-nothing)"
+    if spec is not None and spec.per_batch and options.fault_ignore_schedule:
+        drafter += ", per-batch-size schedule ignored (--fault-ignore-schedule)"
     profile = options.profile.name
     if options.profile.acceptance_spread > 0:
         profile += f" acceptance spread {options.profile.acceptance_spread:g}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import difflib
 import itertools
 import json
@@ -44,6 +45,7 @@ class SimOptions:
     fault_accept_nothing: bool = False
     shutdown_timeout: int = 0
     fault_invalid_tool_calls: float = 0.0
+    fault_ignore_schedule: bool = False
 
     @property
     def served_model_name(self) -> str:
@@ -51,8 +53,13 @@ class SimOptions:
 
     @property
     def served_spec(self) -> SpecConfig | None:
-        """The drafter the engine runs: none when --fault-drop-drafter drops it."""
-        return None if self.fault_drop_drafter else self.spec
+        """The drafter the engine runs: none when --fault-drop-drafter drops it; without its
+        per-batch-size schedule under --fault-ignore-schedule (k at every batch size)."""
+        if self.fault_drop_drafter or self.spec is None:
+            return None
+        if self.fault_ignore_schedule:
+            return dataclasses.replace(self.spec, per_batch=())
+        return self.spec
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -166,6 +173,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--fault-accept-nothing", action="store_true",
         help="the drafter runs and costs as configured but no draft token is accepted "
         "(acceptance length 1.0)",
+    )  # fmt: skip
+    faults.add_argument(
+        "--fault-ignore-schedule", action="store_true",
+        help="accept num_speculative_tokens_per_batch_size but ignore it: the drafter keeps "
+        "num_speculative_tokens at every batch size (as vLLM's V2 model runner does, "
+        "vLLM #51510)",
     )  # fmt: skip
     faults.add_argument(
         "--fault-invalid-tool-calls", type=float, default=0.0, metavar="P",
@@ -409,6 +422,7 @@ def parse_options(argv: list[str]) -> SimOptions:
     for flag, on in (
         ("--fault-drop-drafter", args.fault_drop_drafter),
         ("--fault-accept-nothing", args.fault_accept_nothing),
+        ("--fault-ignore-schedule", args.fault_ignore_schedule),
     ):
         if on and not drafter:
             raise OptionError(f"{flag}: needs a drafter (--speculative-config)")
@@ -454,4 +468,5 @@ def parse_options(argv: list[str]) -> SimOptions:
         fault_accept_nothing=args.fault_accept_nothing,
         shutdown_timeout=args.shutdown_timeout,
         fault_invalid_tool_calls=args.fault_invalid_tool_calls,
+        fault_ignore_schedule=args.fault_ignore_schedule,
     )
