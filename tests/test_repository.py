@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -236,3 +237,221 @@ def test_private_imports_across_packages_are_found() -> None:
         "line 2: specguard.router._proxy",
         "line 3: specguard.sim._engine",
     ]
+
+
+# -- names the documents give the code -------------------------------------------------------
+#
+# A backticked `module.name`, `Class.member`, `_private_name` or `path.py` in a document names
+# something in the code; each must exist, so a rename shows up in the build, not in a
+# reader's search. The code's names are read from the source (ast), not imported.
+
+_SOURCE = ROOT / "operator" / "specguard"
+# `a.b.c`, `a.b(args)`: a dotted Python name, optionally called.
+_DOTTED = re.compile(r"^([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+)(?:\(.*\))?$")
+_PRIVATE = re.compile(r"^_[A-Za-z_]\w*$")
+_PY_PATH = re.compile(r"^[\w./-]*\w\.py$")
+# Dotted words that name files or domains (the API group), not code.
+_FILE_SUFFIXES = {"io", "com", "py", "yaml", "yml", "json", "jsonl", "md", "txt", "png", "toml",
+                  "csv", "sh", "html"}  # fmt: skip
+# Other libraries' names that happen to start like a specguard module (kopf's settings).
+_NOT_SPECGUARD = {"settings.scanning.disabled"}
+# The documents checked strictly: every dotted name that is not a resource field must be
+# the code's, and so must every `_private` name.
+_STRICT_DOCS = {"docs/architecture.md"}
+
+
+@dataclass(frozen=True)
+class CodeNames:
+    """What the source defines: each module's top-level names (its imports included, so a
+    package's re-exports count), each class's members, every name defined anywhere."""
+
+    modules: dict[str, set[str]]
+    classes: dict[str, set[str]]
+    bases: dict[str, set[str]]
+    defined: set[str]
+    module_classes: dict[str, set[str]]
+
+    @property
+    def basenames(self) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for module in self.modules:
+            out.setdefault(module.rsplit(".", 1)[-1], []).append(module)
+        return out
+
+    def members(self, cls: str, seen: frozenset[str] = frozenset()) -> set[str]:
+        found = set(self.classes.get(cls, set()))
+        for base in self.bases.get(cls, set()) - seen - {cls}:
+            found |= self.members(base, seen | {cls})
+        return found
+
+
+def _top_names(body: list[ast.stmt]) -> set[str]:
+    names: set[str] = set()
+    for node in body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        elif isinstance(node, ast.If | ast.Try | ast.With):
+            for block in ("body", "orelse", "finalbody", "handlers"):
+                for inner in getattr(node, block, []):
+                    names |= _top_names(getattr(inner, "body", [inner]))
+    return names
+
+
+def code_names(root: Path = _SOURCE) -> CodeNames:
+    modules: dict[str, set[str]] = {}
+    classes: dict[str, set[str]] = {}
+    bases: dict[str, set[str]] = {}
+    defined = {"__init__", "__main__", "__all__"}
+    module_classes: dict[str, set[str]] = {}
+    for path in sorted(root.rglob("*.py")):
+        parts = [root.name, *path.relative_to(root).with_suffix("").parts]
+        if parts[-1] == "__init__":
+            parts.pop()
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        modules.setdefault(".".join(parts), set()).update(_top_names(tree.body))
+        defined.add(parts[-1])
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                defined.add(node.name)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                defined.add(node.id)
+            if isinstance(node, ast.ClassDef):
+                module_classes.setdefault(".".join(parts), set()).add(node.name)
+                members = _top_names(node.body)
+                classes.setdefault(node.name, set()).update(members)
+                defined |= members
+                bases.setdefault(node.name, set()).update(
+                    b.id if isinstance(b, ast.Name) else b.attr
+                    for b in node.bases
+                    if isinstance(b, ast.Name | ast.Attribute)
+                )
+    for module in list(modules):  # a package's submodules are names in it
+        package, _, name = module.rpartition(".")
+        if package in modules:
+            modules[package].add(name)
+    return CodeNames(modules, classes, bases, defined, module_classes)
+
+
+def resolves(dotted: str, names: CodeNames) -> bool:
+    """Does ``a.b.c`` name something in the code? A module path (``specguard.judge``,
+    ``judge._guardrails``, ``_objects``), then a name the module defines or imports, then a
+    member of that class; ``Class.member``; or ``instance.member``, the instance named after
+    its class's module without the underscore (``cluster.kubectl()``: a ``LocalCluster`` of
+    ``testing/_cluster.py``). ``verdict.judge`` is not ``_verdict.judge``."""
+    first, *rest = dotted.split(".")
+    if first == "specguard":
+        starts = ["specguard"]
+    elif f"specguard.{first}" in names.modules:
+        starts = [f"specguard.{first}"]
+    else:
+        starts = names.basenames.get(first, []) + names.basenames.get(f"_{first}", [])
+    is_module = (
+        first == "specguard" or f"specguard.{first}" in names.modules or first in names.basenames
+    )
+    for start in starts:
+        module, tail = start, list(rest)
+        while tail and f"{module}.{tail[0]}" in names.modules:
+            module = f"{module}.{tail.pop(0)}"
+        found = not tail or (
+            tail[0] in names.modules[module]
+            and (len(tail) == 1 or tail[1] in names.members(tail[0]))
+        )
+        if is_module and found:
+            return True
+        if first != "specguard" and rest:  # an instance of a class of the module
+            classes = {
+                cls for mod, defined in names.module_classes.items()
+                if mod == start or mod.startswith(start + ".") for cls in defined
+            }  # fmt: skip
+            if any(rest[0] in names.members(cls) for cls in classes):
+                return True
+    return first in names.classes and bool(rest) and rest[0] in names.members(first)
+
+
+def _resource_roots() -> set[str]:
+    """First words of resource paths (``status.policy``, ``evaluation.window``)."""
+    from specguard.api import Spec, Status
+
+    fields = {**Spec.model_fields, **Status.model_fields}
+    return {"spec", "status", "metadata"} | {f.alias or n for n, f in fields.items()}
+
+
+def unknown_code_names(
+    text: str, names: CodeNames, files: set[str], roots: set[str], *, strict: bool
+) -> list[str]:
+    """The backticked names in ``text`` that the code does not have. A dotted name is
+    checked when it starts with a specguard module (``judge.step``, ``_guardrails.X``, also
+    ``guardrails.X``: a private module without its underscore), or a class the code defines
+    (``Trip.cause``); ``strict``: every dotted name that is not a resource path, and every
+    ``_private`` name. A ``path.py`` must be the end of a file's path in the repository."""
+    basenames = names.basenames
+    bad = []
+    for token in dict.fromkeys(re.findall(r"`([^`\n]+)`", text)):
+        for word in token.split():
+            if _PY_PATH.match(word) and not any(f == word or f.endswith("/" + word) for f in files):
+                bad.append(word)
+        dotted = _DOTTED.match(token)
+        if dotted is not None:
+            name = dotted[1]
+            first, last = name.split(".")[0], name.rsplit(".", 1)[1]
+            if first in roots or last in _FILE_SUFFIXES or name in _NOT_SPECGUARD:
+                continue
+            code = (
+                first == "specguard"
+                or f"specguard.{first}" in names.modules
+                or first in basenames
+                or f"_{first}" in basenames
+                or first in names.classes
+            )
+            if (strict or code) and not resolves(name, names):
+                bad.append(token)
+        elif strict and _PRIVATE.match(token) and token not in names.defined:
+            bad.append(token)
+    return bad
+
+
+_DOCS = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").glob("*.md"))
+
+
+@pytest.fixture(scope="module")
+def repository_names() -> tuple[CodeNames, set[str], set[str]]:
+    files = {p.relative_to(ROOT).as_posix() for p in _files(ROOT) if p.suffix == ".py"}
+    files.add(Path(__file__).resolve().relative_to(ROOT).as_posix())
+    return code_names(), files, _resource_roots()
+
+
+@pytest.mark.parametrize("doc", [*_DOCS, "README.md"])
+def test_documents_name_only_code_that_exists(
+    doc: str, repository_names: tuple[CodeNames, set[str], set[str]]
+) -> None:
+    names, files, roots = repository_names
+    text = (ROOT / doc).read_text(encoding="utf-8")
+    assert unknown_code_names(text, names, files, roots, strict=doc in _STRICT_DOCS) == []
+
+
+def test_unknown_code_names_are_found(
+    repository_names: tuple[CodeNames, set[str], set[str]],
+) -> None:
+    # The checker itself: stale names are reported, real ones and resource paths are not.
+    names, files, roots = repository_names
+    text = (
+        "`judge.step`, `judge._guardrails.GUARDRAILS`, `Topology.shadow_has_room`, "
+        "`api.crd()`, `controller/_decide.py`, `_decide.py`, `status.policy.held`, "
+        "`evaluation.window`, `_judged`, `specguard.api.constants`, `report.json`\n"
+        "`judge.stepp`, `controller.decide`, `strip.UsageStripper`, `verdict.judge`, "
+        "`Trip.reason`, `controller/_decider.py`, `_WIRE`, `np.median`\n"
+    )
+    assert unknown_code_names(text, names, files, roots, strict=False) == [
+        "judge.stepp", "controller.decide", "strip.UsageStripper", "verdict.judge",
+        "Trip.reason", "controller/_decider.py",
+    ]  # fmt: skip
+    assert unknown_code_names(text, names, files, roots, strict=True) == [
+        "judge.stepp", "controller.decide", "strip.UsageStripper", "verdict.judge",
+        "Trip.reason", "controller/_decider.py", "_WIRE", "np.median",
+    ]  # fmt: skip
