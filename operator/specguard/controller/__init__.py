@@ -6,7 +6,8 @@ Start reading at ``_decide.py``: the decision core, one pure step per tick
 resource → judge and policy settings), ``observe`` (cluster objects → what the decision
 needs), ``swap`` (the rolling-swap planner), ``conditions`` (conditions, the verdict as
 status shows it, Event sentences), ``mirror`` (the routers' mirror ceiling), ``schedule``
-(the periodic shadow).
+(the periodic shadow), ``rungs`` (the ladder's step and the shadow rung's loss), ``split``
+(routing by request domain), ``clients`` (the load match from the clients).
 
 The I/O shell: ``loop`` (one resource's tick: window timing and collection, apply with
 back-off, the status writer), ``kube`` (server-side apply, status patches, Events),

@@ -90,8 +90,9 @@ MAX_TRANSITIONS_KEPT = 32
 
 @dataclass(frozen=True, slots=True)
 class PolicyState:
-    """What the policy remembers between windows: the one stored type (``status.policy``,
-    through :meth:`to_wire` / :meth:`from_wire`), so a restarted or newly elected operator
+    """What the policy remembers between windows, stored in ``status.policy`` through
+    :meth:`to_wire` / :meth:`from_wire` (the ladder and routing keep their own memories,
+    ``status.ladder`` and ``status.routing``), so a restarted or newly elected operator
     continues where the last one stopped.
 
     ``mode``: the mode the policy chose (a pin can override it); ``streak``: agreeing
