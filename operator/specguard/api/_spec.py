@@ -521,6 +521,44 @@ class Evaluation(SpecModel):
     )
 
 
+class Guard(SpecModel):
+    """One guard beside the median per-token latency (docs/judge.md, "Guards")."""
+
+    enabled: bool = Field(default=True, description="Judge this guard. Default true.")
+    tolerance: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=5.0,
+        description="Relative band above 1.0 of the arms' quantile ratio (speculative / "
+        "baseline) treated as no change: regressed needs its lower confidence bound above "
+        "1 + tolerance. Unset: the guard's default (tpotP99 0.10, ttftP50 0.20, ttftP99 "
+        "0.25, e2eP99 0.10).",
+    )
+    min_pairs: int | None = Field(
+        default=None,
+        ge=20,
+        le=1_000_000,
+        description="Mirrored pairs with the figure on both arms a window needs before the "
+        "guard can act; fewer: too few pairs, no action. Unset: 500 for a p99, 200 for a "
+        "p50.",
+    )
+
+
+class Guards(SpecModel):
+    tpot_p99: Guard = Field(
+        default_factory=Guard, description="p99 per-token latency (TPOT). Default tolerance 0.10."
+    )
+    ttft_p50: Guard = Field(
+        default_factory=Guard, description="Time to first token, p50. Default tolerance 0.20."
+    )
+    ttft_p99: Guard = Field(
+        default_factory=Guard, description="Time to first token, p99. Default tolerance 0.25."
+    )
+    e2e_p99: Guard = Field(
+        default_factory=Guard, description="End-to-end time, p99. Default tolerance 0.10."
+    )
+
+
 class Rollback(SpecModel):
     policy: Literal["auto", "notify", "off"] = Field(
         default="auto",
@@ -567,6 +605,15 @@ class Rollback(SpecModel):
         "window while the baseline's hold steady at the same arrivals, and pass them. Its "
         "per-token latency follows a window or two later, with a longer queue "
         "to drain. It also holds a re-promotion back. Default true.",
+    )
+    guards: Guards = Field(
+        default_factory=Guards,
+        description="Guards beside the median per-token latency, judged per window on the "
+        "same mirrored pairs: p99 per-token latency, TTFT p50 and p99, end-to-end p99. A "
+        "guard whose arm ratio is confidently above 1 + its tolerance counts as a regressed "
+        "window (consecutiveWindows of them roll back; the transition's reason names it), "
+        "holds a re-promotion back, and a ladder rung shadowed against no drafter loses on "
+        "it. Needs metricsSource router (mirrored pairs).",
     )
 
 

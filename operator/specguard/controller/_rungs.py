@@ -6,7 +6,8 @@ schedule's derivation); this module applies them to one tick's decision:
 
 - a rollback of the drafter arm while it serves (any cause but a pin) is a loss of its rung;
 - while the baseline serves, nothing is swapping, no pin holds and no routing split is in
-  effect, the shadow rung loses after ``consecutiveWindows`` regressed windows in a row, when
+  effect, the shadow rung loses after ``consecutiveWindows`` regressed windows in a row (a
+  window with a confidently regressed guard, ``judge._guards``, counts as regressed), when
   its pods never became ready within the startup deadline, when its spec-decode counters
   show it not doing what it asks (the speculation guardrail's test: ``RungNotInEffect``
   where the engine ignored the rung, e.g. a per-batch-size schedule on vLLM's V2 model
@@ -218,12 +219,19 @@ def ladder_step(
         elif overloaded is not None:
             lost = ("DrafterOverloaded", overloaded, None)
         elif tick.verdict is not None and tick.verdict.outcome != "inconclusive":
+            # A confidently regressed guard (judge._guards) counts as a regressed window.
+            guarded = tick.verdict.regressed_guards
             state, regressed = shadow_window(
-                state, tick.verdict.outcome, settings.consecutive_windows
+                state, tick.verdict.guarded_outcome, settings.consecutive_windows
             )
             if regressed:
                 sentence = f"as the shadow, {tick.verdict.sentence()}"
-                lost = ("Regressed", sentence, tick.verdict.ratio)
+                cause = (
+                    guarded[0].cause
+                    if guarded and tick.verdict.outcome != "regressed"
+                    else "Regressed"
+                )
+                lost = (cause, sentence, tick.verdict.ratio)
     if lost is not None and decision.action != "notify":
         cause, message, ratio = lost
         was = describe(state.rung, spec.drafter.method, k)

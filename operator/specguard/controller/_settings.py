@@ -29,6 +29,9 @@ resource                               judge / policy
                                        ``evaluation.confidence``:
                                        ``tool_call_confidence``)
 ``rollback.overloadGuardrail``         ``PolicySettings.overload_guardrail``
+``rollback.guards``                    ``JudgeSettings.guards`` (each guard's ``enabled``,
+                                       ``tolerance`` and ``minPairs``; unset: the guard's
+                                       default, ``judge.DEFAULT_GUARDS``)
 =====================================  ==============================================
 
 ``evaluation.window`` is not a judge setting: it is how the loop cuts time into windows.
@@ -37,8 +40,8 @@ Here rather than in the judge: the judge imports no other specguard package.
 
 from __future__ import annotations
 
-from specguard.api import Spec
-from specguard.judge import JudgeSettings, LoadMatch, PolicySettings
+from specguard.api import Guards, Spec
+from specguard.judge import DEFAULT_GUARDS, Guard, JudgeSettings, LoadMatch, PolicySettings
 
 
 def judge_settings(spec: Spec, load_match: LoadMatch = "in_flight") -> JudgeSettings:
@@ -52,7 +55,24 @@ def judge_settings(spec: Spec, load_match: LoadMatch = "in_flight") -> JudgeSett
         min_output_tokens=e.min_output_tokens,
         concurrency_match=load_match,
         concurrency_tolerance=e.concurrency_match,
+        guards=guards(spec.rollback.guards),
     )
+
+
+def guards(spec: Guards) -> tuple[Guard, ...]:
+    """The judge's guards from ``spec.rollback.guards``: unset fields are the defaults."""
+    out = []
+    for default in DEFAULT_GUARDS:
+        given = getattr(spec, default.name)
+        out.append(
+            Guard(
+                default.name,
+                default.tolerance if given.tolerance is None else given.tolerance,
+                default.min_pairs if given.min_pairs is None else given.min_pairs,
+                enabled=given.enabled,
+            )
+        )
+    return tuple(out)
 
 
 def policy_settings(spec: Spec) -> PolicySettings:

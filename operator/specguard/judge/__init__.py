@@ -6,6 +6,8 @@
 - ``evidence``: what one decision sees (``Evidence``: verdict, startup, errors,
   speculation, pin, retry);
 - ``guardrails``: checks that act at once while the drafter serves (``GUARDRAILS``);
+- ``guards``: tail and first-token guards beside the median, judged on the same pairs
+  (``Guard``, ``GuardResult``, ``judge_guards``);
 - ``cumulative``: evidence across windows (``Cumulative``: a CUSUM of each window's
   log-likelihood ratio, the rule for a sustained loss no single window shows);
 - ``policy``: the stored ``PolicyState`` and one window's ``Evidence`` → new state and
@@ -63,6 +65,15 @@ from specguard.judge._guardrails import (
     speculation_guardrail,
     startup_guardrail,
     tool_call_excess,
+)
+from specguard.judge._guards import (
+    DEFAULT_GUARDS,
+    GUARD_CAUSES,
+    GUARD_NAMES,
+    Guard,
+    GuardName,
+    GuardResult,
+    judge_guards,
 )
 from specguard.judge._histogram import (
     BASIS_PROMETHEUS,
@@ -141,8 +152,11 @@ __all__ = [
     "ARMS",
     "BASIS_PROMETHEUS",
     "BASIS_SCRAPE",
+    "DEFAULT_GUARDS",
     "EMPTY",
     "GUARDRAILS",
+    "GUARD_CAUSES",
+    "GUARD_NAMES",
     "INVALID_TOOL_CALLS",
     "LOAD_MATCHES",
     "MAX_RESAMPLES",
@@ -166,6 +180,9 @@ __all__ = [
     "DrafterRun",
     "Evidence",
     "FollowUps",
+    "Guard",
+    "GuardName",
+    "GuardResult",
     "Guardrail",
     "Histogram",
     "JudgeSettings",
@@ -211,6 +228,7 @@ __all__ = [
     "flag_message",
     "flaps",
     "judge",
+    "judge_guards",
     "judge_histograms",
     "judge_settings_from_args",
     "merge_levels",

@@ -420,10 +420,12 @@ def _act(
     trip: Trip | None = None,
     cumulative: Cumulative | None = None,
     traffic: Traffic | None = None,
+    cause: str | None = None,
 ) -> tuple[PolicyState, Decision]:
     """Carry out (or, in dry run / halted, only report) a change of mode. ``cumulative``:
     the evidence across windows that made it, when that rule did; ``traffic``: what its
-    window was judged on (the flap rule)."""
+    window was judged on (the flap rule); ``cause``: a guard's (``judge._guards``) when it,
+    not the median, made the last window regressed."""
     verb = "roll back" if to == ARM_BASELINE else "re-promote"
     would = "WouldRollBack" if to == ARM_BASELINE else "WouldRepromote"
     count = flaps(state, settings, now)
@@ -456,7 +458,10 @@ def _act(
             f"{settings.flap_window_s / 3600:g}h: automatic changes stop"
         )
     action: Action = "rollback" if to == ARM_BASELINE else "repromote"
-    cause = trip.cause if trip is not None else ("Regressed" if to == ARM_BASELINE else "Improved")
+    if trip is not None:
+        cause = trip.cause
+    elif cause is None:
+        cause = "Regressed" if to == ARM_BASELINE else "Improved"
     return new, Decision(action, reason, to, to, cause, warning=warning, trip=trip, flaps=count,
                          cumulative=cumulative)  # fmt: skip
 
@@ -480,7 +485,9 @@ def _weighed(
     window's evidence added to the cumulative evidence."""
     rule, direction = settings.cumulative, state.direction
     cumulative = add(state.cumulative, weigh(verdict, direction, rule), direction, rule)
-    streak = state.streak + 1 if verdict.outcome == agreeing else 0
+    # A confidently regressed guard (judge._guards) counts as a regressed window.
+    agrees = verdict.outcome == agreeing or (agreeing == "regressed" and verdict.regressed_guards)
+    streak = state.streak + 1 if agrees else 0
     return replace(state, streak=streak, cumulative=cumulative)
 
 
@@ -510,9 +517,20 @@ def _while_speculative(
     sentence = verdict.sentence()
     loss = counted.cumulative
     cumulative: Cumulative | None = None
+    guarded = verdict.regressed_guards
+    # The cause names the guard when the median alone would not have counted this window.
+    cause = guarded[0].cause if guarded and verdict.outcome != "regressed" else None
     if counted.streak >= need:
-        reason = f"regressed {counted.streak} windows in a row: {sentence}"
+        if guarded:
+            names = ", ".join(g.label for g in guarded)
+            reason = (
+                f"regressed {counted.streak} windows in a row ({names} regressed in the last): "
+                f"{sentence}"
+            )
+        else:
+            reason = f"regressed {counted.streak} windows in a row: {sentence}"
     elif reached(loss, "loss", settings.cumulative):
+        cause = None
         cumulative = loss
         summary = evidence_summary(loss, "loss", settings.cumulative)
         reason = f"sustained loss: {summary}; last window {sentence}"
@@ -523,9 +541,10 @@ def _while_speculative(
         if why is not None:
             return _held(counted, settings, now, reason, why)
         return _act(counted, settings, now, ARM_BASELINE, reason, cumulative=cumulative,
-                    traffic=traffic_of(verdict))  # fmt: skip
+                    traffic=traffic_of(verdict), cause=cause)  # fmt: skip
     progress = _progress(counted, settings, need, "regressed")
-    head = f"{verdict.outcome}: keeping the drafter"
+    named = f" ({', '.join(g.label for g in guarded)} regressed)" if guarded else ""
+    head = f"{verdict.outcome}{named}: keeping the drafter"
     reason = f"{head} ({progress}): {sentence}" if progress else f"{head}: {sentence}"
     return counted, _hold(counted, reason, settings, now)
 
@@ -555,6 +574,8 @@ def _while_baseline(
         or tool_call_excess(evidence, settings)
         or overload_excess(evidence, settings)
     )
+    if not errors and verdict.regressed_guards:
+        errors = "; ".join(f"guard {g.sentence()}" for g in verdict.regressed_guards)
     if errors:
         cleared = _cleared(state)
         return cleared, _hold(cleared, f"{verdict.outcome}, but {errors}", settings, now)

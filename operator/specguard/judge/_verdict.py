@@ -50,6 +50,7 @@ import numpy as np
 import numpy.typing as npt
 
 from specguard.judge._adjust import MAX_LOAD_SLOPE, PodSpread, in_flight_gap, pod_spread
+from specguard.judge._guards import DEFAULT_GUARDS, Guard, GuardResult, judge_guards
 from specguard.judge._robust import median_interval
 from specguard.judge._sample import ARMS, MEASUREMENTS, Arm, Sample
 
@@ -152,6 +153,8 @@ class JudgeSettings:
     min_domain_requests: int = 10
     min_requests_per_stratum: int = 20
     max_group_span: float = 1.5
+    # The guards beside the median (judge._guards), judged on the same pairs.
+    guards: tuple[Guard, ...] = DEFAULT_GUARDS
 
     def __post_init__(self) -> None:
         checks = (
@@ -251,6 +254,20 @@ class Verdict:
     # The same before its floor at 0 (may be negative): the evidence across windows averages
     # it over the windows and carries the mean once.
     pod_variance_raw: float | None = None
+    # The guards beside the median (judge._guards): judged on the pairs of a paired verdict.
+    guards: tuple[GuardResult, ...] = ()
+
+    @property
+    def regressed_guards(self) -> tuple[GuardResult, ...]:
+        """The guards confidently regressed in this window (judged windows only)."""
+        if self.outcome == "inconclusive":
+            return ()
+        return tuple(g for g in self.guards if g.regressed)
+
+    @property
+    def guarded_outcome(self) -> Outcome:
+        """The outcome a streak counts: regressed when a guard confidently is."""
+        return "regressed" if self.regressed_guards else self.outcome
 
     @property
     def actionable(self) -> bool:
@@ -290,6 +307,9 @@ class Verdict:
         )
         if self.reasons:
             text += f" — {'; '.join(self.reasons)}"
+        guarded = self.regressed_guards
+        if guarded:
+            text += "; guard " + "; guard ".join(g.sentence() for g in guarded)
         return text
 
 
@@ -533,6 +553,18 @@ def judge(
         notes.insert(0, f"not judged regressed on {_KIND_TEXT[kind]}: {_FIX[kind]}")
     if len(domains) == 1 and domains[0].ratio is not None:
         base["domains"] = (replace(domains[0], ratio=estimate.ratio),)  # one figure, not two
+    guards = (
+        judge_guards(
+            pairs,
+            settings.guards,
+            confidence=settings.confidence,
+            seed=settings.seed,
+            pod_variance=estimate.pod_variance or 0.0,
+            exact_tpot=kind not in INEXACT_MEASUREMENTS,
+        )
+        if paired
+        else ()
+    )
     return Verdict(
         outcome=outcome,
         ratio=estimate.ratio,
@@ -547,6 +579,7 @@ def judge(
         pod_spread=estimate.pod_spread,
         pod_variance=estimate.pod_variance,
         pod_variance_raw=estimate.pod_variance_raw,
+        guards=guards,
         reasons=tuple(notes),
         **base,  # type: ignore[arg-type]
     )

@@ -1,0 +1,193 @@
+"""Guards beside the median (judge._guards): a drafter whose median per-token latency
+improves while p99 per-token latency, TTFT or end-to-end p99 regresses is rolled back by the
+guard (the median alone keeps it); a guard that is off, or that has too few pairs, does
+nothing; a regressed guard holds a re-promotion and a shadowed rung loses on it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from specguard.judge import (
+    DEFAULT_GUARDS,
+    Evidence,
+    Guard,
+    GuardName,
+    JudgeSettings,
+    PolicySettings,
+    PolicyState,
+    Sample,
+    Verdict,
+    judge,
+    judge_guards,
+    step,
+)
+from specguard.judge._ladder import LadderState, shadow_window
+from specguard.testing import _traffic as traffic
+
+WINDOW = 60.0
+K = 2
+POLICY = PolicySettings(consecutive_windows=K, windows_per_false_alarm=0, cooldown_s=0.0)
+TRAFFIC = traffic.Traffic(pair_tokens=True)
+
+
+def _with_e2e(s: Sample, **changes: float) -> Sample:
+    """``s`` with ``changes``, its e2e time moved by what they add to TTFT + decode."""
+    new = replace(s, **changes)  # type: ignore[arg-type]
+    before = (s.ttft_s or 0.0) + (s.tpot_s or 0.0) * (s.output_tokens - 1)
+    after = (new.ttft_s or 0.0) + (new.tpot_s or 0.0) * (new.output_tokens - 1)
+    return replace(new, e2e_s=new.e2e_s + after - before)
+
+
+def _slow_tpot_tail(s: Sample, i: int) -> Sample:
+    # 5% of the drafter's requests straggle 6× slower per token (low acceptance).
+    return _with_e2e(s, tpot_s=(s.tpot_s or 0.0) * 6.0) if i % 20 == 0 else s
+
+
+def _slow_ttft(s: Sample, i: int) -> Sample:
+    return _with_e2e(s, ttft_s=(s.ttft_s or 0.0) * 1.8)
+
+
+def _slow_ttft_tail(s: Sample, i: int) -> Sample:
+    return _with_e2e(s, ttft_s=(s.ttft_s or 0.0) + 5.0) if i % 25 == 0 else s
+
+
+def _slow_e2e_tail(s: Sample, i: int) -> Sample:
+    # Long answers stall 90 s after their last token (the stream closed late): e2e only.
+    return replace(s, e2e_s=s.e2e_s + 90.0) if s.output_tokens > 700 else s
+
+
+SCENARIOS: dict[GuardName, Callable[[Sample, int], Sample]] = {
+    "tpot_p99": _slow_tpot_tail,
+    "ttft_p50": _slow_ttft,
+    "ttft_p99": _slow_ttft_tail,
+    "e2e_p99": _slow_e2e_tail,
+}
+
+
+def window(seed: int, guard: GuardName | None, n: int = 2000, effect: float = 0.7) -> list[Sample]:
+    """A paired window where the drafter makes per-token latency ``effect`` × (the median
+    improves), with ``guard``'s figure made worse on the drafter's half."""
+    samples = traffic.window(np.random.default_rng(seed), n, TRAFFIC, effect=effect, paired=True)
+    if guard is None:
+        return samples
+    spoil = SCENARIOS[guard]
+    out = []
+    for s in samples:
+        index = int((s.pair_id or "-0").rsplit("-", 1)[1])
+        out.append(spoil(s, index) if s.arm == "speculative" else s)
+    return out
+
+
+def only(guard: GuardName, *, enabled: bool = True) -> JudgeSettings:
+    """Settings with every guard off but ``guard`` (on unless ``enabled`` is False)."""
+    return JudgeSettings(
+        guards=tuple(replace(g, enabled=enabled and g.name == guard) for g in DEFAULT_GUARDS)
+    )
+
+
+def run(
+    verdicts: list[Verdict], state: PolicyState | None = None
+) -> tuple[PolicyState, list[str], list[str]]:
+    state = state or PolicyState(since=-1e9)
+    actions: list[str] = []
+    causes: list[str] = []
+    for i, v in enumerate(verdicts):
+        state, d = step(state, POLICY, (i + 1) * WINDOW, Evidence(verdict=v))
+        actions.append(d.action)
+        causes.append(d.cause)
+    return state, actions, causes
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_a_regressed_guard_rolls_back_a_drafter_the_median_keeps(name: GuardName) -> None:
+    guard = next(g for g in DEFAULT_GUARDS if g.name == name)
+    verdicts = [judge(window(seed, name), only(name)) for seed in range(K)]
+    for v in verdicts:
+        assert v.outcome == "improved"  # the median alone keeps the drafter
+        (result,) = v.guards
+        assert result.name == name and result.regressed
+        assert result.ci_low is not None and result.ci_low > 1.0 + guard.tolerance
+        assert v.regressed_guards == (result,)
+        assert f"guard {guard.label} regressed" in v.sentence()
+    state, actions, causes = run(verdicts)
+    assert actions == ["hold", "rollback"]
+    assert causes[-1] == guard.cause
+    assert state.mode == "baseline"
+    # Off: the same windows keep the drafter.
+    off = [judge(window(seed, name), only(name, enabled=False)) for seed in range(K)]
+    assert all(v.outcome == "improved" and v.guards == () for v in off)
+    _, actions, _ = run(off)
+    assert actions == ["hold", "hold"]
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_a_guard_does_not_act_on_an_unchanged_drafter(name: GuardName) -> None:
+    v = judge(window(7, None, effect=1.0), only(name))
+    (result,) = v.guards
+    assert result.outcome == "clear" and not result.regressed
+
+
+def test_too_few_pairs_says_so_and_does_not_act() -> None:
+    settings = JudgeSettings()
+    verdicts = [judge(window(seed, "e2e_p99", n=300), settings) for seed in range(K)]
+    for v in verdicts:
+        assert v.outcome == "improved"
+        by_name = {g.name: g for g in v.guards}
+        for name in ("tpot_p99", "ttft_p99", "e2e_p99"):
+            assert by_name[name].outcome == "too_few"
+            assert by_name[name].reason == "too few pairs (300; needs 500)"
+        assert v.regressed_guards == ()
+    _, actions, _ = run(verdicts)
+    assert actions == ["hold", "hold"]
+
+
+def test_a_regressed_guard_holds_a_re_promotion() -> None:
+    name: GuardName = "ttft_p50"
+    baseline = PolicyState(mode="baseline", since=-1e9)
+    held = [judge(window(seed, name), only(name)) for seed in range(K + 1)]
+    _, actions, _ = run(held, baseline)
+    assert actions == ["hold"] * (K + 1)
+    _, d = step(baseline, POLICY, WINDOW, Evidence(verdict=held[0]))
+    assert "but guard TTFT p50 regressed" in d.reason
+    # Off: the same windows re-promote after K + 1 improved windows.
+    free = [judge(window(seed, name), only(name, enabled=False)) for seed in range(K + 1)]
+    _, actions, _ = run(free, baseline)
+    assert actions == ["hold"] * K + ["repromote"]
+
+
+def test_a_shadowed_rung_loses_on_a_regressed_guard() -> None:
+    v = judge(window(0, "e2e_p99"), only("e2e_p99"))
+    assert v.outcome == "improved" and v.regressed_guards
+    assert v.guarded_outcome == "regressed"
+    state = LadderState()
+    for _ in range(K):
+        state, lost = shadow_window(state, v.guarded_outcome, K)
+    assert lost
+
+
+def test_an_inexact_tpot_is_never_regressed_by_the_tail_guard() -> None:
+    samples = window(0, "tpot_p99")
+    pairs = list(
+        zip(
+            [s for s in samples if s.arm == "speculative"],
+            [s for s in samples if s.arm == "baseline"],
+            strict=True,
+        )
+    )
+    guard = (Guard("tpot_p99", 0.10, 500),)
+    (exact,) = judge_guards(pairs, guard, confidence=0.99)
+    (inexact,) = judge_guards(pairs, guard, confidence=0.99, exact_tpot=False)
+    assert exact.regressed
+    assert inexact.outcome == "not_judged" and not inexact.regressed
+
+
+def test_the_same_window_in_any_order_gives_the_same_guards() -> None:
+    samples = window(3, "ttft_p99")
+    settings = only("ttft_p99")
+    first = judge(samples, settings).guards
+    again = judge(list(reversed(samples)), settings).guards
+    assert first == again
