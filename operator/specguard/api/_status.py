@@ -275,6 +275,23 @@ class ToolCallFigures(WireModel):
     )
 
 
+class GuardFigures(WireModel):
+    """One guard beside the median (docs/judge.md, "Guards") in one window."""
+
+    name: str = Field(description="tpotP99, ttftP50, ttftP99 or e2eP99.")
+    outcome: Literal["regressed", "clear", "too_few", "not_judged"] = Field(
+        description="regressed (the lower bound above 1 + tolerance), clear, too_few "
+        "(fewer pairs than minPairs: no action) or not_judged (inexact per-token figures)."
+    )
+    ratio: float | None = Field(
+        default=None, description="The arms' quantile ratio, speculative / baseline."
+    )
+    ci_lower: float | None = Field(default=None, description="Lower confidence bound of ratio.")
+    ci_upper: float | None = Field(default=None, description="Upper confidence bound of ratio.")
+    pairs: int = Field(ge=0, description="Mirrored pairs with the figure on both arms.")
+    tolerance: float = Field(ge=0, description="The guard's tolerance.")
+
+
 class StatusVerdict(WireModel):
     """The wire form of a judge ``Verdict`` (:mod:`specguard.judge._verdict`) in
     ``status.lastVerdict``: the outcome and the figures a person reads."""
@@ -318,6 +335,12 @@ class StatusVerdict(WireModel):
     )
     rung: RungName | None = Field(
         default=None, description="The drafter configuration the speculative arm ran."
+    )
+    guards: list[GuardFigures] = Field(
+        default_factory=list,
+        max_length=8,
+        description="The guards beside the median (p99 per-token latency, TTFT p50 and p99, "
+        "end-to-end p99) on the window's mirrored pairs.",
     )
     window_end: str | None = Field(
         default=None,

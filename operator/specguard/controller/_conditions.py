@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from specguard.api import ArmFigures, Condition, StatusVerdict
+from specguard.api import ArmFigures, Condition, GuardFigures, StatusVerdict
 from specguard.api import constants as c
 from specguard.api.constants import Arm, other_arm
 from specguard.judge import ArmLoad, Cumulative, Verdict, same_load
@@ -81,8 +81,26 @@ def status_verdict(
         reason="; ".join(verdict.reasons)[:1000],
         decision=decision[:2000] or None,
         engines=held,
+        guards=[
+            GuardFigures(
+                name=GUARD_WIRE[g.name],
+                outcome=g.outcome,
+                ratio=_r(g.ratio),
+                ci_lower=_r(g.ci_low),
+                ci_upper=_r(g.ci_high),
+                pairs=g.n,
+                tolerance=g.tolerance,
+            )
+            for g in verdict.guards
+        ],
         window_end=window_end,
     )
+
+
+# The guards' names as spec.rollback.guards and status.lastVerdict.guards spell them.
+GUARD_WIRE: dict[str, str] = {
+    "tpot_p99": "tpotP99", "ttft_p50": "ttftP50", "ttft_p99": "ttftP99", "e2e_p99": "e2eP99",
+}  # fmt: skip
 
 
 def _pct(ratio: float, digits: int = 0) -> str:
@@ -162,11 +180,22 @@ def verdict_sentence(verdict: Verdict, serving: Arm, engines: ArmLoad | None = N
     if verdict.ratio is None or verdict.ci_low is None or verdict.ci_high is None:
         why = "; ".join(verdict.reasons) or "no data"
         return f"no verdict ({why})"
-    return (
+    return _guards(verdict) + (
         f"per-token latency {_pct(verdict.ratio)} with the drafter ({verdict.confidence:.0%} "
         f"CI {_interval(verdict.ci_low, verdict.ci_high)}){_load(verdict, serving, engines)}, "
         f"{_counted(verdict)}{_by_domain(verdict)}"
     )
+
+
+def _guards(verdict: Verdict) -> str:
+    """The window's confidently regressed guards (judge._guards), first: they decided it."""
+    parts = [
+        f"{g.label} {_pct(g.ratio)} with the drafter ({verdict.confidence:.0%} bound "
+        f"{_interval(g.ci_low, g.ci_high)}, tolerance +{g.tolerance:.0%}, {g.n} pairs); "
+        for g in verdict.regressed_guards
+        if g.ratio is not None and g.ci_low is not None and g.ci_high is not None
+    ]
+    return "".join(parts)
 
 
 def evidence_sentence(

@@ -547,6 +547,7 @@ class ResourceLoop:
             for bound, value in (("lower", verdict.ci_low), ("upper", verdict.ci_high)):
                 if value is not None:
                     self.metrics.tpot_ratio_ci.labels(*labels, bound).set(value)
+        self.metrics.set_guards(*labels, verdict)
 
     async def _event(self, body: Mapping[str, Any], event: EventSpec) -> None:
         try:

@@ -8,8 +8,12 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_serv
 
 from specguard.api import Status
 from specguard.api import constants as c
+from specguard.controller._conditions import GUARD_WIRE
+from specguard.judge import Verdict
 
 LABELS = ("namespace", "name")
+# The guards' label values (status.lastVerdict.guards' names).
+GUARDS = tuple(GUARD_WIRE.values())
 
 
 class OperatorMetrics:
@@ -88,6 +92,20 @@ class OperatorMetrics:
             LABELS,
             registry=r,
         )
+        self.guard_ratio = Gauge(
+            "specguard_guard_ratio",
+            "The last verdict's guard beside the median (guard=tpotP99|ttftP50|ttftP99|"
+            "e2eP99): the arms' quantile ratio, speculative / baseline",
+            [*LABELS, "guard"],
+            registry=r,
+        )
+        self.guard_regressed = Gauge(
+            "specguard_guard_regressed",
+            "1 when the last verdict's guard was confidently regressed (its lower bound above "
+            "1 + its tolerance), 0 otherwise",
+            [*LABELS, "guard"],
+            registry=r,
+        )
         self._routes: dict[tuple[str, str], dict[str, c.Arm]] = {}  # the route labels shown
 
     def set_mode(self, namespace: str, name: str, mode: str) -> None:
@@ -115,6 +133,15 @@ class OperatorMetrics:
             self.route.labels(namespace, name, domain, arm).set(1.0)
         self._routes[(namespace, name)] = routes
 
+    def set_guards(self, namespace: str, name: str, verdict: Verdict) -> None:
+        """The window's guards beside the median: each judged guard's ratio, and whether it
+        was confidently regressed (a guard without a ratio keeps its last one)."""
+        for guard in verdict.guards:
+            wire = GUARD_WIRE[guard.name]
+            self.guard_regressed.labels(namespace, name, wire).set(float(guard.regressed))
+            if guard.ratio is not None:
+                self.guard_ratio.labels(namespace, name, wire).set(guard.ratio)
+
     def forget(self, namespace: str, name: str) -> None:
         for gauge in (self.tpot_ratio, self.source_up, self.halted, self.changes_held):
             with contextlib.suppress(KeyError):
@@ -128,6 +155,10 @@ class OperatorMetrics:
         for rung in ("configured", "adaptive", "schedule"):
             with contextlib.suppress(KeyError):
                 self.rung.remove(namespace, name, rung)
+        for guard in GUARDS:
+            for gauge in (self.guard_ratio, self.guard_regressed):
+                with contextlib.suppress(KeyError):
+                    gauge.remove(namespace, name, guard)
         for domain, arm in self._routes.pop((namespace, name), {}).items():
             self.route.remove(namespace, name, domain, arm)
 

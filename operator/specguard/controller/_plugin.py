@@ -49,6 +49,36 @@ def _verdict_line(verdict: Mapping[str, Any]) -> str:
     return text + ")"
 
 
+# status.lastVerdict.guards' names in words.
+_GUARD_LABELS: Mapping[str, str] = {
+    "tpotP99": "p99 per-token latency", "ttftP50": "TTFT p50", "ttftP99": "TTFT p99",
+    "e2eP99": "end-to-end p99",
+}  # fmt: skip
+
+
+def guards_sentence(guards: Sequence[Mapping[str, Any]]) -> str:
+    """The guards beside the median in one sentence, e.g. "Guards on the same pairs: TTFT
+    p50 +72.0% (bound +42.0% to +100.0%, tolerance +20%, 2000 pairs): regressed; ..."."""
+    parts = []
+    for g in guards:
+        label = _GUARD_LABELS.get(str(g.get("name")), str(g.get("name")))
+        outcome, pairs = g.get("outcome"), g.get("pairs", 0)
+        if outcome == "too_few":
+            parts.append(f"{label}: too few pairs ({pairs})")
+            continue
+        bound = ""
+        if _number(g.get("ciLower")) and _number(g.get("ciUpper")):
+            bound = f"bound {_pct(g['ciLower'])} to {_pct(g['ciUpper'])}, "
+        tolerance = g.get("tolerance")
+        allowed = f"tolerance +{tolerance:.0%}, " if _number(tolerance) else ""
+        word = {"clear": "not regressed", "not_judged": "not judged (inexact per-token figures)"}
+        parts.append(
+            f"{label} {_pct(g.get('ratio'))} ({bound}{allowed}{pairs} pairs): "
+            f"{word.get(str(outcome), str(outcome))}"
+        )
+    return "Guards on the same pairs: " + "; ".join(parts) + "."
+
+
 def format_status(obj: Mapping[str, Any]) -> str:
     name = lookup(obj, "metadata", "name")
     status = obj.get("status") or {}
@@ -219,6 +249,8 @@ def explain(obj: Mapping[str, Any]) -> str:
         if domains:
             parts = ", ".join(f"{d} {_pct(r)}" for d, r in sorted(domains.items()))
             sentences.append(f"By kind of request: {parts}.")
+    if v.get("guards"):
+        sentences.append(guards_sentence(v["guards"]))
     if v.get("toolCalls"):
         sentences.append(f"Tool calls: {_tool_calls(v['toolCalls'])}.")
     if v.get("decision"):

@@ -1,0 +1,137 @@
+"""Guards beside the median in the operator's decision (judge._guards): a drafter whose
+median per-token latency improves while its TTFT regresses is rolled back after
+consecutiveWindows windows, and the transition, the Event, status.lastVerdict, the metrics
+and `kubectl specguard why` name the guard; spec.rollback.guards turns it off."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from prometheus_client import CollectorRegistry
+
+from specguard.api._resource import SpeculativeDeployment, parse_resource
+from specguard.api._status import Status
+from specguard.controller._decide import Observation, Window, decide
+from specguard.controller._metrics import OperatorMetrics
+from specguard.controller._plugin import explain
+from specguard.controller._settings import judge_settings
+from specguard.judge import Sample, Verdict, judge
+
+from .conftest import resource
+from .test_decide import NOW, READY, SETTLED
+
+PAIRS = 400
+
+
+def guarded(seed: int, ttft_factor: float = 1.8) -> list[Sample]:
+    """Mirrored pairs: the drafter's per-token latency 0.7× (the median improves), its time
+    to first token ``ttft_factor`` × (a slower prefill beside the drafter)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(PAIRS):
+        tpot = float(np.exp(rng.normal(np.log(0.02), 0.35)))
+        ttft = float(np.exp(rng.normal(np.log(0.3), 0.5)))
+        for arm, role, per_token, to_first in (
+            ("speculative", "serving", tpot * 0.7, ttft * ttft_factor),
+            ("baseline", "shadow", tpot, ttft),
+        ):
+            t = per_token * float(np.exp(rng.normal(0, 0.05)))
+            first = to_first * float(np.exp(rng.normal(0, 0.05)))
+            out.append(
+                Sample(
+                    arm=arm,  # type: ignore[arg-type]
+                    role=role,  # type: ignore[arg-type]
+                    pod=f"{arm}-0",
+                    domain="chat",
+                    started_at=float(i),
+                    concurrency=8,
+                    output_tokens=64,
+                    e2e_s=first + t * 63 + 0.01,
+                    ttft_s=first,
+                    tpot_s=t,
+                    measurement="stream_usage",
+                    pair_id=f"p{i}",
+                )
+            )
+    return out
+
+
+def run(sd: SpeculativeDeployment, windows: int = 2) -> tuple[list[Any], Verdict]:
+    settings = judge_settings(sd.spec)
+    status = Status()
+    outcomes = []
+    verdict = None
+    for i in range(windows):
+        verdict = judge(guarded(i), settings)
+        obs = Observation(
+            name="qwen", spec=sd.spec, generation=1, status=status, now=NOW + 10 * i,
+            created=NOW - 3600, arms=SETTLED, startup=READY, window=Window(verdict),
+        )  # fmt: skip
+        out = decide(obs)
+        outcomes.append(out)
+        status = out.status
+    assert verdict is not None
+    return outcomes, verdict
+
+
+def test_a_regressed_ttft_guard_rolls_back_and_is_named_everywhere() -> None:
+    sd = parse_resource(resource())
+    outcomes, verdict = run(sd)
+    assert verdict.outcome == "improved"  # the median alone keeps the drafter
+    assert sd.spec.evaluation.consecutive_windows == 2
+    assert [o.target for o in outcomes] == ["speculative", "baseline"]
+    last = outcomes[-1]
+    assert last.transition is not None
+    assert last.transition.reason == "TtftP50Regressed"
+    assert last.transition.message.startswith("TTFT p50 +")
+    assert "tolerance +20%, 400 pairs); per-token latency −" in last.transition.message
+    (event,) = [e for e in last.events if e.reason == "RolledBack"]
+    assert event.message.startswith("TtftP50Regressed: TTFT p50 +")
+    shown = last.status.last_verdict
+    assert shown is not None
+    by_name = {g.name: g for g in shown.guards}
+    assert by_name["ttftP50"].outcome == "regressed" and by_name["ttftP50"].pairs == PAIRS
+    assert by_name["tpotP99"].outcome == "too_few"  # 400 pairs: a p99 needs 500
+    body = {"metadata": {"name": "qwen"}, "spec": {},
+            "status": last.status.model_dump(by_alias=True, exclude_none=True)}  # fmt: skip
+    why = explain(body)
+    assert "Guards on the same pairs: p99 per-token latency: too few pairs (400)" in why
+    assert "; TTFT p50 +" in why and "tolerance +20%, 400 pairs): regressed" in why
+    assert "The last mode change (speculative → baseline" in why and "TtftP50Regressed" in why
+
+
+def test_a_guard_turned_off_in_the_resource_does_nothing() -> None:
+    sd = parse_resource(resource(rollback={"guards": {"ttftP50": {"enabled": False}}}))
+    outcomes, verdict = run(sd)
+    assert verdict.outcome == "improved"
+    assert [g.name for g in verdict.guards] == ["tpot_p99", "ttft_p99", "e2e_p99"]
+    assert [o.target for o in outcomes] == ["speculative"] * 2
+    assert all(o.transition is None for o in outcomes)
+
+
+def test_a_tolerance_set_in_the_resource_is_the_guards() -> None:
+    outcomes, verdict = run(
+        parse_resource(resource(rollback={"guards": {"ttftP50": {"tolerance": 2.0}}}))
+    )
+    (ttft,) = [g for g in verdict.guards if g.name == "ttft_p50"]
+    assert ttft.tolerance == 2.0 and ttft.outcome == "clear"
+    assert [o.target for o in outcomes] == ["speculative"] * 2
+
+
+def test_the_metrics_name_each_guard() -> None:
+    sd = parse_resource(resource())
+    _, verdict = run(sd, windows=1)
+    metrics = OperatorMetrics(CollectorRegistry())
+    metrics.set_guards("llm", "qwen", verdict)
+    sample = metrics.registry.get_sample_value
+    assert sample("specguard_guard_regressed", {"namespace": "llm", "name": "qwen",
+                                                "guard": "ttftP50"}) == 1.0  # fmt: skip
+    assert sample("specguard_guard_regressed", {"namespace": "llm", "name": "qwen",
+                                                "guard": "e2eP99"}) == 0.0  # fmt: skip
+    ratio = sample("specguard_guard_ratio", {"namespace": "llm", "name": "qwen",
+                                             "guard": "ttftP50"})  # fmt: skip
+    assert ratio is not None and ratio > 1.5
+    metrics.forget("llm", "qwen")
+    assert sample("specguard_guard_ratio", {"namespace": "llm", "name": "qwen",
+                                            "guard": "ttftP50"}) is None  # fmt: skip
