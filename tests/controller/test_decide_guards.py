@@ -11,7 +11,8 @@ import numpy as np
 from prometheus_client import CollectorRegistry
 
 from specguard.api._resource import SpeculativeDeployment, parse_resource
-from specguard.api._status import Status
+from specguard.api._status import DrafterRung, LadderStatus, RungLoss, Status
+from specguard.api.constants import Arm
 from specguard.controller._decide import Observation, Window, decide
 from specguard.controller._metrics import OperatorMetrics
 from specguard.controller._plugin import explain
@@ -20,11 +21,12 @@ from specguard.judge import Sample, Verdict, judge
 
 from .conftest import resource
 from .test_decide import NOW, READY, SETTLED
+from .test_decide_ladder import SWAPPED, ladder_sd
 
 PAIRS = 400
 
 
-def guarded(seed: int, ttft_factor: float = 1.8) -> list[Sample]:
+def guarded(seed: int, ttft_factor: float = 1.8, *, serving: Arm = "speculative") -> list[Sample]:
     """Mirrored pairs: the drafter's per-token latency 0.7× (the median improves), its time
     to first token ``ttft_factor`` × (a slower prefill beside the drafter)."""
     rng = np.random.default_rng(seed)
@@ -32,16 +34,16 @@ def guarded(seed: int, ttft_factor: float = 1.8) -> list[Sample]:
     for i in range(PAIRS):
         tpot = float(np.exp(rng.normal(np.log(0.02), 0.35)))
         ttft = float(np.exp(rng.normal(np.log(0.3), 0.5)))
-        for arm, role, per_token, to_first in (
-            ("speculative", "serving", tpot * 0.7, ttft * ttft_factor),
-            ("baseline", "shadow", tpot, ttft),
+        for arm, per_token, to_first in (
+            ("speculative", tpot * 0.7, ttft * ttft_factor),
+            ("baseline", tpot, ttft),
         ):
             t = per_token * float(np.exp(rng.normal(0, 0.05)))
             first = to_first * float(np.exp(rng.normal(0, 0.05)))
             out.append(
                 Sample(
                     arm=arm,  # type: ignore[arg-type]
-                    role=role,  # type: ignore[arg-type]
+                    role="serving" if arm == serving else "shadow",
                     pod=f"{arm}-0",
                     domain="chat",
                     started_at=float(i),
@@ -135,3 +137,37 @@ def test_the_metrics_name_each_guard() -> None:
     metrics.forget("llm", "qwen")
     assert sample("specguard_guard_ratio", {"namespace": "llm", "name": "qwen",
                                             "guard": "ttftP50"}) is None  # fmt: skip
+
+
+def test_a_shadowed_rung_loses_on_a_regressed_guard() -> None:
+    """While the baseline serves, the adaptive rung as the shadow improves the median per-token
+    latency but regresses TTFT: K windows in a row lose it, with the guard's cause; the
+    re-promotion its median asks for is held."""
+    sd = ladder_sd()
+    ladder = LadderStatus(
+        rung=DrafterRung(name="adaptive"),
+        lost=[RungLoss(rung="configured", at=NOW - 100, reason="Regressed")],
+    )
+    status = Status(
+        mode="baseline", target_mode="baseline", ladder=ladder,
+        policy={"mode": "baseline", "since": NOW - 10_000},
+    )  # fmt: skip
+    settings = judge_settings(sd.spec)
+    outs = []
+    for i in range(2):
+        samples = guarded(i, serving="baseline")
+        out = decide(
+            Observation(
+                name="qwen", spec=sd.spec, generation=1, status=status, now=NOW + 10 * i,
+                created=NOW - 3600, arms=SWAPPED, startup=READY,
+                window=Window(judge(samples, settings), samples=tuple(samples)),
+            )
+        )  # fmt: skip
+        outs.append(out)
+        status = out.status
+    assert all(o.target == "baseline" for o in outs)
+    assert "RungLost" not in [e.reason for e in outs[0].events]
+    (lost,) = [e for e in outs[1].events if e.reason == "RungLost"]
+    assert "lost: TtftP50Regressed: as the shadow," in lost.message
+    assert outs[1].status.ladder is not None
+    assert [x.reason for x in outs[1].status.ladder.lost] == ["Regressed", "TtftP50Regressed"]
