@@ -24,6 +24,11 @@ Rules (defaults in ``PolicySettings``):
   idle window, a source that is down) or spanning a swap, an operator restart or a change
   in the pods (``Evidence.spans``) — breaks the streak and adds nothing to the cumulative
   evidence, and K of them in a row clear it: missing data is never evidence of a loss.
+- Guards beside the median (``judge._guards``: p99 per-token latency, TTFT p50 and p99,
+  end-to-end p99 on the window's pairs): a window with a confidently regressed guard counts
+  as regressed toward the streak (the cause names the guard when the median alone would
+  not have counted it); the cumulative evidence stays the median's. While the baseline
+  serves, such a window holds a re-promotion and clears the evidence toward it.
 - Re-promote (no drafter → drafter) only with stricter evidence: ``repromote_windows``
   (default K + 1) improved verdicts in a row, or the mirror image of the cumulative rule
   with a budget ``GAIN_STRICTNESS`` times smaller and as many windows at least; only windows
