@@ -23,7 +23,14 @@ from specguard._args import ArgumentParser, UsageError
 from specguard._objects import lookup
 from specguard._times import rfc3339
 from specguard.api import constants as c
-from specguard.judge import PolicySettings, PolicyState, evidence_summary, same_load
+from specguard.controller._conditions import GUARD_WIRE
+from specguard.judge import (
+    DEFAULT_GUARDS,
+    PolicySettings,
+    PolicyState,
+    evidence_summary,
+    same_load,
+)
 
 
 def _pct(ratio: Any) -> str:
@@ -50,10 +57,7 @@ def _verdict_line(verdict: Mapping[str, Any]) -> str:
 
 
 # status.lastVerdict.guards' names in words.
-_GUARD_LABELS: Mapping[str, str] = {
-    "tpotP99": "p99 per-token latency", "ttftP50": "TTFT p50", "ttftP99": "TTFT p99",
-    "e2eP99": "end-to-end p99",
-}  # fmt: skip
+_GUARD_LABELS: Mapping[str, str] = {GUARD_WIRE[g.name]: g.label for g in DEFAULT_GUARDS}
 
 
 def guards_sentence(guards: Sequence[Mapping[str, Any]]) -> str:
