@@ -414,7 +414,7 @@ def test_open_clients_past_the_servers_capacity_read_open() -> None:
     assert evidence.climb and evidence.climb[-1] > evidence.climb[0] + 30, evidence.climb
     assert evidence.sentence().startswith(
         "clients arrive at their own pace, past the serving pods' capacity: their in-flight "
-        "count climbed through the last "
+        "count climbed through the last 30 s of arrivals ("
     ), evidence.sentence()
     # Without the climb (the follow-ups alone), the same traffic is not told.
     before = LoopSettings(climb_groups=0)

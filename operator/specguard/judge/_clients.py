@@ -65,6 +65,21 @@ strictly periodic arrivals against constant request times can alias (a constant-
 whose period divides the latency); mixed populations read as closed when at least half the
 completions are answered by a follow-up.
 
+**Overload.** Past the serving pods' capacity an open loop's completions come as the engines
+free them, bunched in steps, and the statistic's bound at 0.5 s stays too wide to rule a
+closed loop out, even over two minutes (the regret bench's open loop read ``unknown`` in every
+window, the plant's 5% past a drafter's peak in 85–98%). But arrivals that ignore completions
+then outpace them, and the in-flight count the router notes at each start (``concurrency``)
+climbs without bound, which a closed loop's fixed streams cannot keep up. So where the lags
+tell neither way: ``open`` when, over the last ``climb_span_s`` (30 s) of arrivals cut in
+``climb_groups`` (5) equal stretches of time, each stretch's median in-flight count is above
+the one before by 3% and 2 requests, and at every lag from 0.5 s to 1 s fewer than
+``climb_follow_up`` (¼) requests per completion follow (the estimate: a closed loop with
+guidellm's dispatch delay gives about 0.6 and 0.85 there, however wide the bound). Stretches of
+time over the latest arrivals only: a ramp of streams that ended, or a benchmark that steps
+its streams up every 20 s, shows a flat stretch. A closed loop whose streams keep joining
+through half a minute with a dispatch delay over a second reads open: a known limit.
+
 **History.** Lags are resolved only up to about a 32nd of the span the arrivals cover (8
 blocks of 4 lags each): two 10 s windows resolve ~0.6 s. A client whose own dispatch delay is
 longer (guidellm at 384 streams: a median of 0.42 s, spread well past it) reads ``unknown``
@@ -125,7 +140,7 @@ class LoopSettings:
     # ``min_open_lag_s`` to ``climb_lag_s`` fewer than ``climb_follow_up`` requests per
     # completion follow it (the estimate, not its bound: bursty completions leave the bound
     # wide).
-    climb_groups: int = 4  # 0: no overload reading (the rule before it)
+    climb_groups: int = 5  # 0: no overload reading (the rule before it)
     climb_share: float = 0.03
     climb_min: float = 2.0
     climb_span_s: float = 30.0
@@ -219,10 +234,12 @@ class LoopEvidence:
             )
         if self.kind == "open" and d is not None and self.climb:
             counts = " → ".join(f"{c:.0f}" for c in self.climb)
+            cfg = self.settings
             return (
                 "clients arrive at their own pace, past the serving pods' capacity: their "
-                f"in-flight count climbed through the last {self.span_s:.0f} s ({counts} at "
-                "the start of successive quarters of the requests), which clients that wait "
+                f"in-flight count climbed through the last {cfg.climb_span_s:.0f} s of "
+                f"arrivals ({counts}: the median at the start of the requests of each "
+                f"{cfg.climb_span_s / cfg.climb_groups:.0f} s), which clients that wait "
                 "for their answers do not keep up, and fewer than "
                 f"{self.settings.climb_follow_up:.2f} requests per completion follow within "
                 f"{_lag(d.lag_s)} ({d.follow_up:+.2f} ± {d.bound:.2f}; {d.requests} requests), "
