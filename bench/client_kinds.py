@@ -84,7 +84,7 @@ CASES = (
     ),
     Case(
         "rate-capped 10/s per pod, at most 150 in flight per pod, tool drafter",
-        Plant(clients="open", rate=10.0, cap=300, serving=TOOL_DRAFTER),
+        Plant(clients="open", rate=10.0, cap=300, cap_turnaround=True, serving=TOOL_DRAFTER),
         "open while it climbs to the cap, then closed or unknown",
     ),
 )
