@@ -123,6 +123,10 @@ class Plant:
     # arrival beyond it waits for a completion (a rate-capped client: its rate while the
     # server keeps up, its cap when it does not)
     cap: int = 0
+    # ... and goes a client turnaround (1–6 ms) after it rather than at the same instant
+    # (which the follow-up statistic, counting strictly before and after, does not see): a
+    # closed loop of ``cap`` streams while held at the cap
+    cap_turnaround: bool = False
     loop: LoopSettings = field(default_factory=LoopSettings)  # with rule="auto"
     rule: LoadMatch | Literal["auto"] = "in_flight"
     start_rule: LoadMatch = "in_flight"  # with rule="auto"
@@ -335,6 +339,11 @@ def run(plant: Plant, *, seconds: float = 120.0, warmup: float = 30.0, seed: int
                         lag += rng.exponential(plant.think_s)
                     heapq.heappush(pending, (t + lag, order, request.client))
                     order += 1
+                elif request.client == -2 and held and plant.cap_turnaround:
+                    # A capped arrival goes a client turnaround after the completion that
+                    # freed its slot (a client's semaphore, then its send).
+                    _, seq, client = heapq.heappop(held)
+                    heapq.heappush(pending, (t + rng.uniform(0.001, 0.006), seq, client))
                 elif request.client == -2 and held:
                     at, _, client = heapq.heappop(held)  # a capped arrival goes now
                     send(client, t)

@@ -65,6 +65,21 @@ strictly periodic arrivals against constant request times can alias (a constant-
 whose period divides the latency); mixed populations read as closed when at least half the
 completions are answered by a follow-up.
 
+**Overload.** Past the serving pods' capacity an open loop's completions come as the engines
+free them, bunched in steps, and the statistic's bound at 0.5 s stays too wide to rule a
+closed loop out, even over two minutes (the regret bench's open loop read ``unknown`` in every
+window, the plant's 5% past a drafter's peak in 85–98%). But arrivals that ignore completions
+then outpace them, and the in-flight count the router notes at each start (``concurrency``)
+climbs without bound, which a closed loop's fixed streams cannot keep up. So where the lags
+tell neither way: ``open`` when, over the last ``climb_span_s`` (30 s) of arrivals cut in
+``climb_groups`` (5) equal stretches of time, each stretch's median in-flight count is above
+the one before by 3% and 2 requests, and at every lag from 0.5 s to 1 s fewer than
+``climb_follow_up`` (¼) requests per completion follow (the estimate: a closed loop with
+guidellm's dispatch delay gives about 0.6 and 0.85 there, however wide the bound). Stretches of
+time over the latest arrivals only: a ramp of streams that ended, or a benchmark that steps
+its streams up every 20 s, shows a flat stretch. A closed loop whose streams keep joining
+through half a minute with a dispatch delay over a second reads open: a known limit.
+
 **History.** Lags are resolved only up to about a 32nd of the span the arrivals cover (8
 blocks of 4 lags each): two 10 s windows resolve ~0.6 s. A client whose own dispatch delay is
 longer (guidellm at 384 streams: a median of 0.42 s, spread well past it) reads ``unknown``
@@ -84,6 +99,7 @@ client (docs/judge.md, "Which verdicts count"); a stale ``in_flight`` stays and 
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -117,6 +133,19 @@ class LoopSettings:
     windows: int = 2  # windows of evidence (unknown ones skipped) to change the rule
     stale_windows: int = 3  # windows in a row that told neither way make the rule stale
     history_s: float = 120.0  # how far client_loop_over looks back when two windows cannot
+    # Open past the server's capacity (module doc, "Overload"): the serving requests' in-flight
+    # count at their start climbs through ``climb_groups`` groups of them (by start, equal
+    # counts), each group's median above the last by ``climb_share`` and ``climb_min``
+    # requests, over at least ``climb_span_s`` seconds of arrivals; and at every lag from
+    # ``min_open_lag_s`` to ``climb_lag_s`` fewer than ``climb_follow_up`` requests per
+    # completion follow it (the estimate, not its bound: bursty completions leave the bound
+    # wide).
+    climb_groups: int = 5  # 0: no overload reading (the rule before it)
+    climb_share: float = 0.03
+    climb_min: float = 2.0
+    climb_span_s: float = 30.0
+    climb_lag_s: float = 1.0
+    climb_follow_up: float = 0.25
 
     def __post_init__(self) -> None:
         checks = (
@@ -130,6 +159,12 @@ class LoopSettings:
             ("windows", self.windows >= 1),
             ("stale_windows", self.stale_windows >= 1),
             ("history_s", self.history_s > 0.0),
+            ("climb_groups", self.climb_groups == 0 or self.climb_groups >= 3),
+            ("climb_share", self.climb_share >= 0.0),
+            ("climb_min", self.climb_min >= 0.0),
+            ("climb_span_s", self.climb_span_s >= 0.0),
+            ("climb_lag_s", self.climb_lag_s > 0.0),
+            ("climb_follow_up", self.climb_follow_up > 0.0),
         )
         for name, ok in checks:
             value = getattr(self, name)
@@ -171,6 +206,9 @@ class LoopEvidence:
     threshold: float
     span_s: float = 0.0
     settings: LoopSettings = field(default_factory=LoopSettings)
+    # "open" read from an in-flight count that climbed (module doc, "Overload"): the median
+    # in-flight count at the start of each group of serving requests, earliest first
+    climb: tuple[float, ...] = ()
 
     @property
     def rule(self) -> LoadMatch | None:
@@ -193,6 +231,19 @@ class LoopEvidence:
                 f"closed-loop clients: {d.follow_up:.2f} requests per completion follow within "
                 f"{_lag(d.lag_s)} beyond chance (at least {d.low:.2f}; {d.requests} "
                 "requests), so the shadow is matched in flight"
+            )
+        if self.kind == "open" and d is not None and self.climb:
+            counts = " → ".join(f"{c:.0f}" for c in self.climb)
+            cfg = self.settings
+            return (
+                "clients arrive at their own pace, past the serving pods' capacity: their "
+                f"in-flight count climbed through the last {cfg.climb_span_s:.0f} s of "
+                f"arrivals ({counts}: the median at the start of the requests of each "
+                f"{cfg.climb_span_s / cfg.climb_groups:.0f} s), which clients that wait "
+                "for their answers do not keep up, and fewer than "
+                f"{self.settings.climb_follow_up:.2f} requests per completion follow within "
+                f"{_lag(d.lag_s)} ({d.follow_up:+.2f} ± {d.bound:.2f}; {d.requests} requests), "
+                "so the shadow gets a serving pod's arrivals"
             )
         if self.kind == "open" and d is not None:
             return (
@@ -257,10 +308,12 @@ def client_loop(
     cfg = settings or LoopSettings()
     arrivals_l: list[float] = []
     durations_l: list[float] = []
+    counts_l: list[float] = []
     for s in samples:
         if s.role == "serving" and math.isfinite(s.started_at) and math.isfinite(s.e2e_s):
             arrivals_l.append(s.started_at)
             durations_l.append(max(s.e2e_s, 0.0))
+            counts_l.append(float(s.concurrency))
     n = len(arrivals_l)
     if n < cfg.min_requests:
         span = max(arrivals_l) - min(arrivals_l) if arrivals_l else 0.0
@@ -269,6 +322,7 @@ def client_loop(
     durations = np.asarray(durations_l, dtype=np.float64)
     order = np.argsort(arrivals, kind="stable")
     arrivals, durations = arrivals[order], durations[order]
+    counts = np.asarray(counts_l, dtype=np.float64)[order]
     completions = np.sort(arrivals + durations)
     lo = float(completions[0]) if start is None else start
     hi = float(completions[-1]) if end is None else end
@@ -295,10 +349,43 @@ def client_loop(
     # router noting ends late — say nothing about the clients.
     enough = min(cfg.min_open_lag_s, largest / 2)
     ruled_out = [f for f in lags if f.high < cfg.threshold and f.lag_s >= enough]
-    if ruled_out and all(f.high >= -cfg.threshold / 2 for f in lags):
+    ordered = all(f.high >= -cfg.threshold / 2 for f in lags)
+    if ruled_out and ordered:
         return LoopEvidence("open", n, median_s, tuple(lags), ruled_out[-1], cfg.threshold,
                             span, cfg)  # fmt: skip
+    # Overload: an in-flight count that keeps climbing is arrivals that outpace completions,
+    # which a closed loop's streams do not keep up; it stands for an open loop when the
+    # follow-ups rule out a loop that answers (nearly) every completion within the lag.
+    climb = _climb(arrivals, counts, cfg)
+    top = max(enough, cfg.climb_lag_s) * (1 + 1e-9)
+    guard = [f for f in lags if enough <= f.lag_s <= top]
+    if climb and guard and ordered and all(f.follow_up < cfg.climb_follow_up for f in guard):
+        return LoopEvidence("open", n, median_s, tuple(lags), max(guard, key=lambda f: f.lag_s),
+                            cfg.threshold, span, cfg, climb)  # fmt: skip
     return LoopEvidence("unknown", n, median_s, tuple(lags), None, cfg.threshold, span, cfg)
+
+
+def _climb(arrivals: FloatArray, counts: FloatArray, cfg: LoopSettings) -> tuple[float, ...]:
+    """The median in-flight count at the start of the requests in each of ``climb_groups``
+    equal stretches of the last ``climb_span_s`` of arrivals, when each is above the last's by
+    ``climb_share`` and ``climb_min``; else (). Stretches of time, not of requests, over the
+    latest arrivals only: a ramp of streams that ended, or a benchmark that steps its streams
+    up every so often, shows flat in some stretch."""
+    k = cfg.climb_groups
+    if k == 0 or not len(arrivals) or arrivals[-1] - arrivals[0] < cfg.climb_span_s:
+        return ()
+    first = arrivals[-1] - cfg.climb_span_s
+    edges = first + cfg.climb_span_s * np.arange(k + 1) / k
+    bounds = np.searchsorted(arrivals, edges, side="left")
+    groups = [counts[i:j] for i, j in itertools.pairwise(bounds)]
+    groups[-1] = counts[bounds[-2] :]  # the latest arrival too
+    if min(len(g) for g in groups) < 5:
+        return ()
+    medians = [float(np.median(g)) for g in groups]
+    for before, after in itertools.pairwise(medians):
+        if after - before < max(cfg.climb_min, cfg.climb_share * before):
+            return ()
+    return tuple(medians)
 
 
 def _follow_ups(
