@@ -1,7 +1,7 @@
 """Drafter economics by domain on real text: SmolLM2-135M-Instruct on real vLLM (CPU) with no
 drafter, the ngram drafter and its layer-skipped draft model (docs/real-text.md).
 
-    .venv/bin/python bench/realtext.py [--prompts 2] [--max-tokens 32] [--concurrency 1,2,4]
+    .venv/bin/python bench/realtext.py [--prompts 3] [--max-tokens 48] [--concurrency 1,2,4]
 
 The prompts are the first N of each shipped prompt set (operator/specguard/evaluate/prompts:
 tool calls with JSON-schema tools, retrieval answers citing their passages, math reasoning, open
@@ -102,8 +102,8 @@ async def per_token(url: str, bodies: Sequence[bytes], concurrency: int) -> list
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--prompts", type=int, default=2, help="per domain")
-    parser.add_argument("--max-tokens", type=int, default=32)
+    parser.add_argument("--prompts", type=int, default=3, help="per domain")
+    parser.add_argument("--max-tokens", type=int, default=48)
     parser.add_argument("--concurrency", default="1,2,4")
     opts = parser.parse_args()
     levels = [int(x) for x in opts.concurrency.split(",")]
@@ -119,7 +119,9 @@ def main() -> None:
         server: SimProcess = start_vllm(pretrained_argv(real, arm), port=free_port())
         try:
             took = time.monotonic() - t0
-            asyncio.run(per_token(server.url, prompts["chat"][:1], 1))  # warm-up
+            # warm-up: one request per domain (the first steps of a server, and of its
+            # drafter, are slow: allocation, ngram's numba kernels compile on first use)
+            asyncio.run(per_token(server.url, [b[0] for b in prompts.values()], 1))
             print(f"{name:10} ready in {took:5.1f} s (load {load:.1f}), "
                   f"PSS {pss_mib(server.pid):5.0f} MiB", flush=True)  # fmt: skip
             for domain, bodies in prompts.items():
@@ -139,7 +141,8 @@ def main() -> None:
     head = "| domain | " + " | ".join(f"acceptance {d}" for d in drafters)
     for c in levels:
         head += f" | off ms/token, {c} | " + " | ".join(f"{d} ÷ off, {c}" for d in drafters)
-    print("\n" + head + " |")
+    head += " |"
+    print("\n" + head)
     print("|" + "---|" * (head.count("|") - 1))
     for domain, label in DOMAINS.items():
         cells = [f"{accept[d, domain]:.2f}" if accept[d, domain] else "-" for d in drafters]
