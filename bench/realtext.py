@@ -2,6 +2,7 @@
 drafter, the ngram drafter and its layer-skipped draft model (docs/real-text.md).
 
     .venv/bin/python bench/realtext.py [--prompts 3] [--max-tokens 48] [--concurrency 1,2,4]
+        [--domains tool_call,rag,math_reasoning,chat] [--ngram-k 4] [--no-skip-draft]
 
 The prompts are the first N of each shipped prompt set (operator/specguard/evaluate/prompts:
 tool calls with JSON-schema tools, retrieval answers citing their passages, math reasoning, open
@@ -45,7 +46,6 @@ from specguard.testing._realvllm import SERVED_NAME, pretrained_argv
 
 DOMAINS = {"tool_call": "tool calls", "rag": "retrieval", "math_reasoning": "math",
            "chat": "open chat"}  # fmt: skip
-ARMS: tuple[str | None, ...] = (None, "ngram", "skip-draft")
 
 
 def pss_mib(pid: int) -> float:
@@ -105,18 +105,27 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=3, help="per domain")
     parser.add_argument("--max-tokens", type=int, default=48)
     parser.add_argument("--concurrency", default="1,2,4")
+    parser.add_argument("--domains", default=",".join(DOMAINS))
+    parser.add_argument("--ngram-k", default="4", help="ngram's k, one arm each")
+    parser.add_argument("--no-skip-draft", action="store_true")
     opts = parser.parse_args()
     levels = [int(x) for x in opts.concurrency.split(",")]
     real = find_real_vllm()
     prompts = {d: [body(p, opts.max_tokens) for p in load_builtin(d)[: opts.prompts]]
-               for d in DOMAINS}  # fmt: skip
+               for d in opts.domains.split(",")}  # fmt: skip
+    # arm name -> (drafter, k): no drafter, ngram at each k, the skip draft at its own k
+    arms: dict[str, tuple[str | None, int | None]] = {"off": (None, None)}
+    ks = [int(x) for x in opts.ngram_k.split(",")]
+    for ngram_k in ks:
+        arms["ngram" if ks == [4] else f"ngram k={ngram_k}"] = ("ngram", ngram_k)
+    if not opts.no_skip_draft:
+        arms["skip-draft"] = ("skip-draft", None)
     tpot: dict[tuple[str, str, int], float] = {}  # (arm, domain, streams) -> median s/token
     accept: dict[tuple[str, str], float | None] = {}
-    for arm in ARMS:
-        name = arm or "off"
+    for name, (drafter, k) in arms.items():
         load = os.getloadavg()[0]
         t0 = time.monotonic()
-        server: SimProcess = start_vllm(pretrained_argv(real, arm), port=free_port())
+        server: SimProcess = start_vllm(pretrained_argv(real, drafter, k), port=free_port())
         try:
             took = time.monotonic() - t0
             # warm-up: one request per domain (the first steps of a server, and of its
@@ -137,14 +146,15 @@ def main() -> None:
                   f"PSS {pss_mib(server.pid):5.0f} MiB", flush=True)  # fmt: skip
         finally:
             server.stop(timeout=30)
-    drafters = [a for a in ARMS if a]
+    drafters = [a for a in arms if a != "off"]
     head = "| domain | " + " | ".join(f"acceptance {d}" for d in drafters)
     for c in levels:
         head += f" | off ms/token, {c} | " + " | ".join(f"{d} ÷ off, {c}" for d in drafters)
     head += " |"
     print("\n" + head)
     print("|" + "---|" * (head.count("|") - 1))
-    for domain, label in DOMAINS.items():
+    for domain in prompts:
+        label = DOMAINS.get(domain, domain)
         cells = [f"{accept[d, domain]:.2f}" if accept[d, domain] else "-" for d in drafters]
         for c in levels:
             base = tpot["off", domain, c]

@@ -218,11 +218,14 @@ def pretrained_drafters(real: RealVllm) -> dict[str, dict[str, Any]]:
     }  # fmt: skip
 
 
-def pretrained_argv(real: RealVllm, drafter: str | None) -> list[str]:
+def pretrained_argv(real: RealVllm, drafter: str | None, k: int | None = None) -> list[str]:
     """``vllm serve`` of SmolLM2-135M-Instruct as ``specguard render`` gives it: the
-    speculative arm with ``pretrained_drafters(real)[drafter]``, or the baseline arm (None)."""
-    drafters = pretrained_drafters(real)
-    resource = tiny_resource(real, drafters[drafter or "ngram"], model=real.pretrained_model(),
+    speculative arm with ``pretrained_drafters(real)[drafter]`` (``k`` speculative tokens
+    instead of its own), or the baseline arm (None)."""
+    chosen = dict(pretrained_drafters(real)[drafter or "ngram"])
+    if k is not None:
+        chosen["numSpeculativeTokens"] = k
+    resource = tiny_resource(real, chosen, model=real.pretrained_model(),
                              extraArgs=list(PRETRAINED_FLAGS))  # fmt: skip
     return rendered_argv(real, resource, ARM_SPECULATIVE if drafter else ARM_BASELINE)
 
