@@ -28,7 +28,6 @@ import statistics
 import time
 import urllib.request
 from collections.abc import Sequence
-from pathlib import Path
 
 import aiohttp
 
@@ -38,7 +37,7 @@ from specguard.testing import (
     SimProcess,
     find_real_vllm,
     free_port,
-    group_members,
+    group_pss_mib,
     start_vllm,
     stream_once,
 )
@@ -46,18 +45,6 @@ from specguard.testing._realvllm import SERVED_NAME, pretrained_argv
 
 DOMAINS = {"tool_call": "tool calls", "rag": "retrieval", "math_reasoning": "math",
            "chat": "open chat"}  # fmt: skip
-
-
-def pss_mib(pid: int) -> float:
-    total = 0
-    for member in group_members(pid):
-        try:
-            for line in Path(f"/proc/{member}/smaps_rollup").read_text().splitlines():
-                if line.startswith("Pss:"):
-                    total += int(line.split()[1])
-        except OSError:
-            continue
-    return total / 1024
 
 
 def body(prompt: Prompt, max_tokens: int) -> bytes:
@@ -132,7 +119,7 @@ def main() -> None:
             # drafter, are slow: allocation, ngram's numba kernels compile on first use)
             asyncio.run(per_token(server.url, [b[0] for b in prompts.values()], 1))
             print(f"{name:10} ready in {took:5.1f} s (load {load:.1f}), "
-                  f"PSS {pss_mib(server.pid):5.0f} MiB", flush=True)  # fmt: skip
+                  f"PSS {group_pss_mib(server.pid):5.0f} MiB", flush=True)  # fmt: skip
             for domain, bodies in prompts.items():
                 before = metrics(server.url)
                 for c in levels:
@@ -143,7 +130,7 @@ def main() -> None:
                 acceptance = acceptance_between(before, metrics(server.url))
                 accept[name, domain] = acceptance.length if acceptance else None
             print(f"{name:10} done (load {os.getloadavg()[0]:.1f}), "
-                  f"PSS {pss_mib(server.pid):5.0f} MiB", flush=True)  # fmt: skip
+                  f"PSS {group_pss_mib(server.pid):5.0f} MiB", flush=True)  # fmt: skip
         finally:
             server.stop(timeout=30)
     drafters = [a for a in arms if a != "off"]

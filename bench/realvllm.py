@@ -25,7 +25,6 @@ import json
 import os
 import statistics
 import time
-from pathlib import Path
 
 import aiohttp
 
@@ -34,7 +33,7 @@ from specguard.testing import (
     SimProcess,
     find_real_vllm,
     free_port,
-    group_members,
+    group_pss_mib,
     start_vllm,
     stream_once,
 )
@@ -53,18 +52,6 @@ def draft_model(real: RealVllm) -> dict[str, object]:
 
 def arm_argv(real: RealVllm, drafter: dict[str, object], arm: str) -> list[str]:
     return rendered_argv(real, tiny_resource(real, drafter), arm)
-
-
-def pss_mib(pid: int) -> float:
-    total = 0
-    for member in group_members(pid):
-        try:
-            for line in Path(f"/proc/{member}/smaps_rollup").read_text().splitlines():
-                if line.startswith("Pss:"):
-                    total += int(line.split()[1])
-        except OSError:
-            continue
-    return total / 1024
 
 
 def payload(temperature: float, max_tokens: int) -> bytes:
@@ -114,7 +101,7 @@ def main() -> None:
             servers[name] = start_vllm(argv, port=free_port())
             took = time.monotonic() - t0
             print(f"{name:6} ready in {took:5.1f} s (load {load:.1f}), "
-                  f"PSS {pss_mib(servers[name].pid):6.0f} MiB", flush=True)  # fmt: skip
+                  f"PSS {group_pss_mib(servers[name].pid):6.0f} MiB", flush=True)  # fmt: skip
         for traffic, temperature in TRAFFIC.items():
             for c in (int(x) for x in opts.concurrency.split(",")):
                 figures = {name: asyncio.run(per_token(s.url, temperature, c, opts.requests))
@@ -124,7 +111,7 @@ def main() -> None:
                                 for n, v in figures.items())  # fmt: skip
                 print(f"{traffic:10} c={c:<2} {row}  load {os.getloadavg()[0]:.1f}", flush=True)
         for name, s in servers.items():
-            print(f"{name:6} PSS after load {pss_mib(s.pid):6.0f} MiB")
+            print(f"{name:6} PSS after load {group_pss_mib(s.pid):6.0f} MiB")
     finally:
         for s in servers.values():
             s.stop(timeout=30)

@@ -31,7 +31,7 @@ from specguard.testing._kubelet import KubeletConfig, ProcessKubelet
 from specguard.testing._loadclient import StreamRecord, stream_once
 from specguard.testing._nodes import NodeSpec
 from specguard.testing._ports import free_port
-from specguard.testing._procs import group_members, proc_stat
+from specguard.testing._procs import group_members, group_pss_mib, proc_stat
 from specguard.testing._prometheus import PrometheusServer
 from specguard.testing._realnode import RealNode, RealNodeConfig
 from specguard.testing._realvllm import (
@@ -69,6 +69,7 @@ __all__ = [
     "find_tool",
     "free_port",
     "group_members",
+    "group_pss_mib",
     "install_tools_script",
     "kubectl_binary",
     "proc_stat",

@@ -72,6 +72,20 @@ def group_members(pgid: int) -> list[int]:
     return members
 
 
+def group_pss_mib(pgid: int) -> float:
+    """The proportional set size of the live processes of group ``pgid``, in MiB (shared pages
+    split between their users: what a server's processes together cost the machine)."""
+    total = 0
+    for member in group_members(pgid):
+        try:
+            for line in Path(f"/proc/{member}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Pss:"):
+                    total += int(line.split()[1])
+        except OSError:
+            continue
+    return total / 1024
+
+
 def terminate_group(pgid: int, grace: float) -> None:
     """SIGTERM the group, wait up to ``grace`` seconds for it to empty, then SIGKILL it."""
     signal_group(pgid, signal.SIGTERM)
