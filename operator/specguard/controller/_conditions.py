@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from specguard.api import ArmFigures, Condition, GuardFigures, StatusVerdict
+from specguard.api import ArmFigures, Condition, GuardFigures, Guards, StatusVerdict
 from specguard.api import constants as c
 from specguard.api.constants import Arm, other_arm
 from specguard.judge import ArmLoad, Cumulative, Verdict, same_load
@@ -99,8 +99,8 @@ def status_verdict(
 
 # The guards' names as spec.rollback.guards and status.lastVerdict.guards spell them.
 GUARD_WIRE: dict[str, str] = {
-    "tpot_p99": "tpotP99", "ttft_p50": "ttftP50", "ttft_p99": "ttftP99", "e2e_p99": "e2eP99",
-}  # fmt: skip
+    name: field.alias or name for name, field in Guards.model_fields.items()
+}
 
 
 def _pct(ratio: float, digits: int = 0) -> str:
