@@ -300,12 +300,11 @@ def drafter_config(obs: Observation) -> str:
 
 def drafter_run(obs: Observation) -> DrafterRun:
     """What the drafter arm is configured to run: ``spec.drafter`` with the ladder's rung
-    (its schedule, when it has one)."""
+    (its schedule, when it has one; else ``spec.drafter.perBatchSize``, as render does)."""
     drafter, ladder = obs.spec.drafter, obs.status.ladder
     rung = ladder.rung if ladder is not None else DrafterRung()
-    schedule = tuple(
-        (r.min_batch_size, r.max_batch_size, r.num_speculative_tokens) for r in rung.schedule or ()
-    )
+    ranges = rung.schedule or drafter.per_batch_size or ()
+    schedule = tuple((r.min_batch_size, r.max_batch_size, r.num_speculative_tokens) for r in ranges)
     return DrafterRun(drafter.method, drafter.num_speculative_tokens, schedule, rung.name)
 
 
