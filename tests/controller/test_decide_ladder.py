@@ -21,6 +21,7 @@ from specguard.judge import (
     DraftCounters,
     DraftSpan,
     JudgeSettings,
+    Level,
     LoadMatch,
     Sample,
     judge,
@@ -519,3 +520,17 @@ def test_the_users_own_schedule_on_the_configured_rung_is_what_the_pod_runs() ->
     drafting = decide(observe(sd, window=window(pairs(0.6), drafts=drafts_at(8, 1.0))))
     assert drafting.target == BASE and drafting.transition is not None
     assert drafting.transition.reason == "RungNotInEffect", drafting.transition
+
+
+def test_a_window_with_speculation_off_credits_no_band() -> None:
+    """The configured drafter's band verdicts (status.ladder.levels) come only from windows
+    that count: one whose drafter arm counted no draft (SpeculationOff) adds none."""
+    sd = ladder_sd()
+    band = (Level(4, 5, 4.0, "improved", 0.5, 0.4, 0.6, 300),)
+    off = DraftCounters(pods=2, exporting=2, drafts=0, accepted=0)
+    tripped = decide(observe(sd, window=window(pairs(0.6), drafts=off, levels=band)))
+    assert tripped.transition is not None and tripped.transition.reason == "SpeculationOff"
+    assert tripped.status.ladder is not None and tripped.status.ladder.levels == []
+    healthy = decide(observe(sd, window=window(pairs(0.6), levels=band)))
+    assert healthy.status.ladder is not None
+    assert [lv.ratio for lv in healthy.status.ladder.levels] == [0.5]

@@ -355,16 +355,18 @@ def decide(obs: Observation) -> Outcome:
     routing, verdict = routing_state(prev.routing), None
     moves: list[str] = []
     window = obs.window
-    # A window that spans a disturbance moves no domain, as it counts toward no change.
-    length = float(spec.evaluation.window)
-    counted = window is not None and window_spans(window, obs.disturbed, length) is None
+    # A window that counts toward no change (it spans a disturbance, or the drafter arm
+    # does not do what its rung asks) moves no domain and credits no band's latency.
+    evidence = gather(obs)
+    counted = window is not None and evidence.spans is None
     if spec.routing.by_domain and window is not None and window.samples and settled and counted:
         judged = judge_settings(spec, rule_in_force(spec, prev))
         routing, moves, verdict = route(
             spec, routing, mode=mode, samples=window.samples, settings=judged,
             overall=window.verdict, now=now,
         )  # fmt: skip
-    evidence = gather(obs, verdict)
+        if verdict is not None:
+            evidence = gather(obs, verdict)
     settings = policy_settings(spec)
     state, decision = step(remembered, settings, now, evidence)
     transition = _transition(old_target, decision, evidence, mode, rfc3339(now))
