@@ -21,11 +21,13 @@ from specguard.judge import (
     PolicyState,
     Sample,
     Verdict,
+    _verdict,
+    domain_verdicts,
     judge,
     judge_guards,
     step,
 )
-from specguard.judge._ladder import LadderState, shadow_window
+from specguard.judge._ladder import LadderState, LevelPairs, shadow_window
 from specguard.testing import _traffic as traffic
 
 WINDOW = 60.0
@@ -191,3 +193,26 @@ def test_the_same_window_in_any_order_gives_the_same_guards() -> None:
     first = judge(samples, settings).guards
     again = judge(list(reversed(samples)), settings).guards
     assert first == again
+
+
+def test_bands_and_domains_are_judged_without_guards(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only the overall verdict's guards act: the per-band verdicts (``LevelPairs``) and the
+    per-domain ones (``domain_verdicts``) run no guard's bootstrap."""
+    asked: list[tuple[Guard, ...]] = []
+    real = _verdict.judge_guards
+
+    def spy(pairs: object, guards: tuple[Guard, ...], **kw: object) -> object:
+        asked.append(tuple(g for g in guards if g.enabled))
+        return real(pairs, guards, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_verdict, "judge_guards", spy)
+    samples = window(3, "e2e_p99", n=600)
+    settings = JudgeSettings(min_requests_per_arm=50, resamples=200)
+    assert judge(samples, settings).guards and asked[-1] == DEFAULT_GUARDS  # the spy sees it
+    asked.clear()
+    verdicts = domain_verdicts(samples, settings)
+    assert verdicts and all(v.guards == () for v in verdicts.values())
+    bands = LevelPairs(per_band=1000)
+    bands.add(samples)
+    assert bands.verdicts(settings, window_end=None)
+    assert asked and all(enabled == () for enabled in asked), asked
