@@ -216,3 +216,15 @@ def test_bands_and_domains_are_judged_without_guards(monkeypatch: pytest.MonkeyP
     bands.add(samples)
     assert bands.verdicts(settings, window_end=None)
     assert asked and all(enabled == () for enabled in asked), asked
+
+
+def test_an_inconclusive_window_judges_no_guard() -> None:
+    """A window the median cannot judge (here: regressed on chunk-counted TPOT, which the
+    judge does not call regressed) judges no guard: none is reported (status, metrics) where
+    none can act."""
+    chunked = [replace(s, measurement="stream_chunks") for s in window(4, "e2e_p99", effect=1.5)]
+    v = judge(chunked, only("e2e_p99"))
+    assert v.outcome == "inconclusive" and v.ratio is not None
+    assert v.guards == () and v.regressed_guards == ()
+    exact = judge(window(4, "e2e_p99", effect=1.5), only("e2e_p99"))
+    assert exact.outcome == "regressed" and [g.name for g in exact.guards] == ["e2e_p99"]

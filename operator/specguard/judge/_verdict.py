@@ -254,7 +254,8 @@ class Verdict:
     # The same before its floor at 0 (may be negative): the evidence across windows averages
     # it over the windows and carries the mean once.
     pod_variance_raw: float | None = None
-    # The guards beside the median (judge._guards): judged on the pairs of a paired verdict.
+    # The guards beside the median (judge._guards): judged on the pairs of a paired verdict
+    # that is not inconclusive.
     guards: tuple[GuardResult, ...] = ()
 
     @property
@@ -562,7 +563,7 @@ def judge(
             pod_variance=estimate.pod_variance or 0.0,
             exact_tpot=kind not in INEXACT_MEASUREMENTS,
         )
-        if paired
+        if paired and outcome != "inconclusive"  # a guard acts only where the median can
         else ()
     )
     return Verdict(
