@@ -5,6 +5,7 @@ and `kubectl specguard why` name the guard; spec.rollback.guards turns it off.""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -134,6 +135,13 @@ def test_the_metrics_name_each_guard() -> None:
     ratio = sample("specguard_guard_ratio", {"namespace": "llm", "name": "qwen",
                                              "guard": "ttftP50"})  # fmt: skip
     assert ratio is not None and ratio > 1.5
+    # A later verdict without the guard (here: no guard judged) leaves no stale figure.
+    metrics.set_guards("llm", "qwen", replace(verdict, guards=()))
+    assert sample("specguard_guard_regressed", {"namespace": "llm", "name": "qwen",
+                                                "guard": "ttftP50"}) == 0.0  # fmt: skip
+    assert sample("specguard_guard_ratio", {"namespace": "llm", "name": "qwen",
+                                            "guard": "ttftP50"}) is None  # fmt: skip
+    metrics.set_guards("llm", "qwen", verdict)
     metrics.forget("llm", "qwen")
     assert sample("specguard_guard_ratio", {"namespace": "llm", "name": "qwen",
                                             "guard": "ttftP50"}) is None  # fmt: skip
