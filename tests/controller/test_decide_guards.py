@@ -179,3 +179,19 @@ def test_a_shadowed_rung_loses_on_a_regressed_guard() -> None:
     assert "lost: TtftP50Regressed: as the shadow," in lost.message
     assert outs[1].status.ladder is not None
     assert [x.reason for x in outs[1].status.ladder.lost] == ["Regressed", "TtftP50Regressed"]
+    # The loss records the guard's ratio (TTFT worse), not the median's (better).
+    last = outs[1].status.last_verdict
+    assert last is not None and last.ratio is not None and last.ratio < 1.0
+    (ttft,) = [g for g in last.guards if g.name == "ttftP50"]
+    assert outs[1].status.ladder.lost[-1].ratio == ttft.ratio and (ttft.ratio or 0.0) > 1.2
+
+
+def test_a_serving_rung_lost_on_a_guard_records_the_guards_ratio() -> None:
+    outcomes, _ = run(ladder_sd())
+    last = outcomes[-1]
+    assert last.transition is not None and last.transition.reason == "TtftP50Regressed"
+    assert last.status.ladder is not None and last.status.last_verdict is not None
+    (ttft,) = [g for g in last.status.last_verdict.guards if g.name == "ttftP50"]
+    loss = last.status.ladder.lost[-1]
+    assert (loss.rung, loss.reason) == ("configured", "TtftP50Regressed")
+    assert loss.ratio == ttft.ratio and (ttft.ratio or 0.0) > 1.2

@@ -445,7 +445,10 @@ def _lost_serving(
         return None
     if transition.reason in ("Pinned", "Unpinned") or evidence.pin is not None:
         return None
-    return transition.reason, transition.message, transition.ratio
+    guards = () if evidence.verdict is None else evidence.verdict.regressed_guards
+    guard = next((g for g in guards if g.cause == transition.reason), None)
+    ratio = transition.ratio if guard is None or guard.ratio is None else round(guard.ratio, 4)
+    return transition.reason, transition.message, ratio  # the guard's ratio when it decided
 
 
 def _split_counts(
