@@ -17,6 +17,7 @@ from specguard.judge import (
     Guard,
     GuardName,
     JudgeSettings,
+    Matching,
     PolicySettings,
     PolicyState,
     Sample,
@@ -228,3 +229,26 @@ def test_an_inconclusive_window_judges_no_guard() -> None:
     assert v.guards == () and v.regressed_guards == ()
     exact = judge(window(4, "e2e_p99", effect=1.5), only("e2e_p99"))
     assert exact.outcome == "regressed" and [g.name for g in exact.guards] == ["e2e_p99"]
+
+
+def test_a_window_that_does_not_count_keeps_re_promotion_evidence_whatever_its_guards() -> None:
+    """While the baseline serves, a window that counts neither way (here: the shadow got a
+    serving pod's arrivals from closed-loop clients) is not counted, regressed guard or not:
+    the evidence toward a re-promotion stays; a counted window with a regressed guard
+    clears it."""
+    name: GuardName = "ttft_p50"
+    settings = PolicySettings(consecutive_windows=K, cooldown_s=0.0)
+    free = judge(window(0, name), only(name, enabled=False))
+    state, _ = step(PolicyState(mode="baseline", since=-1e9), settings, WINDOW,
+                    Evidence(verdict=free))  # fmt: skip
+    assert state.cumulative.total > 0.0
+    guarded = judge(window(1, name), only(name))
+    assert guarded.regressed_guards
+    closed = Matching(rule="arrivals", clients="closed")
+    kept, d = step(state, settings, 2 * WINDOW, Evidence(verdict=guarded, matching=closed))
+    assert "not counted" in d.reason, d.reason
+    assert (kept.cumulative.total, kept.cumulative.windows) == (
+        state.cumulative.total, state.cumulative.windows
+    )
+    cleared, d = step(state, settings, 2 * WINDOW, Evidence(verdict=guarded))
+    assert "but guard TTFT p50 regressed" in d.reason and cleared.cumulative.total == 0.0
