@@ -16,6 +16,7 @@ from specguard.judge import (
     Evidence,
     Guard,
     GuardName,
+    GuardResult,
     JudgeSettings,
     Matching,
     PolicySettings,
@@ -27,6 +28,7 @@ from specguard.judge import (
     judge,
     judge_guards,
     step,
+    tolerance_text,
 )
 from specguard.judge._ladder import LadderState, LevelPairs, shadow_window
 from specguard.testing import _traffic as traffic
@@ -200,7 +202,7 @@ def test_bands_and_domains_are_judged_without_guards(monkeypatch: pytest.MonkeyP
     """Only the overall verdict's guards act: the per-band verdicts (``LevelPairs``) and the
     per-domain ones (``domain_verdicts``) run no guard's bootstrap."""
     asked: list[tuple[Guard, ...]] = []
-    real = _verdict.judge_guards
+    real = judge_guards
 
     def spy(pairs: object, guards: tuple[Guard, ...], **kw: object) -> object:
         asked.append(tuple(g for g in guards if g.enabled))
@@ -252,3 +254,20 @@ def test_a_window_that_does_not_count_keeps_re_promotion_evidence_whatever_its_g
     )
     cleared, d = step(state, settings, 2 * WINDOW, Evidence(verdict=guarded))
     assert "but guard TTFT p50 regressed" in d.reason and cleared.cumulative.total == 0.0
+
+
+def test_a_tolerance_is_written_with_every_digit_it_has() -> None:
+    assert [tolerance_text(t) for t in (0.125, 0.1, 0.07, 0.0, 2.0)] == [
+        "+12.5%", "+10%", "+7%", "+0%", "+200%"
+    ]  # fmt: skip
+    clear = GuardResult("e2e_p99", "clear", 0.125, 600, ratio=1.05)
+    assert "(tolerance +12.5%)" in clear.sentence()
+
+
+def test_the_guards_bootstrap_follows_the_judges_resamples() -> None:
+    samples = window(0, "e2e_p99", n=600)
+    few, many = (
+        judge(samples, replace(only("e2e_p99"), resamples=r)).guards[0] for r in (100, 2000)
+    )
+    assert few.ratio == many.ratio and few.regressed and many.regressed
+    assert (few.ci_low, few.ci_high) != (many.ci_low, many.ci_high)

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from specguard.api import ArmFigures, Condition, GuardFigures, Guards, StatusVerdict
 from specguard.api import constants as c
 from specguard.api.constants import Arm, other_arm
-from specguard.judge import ArmLoad, Cumulative, Verdict, same_load
+from specguard.judge import ArmLoad, Cumulative, Verdict, same_load, tolerance_text
 
 
 def set_condition(
@@ -191,7 +191,7 @@ def _guards(verdict: Verdict) -> str:
     """The window's confidently regressed guards (judge._guards), first: they decided it."""
     parts = [
         f"{g.label} {_pct(g.ratio)} with the drafter ({verdict.confidence:.0%} bound "
-        f"{_interval(g.ci_low, g.ci_high)}, tolerance +{g.tolerance:.0%}, {g.n} pairs); "
+        f"{_interval(g.ci_low, g.ci_high)}, tolerance {tolerance_text(g.tolerance)}, {g.n} pairs); "
         for g in verdict.regressed_guards
         if g.ratio is not None and g.ci_low is not None and g.ci_high is not None
     ]
