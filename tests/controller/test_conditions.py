@@ -4,6 +4,7 @@ import math
 
 from specguard.api._status import Condition
 from specguard.controller._conditions import evidence_sentence, set_condition, verdict_sentence
+from specguard.controller._plugin import guards_sentence
 from specguard.judge import ArmLoad, Cumulative
 from specguard.judge._verdict import DomainRatio, Verdict
 
@@ -132,3 +133,9 @@ def test_the_load_is_what_the_engines_held_where_the_routers_counted_otherwise()
     assert " the 3 windows together) at 297 requests per serving pod in the engines (running " \
         "+ waiting; the routers counted 184 in flight); last window +27%" in evidence_sentence(
             evidence, routers, "speculative", full)  # fmt: skip
+
+
+def test_a_guards_tolerance_keeps_its_digits_in_words() -> None:
+    sentence = guards_sentence([{"name": "e2eP99", "outcome": "clear", "ratio": 1.05,
+                                 "pairs": 600, "tolerance": 0.125}])  # fmt: skip
+    assert "tolerance +12.5%, 600 pairs" in sentence, sentence

@@ -5,6 +5,7 @@ and `kubectl specguard why` name the guard; spec.rollback.guards turns it off.""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -134,6 +135,13 @@ def test_the_metrics_name_each_guard() -> None:
     ratio = sample("specguard_guard_ratio", {"namespace": "llm", "name": "qwen",
                                              "guard": "ttftP50"})  # fmt: skip
     assert ratio is not None and ratio > 1.5
+    # A later verdict without the guard (here: no guard judged) leaves no stale figure.
+    metrics.set_guards("llm", "qwen", replace(verdict, guards=()))
+    assert sample("specguard_guard_regressed", {"namespace": "llm", "name": "qwen",
+                                                "guard": "ttftP50"}) == 0.0  # fmt: skip
+    assert sample("specguard_guard_ratio", {"namespace": "llm", "name": "qwen",
+                                            "guard": "ttftP50"}) is None  # fmt: skip
+    metrics.set_guards("llm", "qwen", verdict)
     metrics.forget("llm", "qwen")
     assert sample("specguard_guard_ratio", {"namespace": "llm", "name": "qwen",
                                             "guard": "ttftP50"}) is None  # fmt: skip
@@ -171,3 +179,19 @@ def test_a_shadowed_rung_loses_on_a_regressed_guard() -> None:
     assert "lost: TtftP50Regressed: as the shadow," in lost.message
     assert outs[1].status.ladder is not None
     assert [x.reason for x in outs[1].status.ladder.lost] == ["Regressed", "TtftP50Regressed"]
+    # The loss records the guard's ratio (TTFT worse), not the median's (better).
+    last = outs[1].status.last_verdict
+    assert last is not None and last.ratio is not None and last.ratio < 1.0
+    (ttft,) = [g for g in last.guards if g.name == "ttftP50"]
+    assert outs[1].status.ladder.lost[-1].ratio == ttft.ratio and (ttft.ratio or 0.0) > 1.2
+
+
+def test_a_serving_rung_lost_on_a_guard_records_the_guards_ratio() -> None:
+    outcomes, _ = run(ladder_sd())
+    last = outcomes[-1]
+    assert last.transition is not None and last.transition.reason == "TtftP50Regressed"
+    assert last.status.ladder is not None and last.status.last_verdict is not None
+    (ttft,) = [g for g in last.status.last_verdict.guards if g.name == "ttftP50"]
+    loss = last.status.ladder.lost[-1]
+    assert (loss.rung, loss.reason) == ("configured", "TtftP50Regressed")
+    assert loss.ratio == ttft.ratio and (ttft.ratio or 0.0) > 1.2

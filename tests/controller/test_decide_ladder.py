@@ -21,6 +21,7 @@ from specguard.judge import (
     DraftCounters,
     DraftSpan,
     JudgeSettings,
+    Level,
     LoadMatch,
     Sample,
     judge,
@@ -504,3 +505,32 @@ def test_rolled_out_reads_the_drafter_pods() -> None:
     assert not rolled_out([pod(args), pod(old)], args)  # one pod still runs the old rung
     assert not rolled_out([pod(old)], args)
     assert not rolled_out([], args)
+
+
+def test_the_users_own_schedule_on_the_configured_rung_is_what_the_pod_runs() -> None:
+    """``spec.drafter.perBatchSize`` with no ladder rung's schedule is what render gives the
+    engine: at 8 running requests per pod it asks for no draft, so 0 drafts there is the
+    configuration in effect (no rollback), and drafting there is the configuration not in
+    effect (RungNotInEffect), not SpeculationOff."""
+    drafter = {**DSPARK, "perBatchSize": SCHEDULE_RUNG.to_wire()["schedule"]}
+    sd = parse_resource(resource(drafter=drafter))
+    quiet = decide(observe(sd, window=window(pairs(0.6), drafts=drafts_at(8, 0.0))))
+    assert quiet.target == SPEC and quiet.transition is None, quiet.events
+    assert not [e for e in quiet.events if e.type == "Warning"], quiet.events
+    drafting = decide(observe(sd, window=window(pairs(0.6), drafts=drafts_at(8, 1.0))))
+    assert drafting.target == BASE and drafting.transition is not None
+    assert drafting.transition.reason == "RungNotInEffect", drafting.transition
+
+
+def test_a_window_with_speculation_off_credits_no_band() -> None:
+    """The configured drafter's band verdicts (status.ladder.levels) come only from windows
+    that count: one whose drafter arm counted no draft (SpeculationOff) adds none."""
+    sd = ladder_sd()
+    band = (Level(4, 5, 4.0, "improved", 0.5, 0.4, 0.6, 300),)
+    off = DraftCounters(pods=2, exporting=2, drafts=0, accepted=0)
+    tripped = decide(observe(sd, window=window(pairs(0.6), drafts=off, levels=band)))
+    assert tripped.transition is not None and tripped.transition.reason == "SpeculationOff"
+    assert tripped.status.ladder is not None and tripped.status.ladder.levels == []
+    healthy = decide(observe(sd, window=window(pairs(0.6), levels=band)))
+    assert healthy.status.ladder is not None
+    assert [lv.ratio for lv in healthy.status.ladder.levels] == [0.5]

@@ -10,7 +10,8 @@ from typing import Any
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from specguard.api import Spec, SpecError, validate_spec
+from specguard.api import Guards, Spec, SpecError, validate_spec
+from specguard.controller._conditions import GUARD_WIRE
 from specguard.controller._settings import judge_settings, policy_settings
 from specguard.judge import JudgeSettings, PolicySettings
 
@@ -60,6 +61,17 @@ def test_each_field_maps_to_its_setting() -> None:
     assert policy.windows_per_false_alarm == 123.0
     assert (policy.cumulative.min_windows, policy.cumulative.min_windows_gain) == (7, 8)
     assert (policy.cooldown_s, policy.startup_deadline_s, policy.max_flaps) == (0.0, 3600.0, 9)
+
+
+def test_each_guard_is_spelled_on_the_wire_as_status_and_metrics_spell_it() -> None:
+    """``rollback.guards.e2eP99`` (not to_camel's ``e2EP99``) switches the e2e guard off; the
+    spec's keys are the names status.lastVerdict.guards and the metrics report."""
+    raw = copy.deepcopy(SPEC)
+    raw["rollback"] = {"guards": {"e2eP99": {"enabled": False}}}
+    judge, _ = settings_from_spec(validate_spec(raw))
+    assert {g.name for g in judge.guards if g.enabled} == {"tpot_p99", "ttft_p50", "ttft_p99"}
+    assert sorted(GUARD_WIRE.values()) == ["e2eP99", "tpotP99", "ttftP50", "ttftP99"]
+    assert set(Guards().to_wire()) == set(GUARD_WIRE.values())
 
 
 def _duration(low: int, high: int) -> st.SearchStrategy[str]:

@@ -92,6 +92,16 @@ def test_zero_drafts_with_counters_present(method: str, expected: str) -> None:
     assert cause(nothing, DrafterRun(method, 4)) == expected
 
 
+def test_zero_drafts_over_too_few_decode_steps_says_nothing() -> None:
+    """0 drafts where the pods made almost no decode step (requests that ended at their
+    first token, or errors) is no evidence the drafter is off: the spans need
+    ``speculation_min_drafts`` request-steps first."""
+    idle = counters(DraftSpan(4, 4, 0, 0, 0), DraftSpan(3, 3, 99, 0, 0))
+    assert cause(idle, DrafterRun("dspark", 4)) is None
+    busy = counters(DraftSpan(4, 4, 0, 0, 0), DraftSpan(3, 3, 100, 0, 0))
+    assert cause(busy, DrafterRun("dspark", 4)) == "SpeculationOff"
+
+
 def test_no_counters_at_all_is_speculation_off_whatever_the_method() -> None:
     absent = DraftCounters(pods=2, exporting=0)
     assert cause(absent, DrafterRun("ngram", 4)) == "SpeculationOff"

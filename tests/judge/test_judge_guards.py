@@ -16,16 +16,21 @@ from specguard.judge import (
     Evidence,
     Guard,
     GuardName,
+    GuardResult,
     JudgeSettings,
+    Matching,
     PolicySettings,
     PolicyState,
     Sample,
     Verdict,
+    _verdict,
+    domain_verdicts,
     judge,
     judge_guards,
     step,
+    tolerance_text,
 )
-from specguard.judge._ladder import LadderState, shadow_window
+from specguard.judge._ladder import LadderState, LevelPairs, shadow_window
 from specguard.testing import _traffic as traffic
 
 WINDOW = 60.0
@@ -191,3 +196,78 @@ def test_the_same_window_in_any_order_gives_the_same_guards() -> None:
     first = judge(samples, settings).guards
     again = judge(list(reversed(samples)), settings).guards
     assert first == again
+
+
+def test_bands_and_domains_are_judged_without_guards(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only the overall verdict's guards act: the per-band verdicts (``LevelPairs``) and the
+    per-domain ones (``domain_verdicts``) run no guard's bootstrap."""
+    asked: list[tuple[Guard, ...]] = []
+    real = judge_guards
+
+    def spy(pairs: object, guards: tuple[Guard, ...], **kw: object) -> object:
+        asked.append(tuple(g for g in guards if g.enabled))
+        return real(pairs, guards, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_verdict, "judge_guards", spy)
+    samples = window(3, "e2e_p99", n=600)
+    settings = JudgeSettings(min_requests_per_arm=50, resamples=200)
+    assert judge(samples, settings).guards and asked[-1] == DEFAULT_GUARDS  # the spy sees it
+    asked.clear()
+    verdicts = domain_verdicts(samples, settings)
+    assert verdicts and all(v.guards == () for v in verdicts.values())
+    bands = LevelPairs(per_band=1000)
+    bands.add(samples)
+    assert bands.verdicts(settings, window_end=None)
+    assert asked and all(enabled == () for enabled in asked), asked
+
+
+def test_an_inconclusive_window_judges_no_guard() -> None:
+    """A window the median cannot judge (here: regressed on chunk-counted TPOT, which the
+    judge does not call regressed) judges no guard: none is reported (status, metrics) where
+    none can act."""
+    chunked = [replace(s, measurement="stream_chunks") for s in window(4, "e2e_p99", effect=1.5)]
+    v = judge(chunked, only("e2e_p99"))
+    assert v.outcome == "inconclusive" and v.ratio is not None
+    assert v.guards == () and v.regressed_guards == ()
+    exact = judge(window(4, "e2e_p99", effect=1.5), only("e2e_p99"))
+    assert exact.outcome == "regressed" and [g.name for g in exact.guards] == ["e2e_p99"]
+
+
+def test_a_window_that_does_not_count_keeps_re_promotion_evidence_whatever_its_guards() -> None:
+    """While the baseline serves, a window that counts neither way (here: the shadow got a
+    serving pod's arrivals from closed-loop clients) is not counted, regressed guard or not:
+    the evidence toward a re-promotion stays; a counted window with a regressed guard
+    clears it."""
+    name: GuardName = "ttft_p50"
+    settings = PolicySettings(consecutive_windows=K, cooldown_s=0.0)
+    free = judge(window(0, name), only(name, enabled=False))
+    state, _ = step(PolicyState(mode="baseline", since=-1e9), settings, WINDOW,
+                    Evidence(verdict=free))  # fmt: skip
+    assert state.cumulative.total > 0.0
+    guarded = judge(window(1, name), only(name))
+    assert guarded.regressed_guards
+    closed = Matching(rule="arrivals", clients="closed")
+    kept, d = step(state, settings, 2 * WINDOW, Evidence(verdict=guarded, matching=closed))
+    assert "not counted" in d.reason, d.reason
+    assert (kept.cumulative.total, kept.cumulative.windows) == (
+        state.cumulative.total, state.cumulative.windows
+    )
+    cleared, d = step(state, settings, 2 * WINDOW, Evidence(verdict=guarded))
+    assert "but guard TTFT p50 regressed" in d.reason and cleared.cumulative.total == 0.0
+
+
+def test_a_tolerance_is_written_with_every_digit_it_has() -> None:
+    assert [tolerance_text(t) for t in (0.125, 0.1, 0.07, 0.0, 2.0)] == [
+        "+12.5%", "+10%", "+7%", "+0%", "+200%"
+    ]  # fmt: skip
+    clear = GuardResult("e2e_p99", "clear", 0.125, 600, ratio=1.05)
+    assert "(tolerance +12.5%)" in clear.sentence()
+
+
+def test_the_guards_bootstrap_follows_the_judges_resamples() -> None:
+    samples = window(0, "e2e_p99", n=600)
+    few, many = (
+        judge(samples, replace(only("e2e_p99"), resamples=r)).guards[0] for r in (100, 2000)
+    )
+    assert few.ratio == many.ratio and few.regressed and many.regressed
+    assert (few.ci_low, few.ci_high) != (many.ci_low, many.ci_high)

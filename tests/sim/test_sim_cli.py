@@ -243,10 +243,29 @@ def test_help_gives_every_flag_a_help_text() -> None:
 def test_drafter_faults_need_a_drafter(flag: str) -> None:
     with pytest.raises(OptionError, match=f"{flag}: needs a drafter"):
         parse_options([flag])
-    spec = json.dumps({"method": "dspark", "model": "m", "num_speculative_tokens": 4})
+    spec = json.dumps({"method": "dspark", "model": "m", "num_speculative_tokens": 4,
+                       "num_speculative_tokens_per_batch_size": [[1, 2, 4], [3, 64, 0]]})
     options = parse_options([flag, "--speculative-config", spec])
     assert options.spec is not None
     assert (options.served_spec is None) == (flag == "--fault-drop-drafter")
+
+
+def test_an_ignored_schedule_needs_a_schedule() -> None:
+    spec = json.dumps({"method": "dspark", "model": "m", "num_speculative_tokens": 4})
+    with pytest.raises(OptionError, match=r"^--fault-ignore-schedule: needs "
+                       r"num_speculative_tokens_per_batch_size"):  # fmt: skip
+        parse_options(["--fault-ignore-schedule", "--speculative-config", spec])
+
+
+def test_an_acceptance_spread_does_not_go_with_a_synthetic_acceptance_length() -> None:
+    spec = {"method": "dspark", "model": "m", "num_speculative_tokens": 4}
+    synthetic = json.dumps({**spec, "rejection_sample_method": "synthetic",
+                            "synthetic_acceptance_length": 2.5})  # fmt: skip
+    with pytest.raises(OptionError, match=r"^--acceptance-spread: cannot go with a synthetic"):
+        parse_options(["--acceptance-spread", "1", "--speculative-config", synthetic])
+    assert parse_options(["--speculative-config", synthetic]).spec is not None
+    assert parse_options(["--acceptance-spread", "1", "--speculative-config",
+                          json.dumps(spec)]).profile is not None  # fmt: skip
 
 
 def test_an_ignored_schedule_keeps_k_at_every_batch_size() -> None:

@@ -9,10 +9,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from specguard.api import ArmFigures, Condition, GuardFigures, StatusVerdict
+from specguard.api import ArmFigures, Condition, GuardFigures, Guards, StatusVerdict
 from specguard.api import constants as c
 from specguard.api.constants import Arm, other_arm
-from specguard.judge import ArmLoad, Cumulative, Verdict, same_load
+from specguard.judge import ArmLoad, Cumulative, Verdict, same_load, tolerance_text
 
 
 def set_condition(
@@ -99,8 +99,8 @@ def status_verdict(
 
 # The guards' names as spec.rollback.guards and status.lastVerdict.guards spell them.
 GUARD_WIRE: dict[str, str] = {
-    "tpot_p99": "tpotP99", "ttft_p50": "ttftP50", "ttft_p99": "ttftP99", "e2e_p99": "e2eP99",
-}  # fmt: skip
+    name: field.alias or name for name, field in Guards.model_fields.items()
+}
 
 
 def _pct(ratio: float, digits: int = 0) -> str:
@@ -191,7 +191,7 @@ def _guards(verdict: Verdict) -> str:
     """The window's confidently regressed guards (judge._guards), first: they decided it."""
     parts = [
         f"{g.label} {_pct(g.ratio)} with the drafter ({verdict.confidence:.0%} bound "
-        f"{_interval(g.ci_low, g.ci_high)}, tolerance +{g.tolerance:.0%}, {g.n} pairs); "
+        f"{_interval(g.ci_low, g.ci_high)}, tolerance {tolerance_text(g.tolerance)}, {g.n} pairs); "
         for g in verdict.regressed_guards
         if g.ratio is not None and g.ci_low is not None and g.ci_high is not None
     ]

@@ -300,12 +300,11 @@ def drafter_config(obs: Observation) -> str:
 
 def drafter_run(obs: Observation) -> DrafterRun:
     """What the drafter arm is configured to run: ``spec.drafter`` with the ladder's rung
-    (its schedule, when it has one)."""
+    (its schedule, when it has one; else ``spec.drafter.perBatchSize``, as render does)."""
     drafter, ladder = obs.spec.drafter, obs.status.ladder
     rung = ladder.rung if ladder is not None else DrafterRung()
-    schedule = tuple(
-        (r.min_batch_size, r.max_batch_size, r.num_speculative_tokens) for r in rung.schedule or ()
-    )
+    ranges = rung.schedule or drafter.per_batch_size or ()
+    schedule = tuple((r.min_batch_size, r.max_batch_size, r.num_speculative_tokens) for r in ranges)
     return DrafterRun(drafter.method, drafter.num_speculative_tokens, schedule, rung.name)
 
 
@@ -356,16 +355,18 @@ def decide(obs: Observation) -> Outcome:
     routing, verdict = routing_state(prev.routing), None
     moves: list[str] = []
     window = obs.window
-    # A window that spans a disturbance moves no domain, as it counts toward no change.
-    length = float(spec.evaluation.window)
-    counted = window is not None and window_spans(window, obs.disturbed, length) is None
+    # A window that counts toward no change (it spans a disturbance, or the drafter arm
+    # does not do what its rung asks) moves no domain and credits no band's latency.
+    evidence = gather(obs)
+    counted = window is not None and evidence.spans is None
     if spec.routing.by_domain and window is not None and window.samples and settled and counted:
         judged = judge_settings(spec, rule_in_force(spec, prev))
         routing, moves, verdict = route(
             spec, routing, mode=mode, samples=window.samples, settings=judged,
             overall=window.verdict, now=now,
         )  # fmt: skip
-    evidence = gather(obs, verdict)
+        if verdict is not None:
+            evidence = gather(obs, verdict)
     settings = policy_settings(spec)
     state, decision = step(remembered, settings, now, evidence)
     transition = _transition(old_target, decision, evidence, mode, rfc3339(now))
@@ -444,7 +445,10 @@ def _lost_serving(
         return None
     if transition.reason in ("Pinned", "Unpinned") or evidence.pin is not None:
         return None
-    return transition.reason, transition.message, transition.ratio
+    guards = () if evidence.verdict is None else evidence.verdict.regressed_guards
+    guard = next((g for g in guards if g.cause == transition.reason), None)
+    ratio = transition.ratio if guard is None or guard.ratio is None else round(guard.ratio, 4)
+    return transition.reason, transition.message, ratio  # the guard's ratio when it decided
 
 
 def _split_counts(

@@ -135,12 +135,18 @@ class OperatorMetrics:
 
     def set_guards(self, namespace: str, name: str, verdict: Verdict) -> None:
         """The window's guards beside the median: each judged guard's ratio, and whether it
-        was confidently regressed (a guard without a ratio keeps its last one)."""
-        for guard in verdict.guards:
-            wire = GUARD_WIRE[guard.name]
-            self.guard_regressed.labels(namespace, name, wire).set(float(guard.regressed))
-            if guard.ratio is not None:
-                self.guard_ratio.labels(namespace, name, wire).set(guard.ratio)
+        was confidently regressed (``Verdict.regressed_guards``, what the policy acts on). A
+        guard the verdict does not judge (off, an unpaired or inconclusive window) is 0 and
+        has no ratio series, nor has one without a ratio (too few pairs): no stale figure."""
+        regressed = {g.name for g in verdict.regressed_guards}
+        ratios = {g.name: g.ratio for g in verdict.guards if g.ratio is not None}
+        for guard, wire in GUARD_WIRE.items():
+            self.guard_regressed.labels(namespace, name, wire).set(float(guard in regressed))
+            if guard in ratios:
+                self.guard_ratio.labels(namespace, name, wire).set(ratios[guard])
+            else:
+                with contextlib.suppress(KeyError):
+                    self.guard_ratio.remove(namespace, name, wire)
 
     def forget(self, namespace: str, name: str) -> None:
         for gauge in (self.tpot_ratio, self.source_up, self.halted, self.changes_held):

@@ -30,6 +30,7 @@ from specguard.judge import (
     PolicyState,
     evidence_summary,
     same_load,
+    tolerance_text,
 )
 
 
@@ -73,8 +74,9 @@ def guards_sentence(guards: Sequence[Mapping[str, Any]]) -> str:
         bound = ""
         if _number(g.get("ciLower")) and _number(g.get("ciUpper")):
             bound = f"bound {_pct(g['ciLower'])} to {_pct(g['ciUpper'])}, "
-        tolerance = g.get("tolerance")
-        allowed = f"tolerance +{tolerance:.0%}, " if _number(tolerance) else ""
+        allowed = ""
+        if _number(g.get("tolerance")):
+            allowed = f"tolerance {tolerance_text(float(g['tolerance']))}, "
         word = {"clear": "not regressed", "not_judged": "not judged (inexact per-token figures)"}
         parts.append(
             f"{label} {_pct(g.get('ratio'))} ({bound}{allowed}{pairs} pairs): "

@@ -226,12 +226,10 @@ def ladder_step(
             )
             if regressed:
                 sentence = f"as the shadow, {tick.verdict.sentence()}"
-                cause = (
-                    guarded[0].cause
-                    if guarded and tick.verdict.outcome != "regressed"
-                    else "Regressed"
-                )
-                lost = (cause, sentence, tick.verdict.ratio)
+                if guarded and tick.verdict.outcome != "regressed":  # the guard decided
+                    lost = (guarded[0].cause, sentence, guarded[0].ratio)
+                else:
+                    lost = ("Regressed", sentence, tick.verdict.ratio)
     if lost is not None and decision.action != "notify":
         cause, message, ratio = lost
         was = describe(state.rung, spec.drafter.method, k)

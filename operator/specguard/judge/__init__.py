@@ -74,6 +74,7 @@ from specguard.judge._guards import (
     GuardName,
     GuardResult,
     judge_guards,
+    tolerance_text,
 )
 from specguard.judge._histogram import (
     BASIS_PROMETHEUS,
@@ -253,6 +254,7 @@ __all__ = [
     "split_replicas",
     "startup_guardrail",
     "step",
+    "tolerance_text",
     "tool_call_excess",
     "tpot",
     "traffic_of",

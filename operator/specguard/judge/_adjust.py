@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from statistics import NormalDist
 
 import numpy as np
 import numpy.typing as npt
@@ -216,6 +217,17 @@ def pod_spread(
     return PodSpread(math.sqrt(variance), variance * weight_sq, counted, df, raw * weight_sq)
 
 
+def z_of(confidence: float) -> float:
+    """The two-sided normal quantile of ``confidence`` (2.576 at 0.99)."""
+    return NormalDist().inv_cdf(0.5 + confidence / 2.0)
+
+
+def widen(centre: float, low: float, high: float, reach: float) -> tuple[float, float]:
+    """[low, high] around ``centre`` (log units) with ``reach`` (z × a standard deviation
+    beside the sampling's) added on each side: each side becomes hypot(side, reach)."""
+    return centre - math.hypot(centre - low, reach), centre + math.hypot(high - centre, reach)
+
+
 __all__ = [
     "MAX_LOAD_SLOPE",
     "MIN_POD_DF",
@@ -223,4 +235,6 @@ __all__ = [
     "PodSpread",
     "in_flight_gap",
     "pod_spread",
+    "widen",
+    "z_of",
 ]

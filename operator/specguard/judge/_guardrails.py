@@ -31,7 +31,9 @@ guardrail is one more function in that tuple, reading its own field of
   no draft: it found nothing to propose in this traffic (sampled text repeats nothing it
   can match), a loss of its own, not a configuration that failed. With a schedule, zero
   drafts counts only where a pod's batch stayed in a range with k > 0 (above the schedule's
-  limit no draft is what the rung asks for). Acceptance alone never decides on/off: it
+  limit no draft is what the rung asks for), and, where the pods' spans are read, only over
+  at least ``speculation_min_drafts`` request-steps (no decode step, no draft to count).
+  Acceptance alone never decides on/off: it
   stays high while the right decision flips with load; these catch a drafter that is not
   there, not in effect or useless.
 - **overload** (``DrafterOverloaded``): open-loop clients (the shadow copied by arrivals),
@@ -233,6 +235,8 @@ def speculation_guardrail(
         )
     if counters.drafts > 0 or not _drafts_asked(counters, drafter):
         return None
+    if counters.spans and sum(s.steps for s in counters.spans) < settings.speculation_min_drafts:
+        return None  # too few decode steps for 0 drafts to say anything
     if drafter is not None and drafter.method in LOOKUP_METHODS:
         return Trip(
             "speculation",

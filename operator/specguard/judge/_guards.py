@@ -38,12 +38,12 @@ import math
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from statistics import NormalDist
 from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
 
+from specguard.judge._adjust import widen, z_of
 from specguard.judge._sample import Sample
 
 GuardName = Literal["tpot_p99", "ttft_p50", "ttft_p99", "e2e_p99"]
@@ -63,12 +63,19 @@ GUARD_CAUSES: tuple[str, ...] = tuple(_FIGURE[name][3] for name in GUARD_NAMES)
 # A p99 needs pairs beyond it: 500 pairs put 5 of each arm above it.
 DEFAULT_MIN_PAIRS_TAIL = 500
 DEFAULT_MIN_PAIRS_MEDIAN = 200
-# The bootstrap's resamples: more does not move a 99% percentile bound visibly.
+# The bootstrap's resamples (the judge's ``JudgeSettings.resamples``): more does not move a
+# 99% percentile bound visibly.
 GUARD_RESAMPLES = 2000
 # Cells of the (resamples × pairs) matrix handled at once.
-_CHUNK_CELLS = 4_000_000
+_CHUNK_CELLS = 250_000  # 2 MB of int64 picks, ~8 MB peak with the gathered values
 
 FloatArray = npt.NDArray[np.float64]
+
+
+def tolerance_text(tolerance: float) -> str:
+    """A guard's tolerance as a relative change with every digit it has: 0.125 → "+12.5%",
+    0.1 → "+10%" (``{:.0%}`` would say +12%)."""
+    return f"+{round(tolerance * 100.0, 6):g}%"
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,10 +149,11 @@ class GuardResult:
         baseline 1.412 (99% bound 1.221–1.630, tolerance +10%), 800 pairs"."""
         if self.ratio is None:
             return f"{self.label}: {self.reason}"
+        allowed = tolerance_text(self.tolerance)
         interval = (
-            f" (bound {self.ci_low:.3f}–{self.ci_high:.3f}, tolerance +{self.tolerance:.0%})"
+            f" (bound {self.ci_low:.3f}–{self.ci_high:.3f}, tolerance {allowed})"
             if self.ci_low is not None and self.ci_high is not None
-            else f" (tolerance +{self.tolerance:.0%})"
+            else f" (tolerance {allowed})"
         )
         word = {"regressed": "regressed", "clear": "not regressed"}.get(self.outcome, self.outcome)
         text = (
@@ -161,6 +169,7 @@ def judge_guards(
     *,
     confidence: float,
     seed: int = 0,
+    resamples: int = GUARD_RESAMPLES,
     pod_variance: float = 0.0,
     exact_tpot: bool = True,
 ) -> tuple[GuardResult, ...]:
@@ -174,6 +183,7 @@ def judge_guards(
             guard,
             confidence=confidence,
             seed=seed,
+            resamples=resamples,
             pod_variance=pod_variance,
             exact_tpot=exact_tpot,
         )
@@ -188,6 +198,7 @@ def _one(
     *,
     confidence: float,
     seed: int,
+    resamples: int,
     pod_variance: float,
     exact_tpot: bool,
 ) -> GuardResult:
@@ -210,12 +221,11 @@ def _one(
     threshold = 1.0 + guard.tolerance
     if ratio <= threshold:
         return GuardResult(guard.name, "clear", guard.tolerance, n, ratio)
-    low, high = _interval(spec, base, q, confidence=confidence, seed=seed, name=guard.name)
-    centre = math.log(ratio)
+    low, high = _interval(
+        spec, base, q, confidence=confidence, seed=seed, name=guard.name, resamples=resamples
+    )
     if pod_variance > 0.0:
-        reach = _z(confidence) * math.sqrt(pod_variance)
-        low = centre - math.hypot(centre - low, reach)
-        high = centre + math.hypot(high - centre, reach)
+        low, high = widen(math.log(ratio), low, high, z_of(confidence) * math.sqrt(pod_variance))
     ci_low, ci_high = min(math.exp(low), ratio), max(math.exp(high), ratio)
     if ci_low <= threshold:
         return GuardResult(guard.name, "clear", guard.tolerance, n, ratio, ci_low, ci_high)
@@ -227,12 +237,15 @@ def _one(
     return GuardResult(guard.name, "regressed", guard.tolerance, n, ratio, ci_low, ci_high)
 
 
-def _z(confidence: float) -> float:
-    return NormalDist().inv_cdf(0.5 + confidence / 2.0)
-
-
 def _interval(
-    spec: FloatArray, base: FloatArray, q: float, *, confidence: float, seed: int, name: str
+    spec: FloatArray,
+    base: FloatArray,
+    q: float,
+    *,
+    confidence: float,
+    seed: int,
+    name: str,
+    resamples: int = GUARD_RESAMPLES,
 ) -> tuple[float, float]:
     """The percentile bootstrap interval of log(q-quantile of spec ÷ of base), resampling
     pairs (one index for both halves), from random numbers seeded by ``seed``, the guard
@@ -247,10 +260,10 @@ def _interval(
     lo, hi = math.floor(position), math.ceil(position)
     frac = position - lo
     kth = [lo] if lo == hi else [lo, hi]
-    logs = np.empty(GUARD_RESAMPLES, dtype=np.float64)
+    logs = np.empty(resamples, dtype=np.float64)
     rows_per_chunk = max(1, _CHUNK_CELLS // n)
-    for first in range(0, GUARD_RESAMPLES, rows_per_chunk):
-        rows = min(rows_per_chunk, GUARD_RESAMPLES - first)
+    for first in range(0, resamples, rows_per_chunk):
+        rows = min(rows_per_chunk, resamples - first)
         picks = rng.integers(0, n, size=(rows, n))
         quantiles = []
         for values in (spec, base):
@@ -271,4 +284,5 @@ __all__ = [
     "GuardOutcome",
     "GuardResult",
     "judge_guards",
+    "tolerance_text",
 ]

@@ -238,8 +238,9 @@ class LevelPairs:
 
     def verdicts(self, settings: JudgeSettings, window_end: float | None) -> list[Level]:
         """Each band judged on its pairs (the load check is the router's: pairs are
-        matched in flight by construction, and a band is one level of it)."""
-        plain = dataclasses.replace(settings, concurrency_match="off")
+        matched in flight by construction, and a band is one level of it). No guard: only
+        the window's overall verdict's guards act."""
+        plain = dataclasses.replace(settings, concurrency_match="off", guards=())
         out = []
         for (low, high), band in sorted(self._bands.items()):
             verdict = judge([s for pair in band for s in pair], plain)

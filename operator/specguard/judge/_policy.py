@@ -579,14 +579,16 @@ def _while_baseline(
         or tool_call_excess(evidence, settings)
         or overload_excess(evidence, settings)
     )
-    if not errors and verdict.regressed_guards:
-        errors = "; ".join(f"guard {g.sentence()}" for g in verdict.regressed_guards)
     if errors:
         cleared = _cleared(state)
         return cleared, _hold(cleared, f"{verdict.outcome}, but {errors}", settings, now)
     skipped = _not_counted(state, settings, now, evidence, verdict)
-    if skipped is not None:
+    if skipped is not None:  # a window that does not count: its guards neither
         return skipped
+    if verdict.regressed_guards:
+        guards = "; ".join(f"guard {g.sentence()}" for g in verdict.regressed_guards)
+        cleared = _cleared(state)
+        return cleared, _hold(cleared, f"{verdict.outcome}, but {guards}", settings, now)
     counted = _weighed(state, settings, verdict, "improved")
     need = settings.windows_to_repromote
     sentence = verdict.sentence()

@@ -84,11 +84,13 @@ def winner(outcome: Outcome) -> Arm | None:
 
 
 def domain_verdicts(samples: Sequence[Sample], settings: JudgeSettings) -> dict[str, Verdict]:
-    """Each domain's verdict on its own samples (its pairs, when it has enough)."""
+    """Each domain's verdict on its own samples (its pairs, when it has enough). No guard:
+    a domain moves on its median's outcome; only the overall verdict's guards act."""
     by_domain: dict[str, list[Sample]] = {}
     for s in samples:
         by_domain.setdefault(s.domain, []).append(s)
-    return {domain: judge(group, settings) for domain, group in sorted(by_domain.items())}
+    plain = replace(settings, guards=())
+    return {domain: judge(group, plain) for domain, group in sorted(by_domain.items())}
 
 
 def served_load(samples: Iterable[Sample]) -> dict[str, float]:

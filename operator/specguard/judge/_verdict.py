@@ -49,7 +49,14 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from specguard.judge._adjust import MAX_LOAD_SLOPE, PodSpread, in_flight_gap, pod_spread
+from specguard.judge._adjust import (
+    MAX_LOAD_SLOPE,
+    PodSpread,
+    in_flight_gap,
+    pod_spread,
+    widen,
+    z_of,
+)
 from specguard.judge._guards import DEFAULT_GUARDS, Guard, GuardResult, judge_guards
 from specguard.judge._robust import median_interval
 from specguard.judge._sample import ARMS, MEASUREMENTS, Arm, Sample
@@ -254,7 +261,8 @@ class Verdict:
     # The same before its floor at 0 (may be negative): the evidence across windows averages
     # it over the windows and carries the mean once.
     pod_variance_raw: float | None = None
-    # The guards beside the median (judge._guards): judged on the pairs of a paired verdict.
+    # The guards beside the median (judge._guards): judged on the pairs of a paired verdict
+    # that is not inconclusive.
     guards: tuple[GuardResult, ...] = ()
 
     @property
@@ -559,10 +567,11 @@ def judge(
             settings.guards,
             confidence=settings.confidence,
             seed=settings.seed,
+            resamples=settings.resamples,
             pod_variance=estimate.pod_variance or 0.0,
             exact_tpot=kind not in INEXACT_MEASUREMENTS,
         )
-        if paired
+        if paired and outcome != "inconclusive"  # a guard acts only where the median can
         else ()
     )
     return Verdict(
@@ -607,10 +616,6 @@ class _Estimate:
     thin: str | None = None
 
 
-def _z(confidence: float) -> float:
-    return NormalDist().inv_cdf(0.5 + confidence / 2.0)
-
-
 def _widened(
     centre: float,
     low: float,
@@ -624,11 +629,9 @@ def _widened(
     sampling) with a ``known`` variance (a correction's) and the spread between pods added
     (its ``allowance``: estimated from a handful of pods, it is inflated as a t's variance
     is): each side becomes hypot(side, z·√(known + pods)), normal in log space."""
-    z = _z(confidence)
+    z = z_of(confidence)
     pods = spread.allowance if spread is not None else 0.0
-    reach = z * math.sqrt(known + pods)
-    wide_low = centre - math.hypot(centre - low, reach)
-    wide_high = centre + math.hypot(high - centre, reach)
+    wide_low, wide_high = widen(centre, low, high, z * math.sqrt(known + pods))
     note = None
     if spread is not None:
         before = math.hypot((high - low) / 2.0, z * math.sqrt(known))
@@ -673,8 +676,8 @@ def _paired(
     )
     if note:
         notes.append(note)
-    widen = gap.widen if gap is not None else (0.0, 0.0)
-    low, high = low - widen[0], high + widen[1]
+    moved = gap.widen if gap is not None else (0.0, 0.0)
+    low, high = low - moved[0], high + moved[1]
     ratio = math.exp(centre)
     return _Estimate(
         ratio=ratio,
@@ -746,7 +749,7 @@ def _unpaired(
     ratio, se, spread = _matched_interval(
         chosen, values, levels, groups, serving, settings=settings, rng=rng
     )
-    centre, reach = math.log(ratio), _z(settings.confidence) * se
+    centre, reach = math.log(ratio), z_of(settings.confidence) * se
     low, high, note = _widened(
         centre, centre - reach, centre + reach, confidence=settings.confidence, spread=spread
     )

@@ -437,6 +437,16 @@ def parse_options(argv: list[str]) -> SimOptions:
             spec = parse_spec_config(spec_text, default_k=profile.ref_k)
         except SpecConfigError as exc:
             raise OptionError(f"--speculative-config: {exc}") from None
+        if args.fault_ignore_schedule and not spec.per_batch:
+            raise OptionError(
+                "--fault-ignore-schedule: needs num_speculative_tokens_per_batch_size in "
+                "--speculative-config (a schedule to ignore)"
+            )
+        if args.acceptance_spread is not None and spec.synthetic_acceptance_length is not None:
+            raise OptionError(
+                "--acceptance-spread: cannot go with a synthetic_acceptance_length (the "
+                "synthetic rate is the same for every request)"
+            )
         dtp = json.loads(spec_text).get("draft_tensor_parallel_size")
         if dtp is not None and dtp not in (1, args.tensor_parallel_size):
             raise OptionError(
