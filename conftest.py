@@ -1,14 +1,16 @@
 """The test tiers: which tests a run selects (README, "Tests"; docs/architecture.md).
 
 - ``inprocess``: pure and in-process tests (no subprocess, no control plane, no real vLLM).
-  Plain ``pytest`` runs only these.
+  Plain ``pytest`` runs only these (under a minute).
+- ``slow``: in-process tests that take seconds each (statistics over many runs, real-time
+  waits): ``slow``-marked ones and those the table names.
 - ``process``: tests that start processes (``specguard sim`` and router subprocesses, CLI
   runs, helm, Prometheus, the demo command without a cluster).
 - ``cluster``: the local control plane (``specguard.testing``).
 - ``realvllm``: real vLLM for CPU on the tiny models.
 - ``e2e``: real nodes and the image (``e2e/``, ``node``-marked tests).
 
-``--process``, ``--cluster``, ``--realvllm``, ``--e2e`` add a tier to the in-process one;
+``--slow``, ``--process``, ``--cluster``, ``--realvllm``, ``--e2e`` add a tier to the in-process one;
 ``--tiers LIST`` (comma-separated, or ``all``) selects exactly those tiers (``.ci/run`` runs
 one tier at a time). A tier that is opted into and lacks its tools fails, never skips: its
 fixtures call ``pytest.fail`` (``specguard.testing.pytest_plugin``, tests/realvllm/conftest.py,
@@ -29,7 +31,7 @@ import pytest
 
 pytest_plugins = ["specguard.testing.pytest_plugin"]
 
-TIER_ORDER = ("inprocess", "process", "cluster", "realvllm", "e2e")
+TIER_ORDER = ("inprocess", "slow", "process", "cluster", "realvllm", "e2e")
 
 # (glob on the test's node id, tier): the first match gives the path's tier, else
 # ``inprocess``. A pattern without ``::`` matches the whole file; ``path::name`` entries
@@ -108,10 +110,30 @@ TIERS: tuple[tuple[str, str], ...] = (
     ("tests/test_cli.py::test_render_reads_standard_input", "process"),
     ("tests/test_cli.py::test_unknown_command_exits_2", "process"),
     ("tests/test_repository.py::test_only_evaluate_needs_the_evaluate_extra", "process"),
+    # In-process files and tests that take seconds (measured with --durations).
+    ("tests/judge/test_judge_clients.py", "slow"),
+    ("tests/router/test_router_load_match.py", "slow"),
+    ("tests/router/test_router_mirror.py", "slow"),
+    ("tests/sim/test_sim_published_kimi.py", "slow"),
+    ("tests/sources/test_sources_scrape.py", "slow"),
+    ("tests/api/test_api_rules.py::test_cel_*", "slow"),
+    ("tests/judge/test_judge_pod_offset.py::test_a_in_a_modest_number_of_runs_*", "slow"),
+    ("tests/judge/test_judge_traffic.py::test_load_dependent_a_a_keeps_the_interval_honest",
+     "slow"),
+    ("tests/render/test_render_input.py::test_huge_values_are_elided_in_errors", "slow"),
+    ("tests/router/test_router_proxy.py::test_parsed_request_is_not_held_for_the_generation",
+     "slow"),
+    ("tests/router/test_router_toolcalls.py::test_*_agrees_with_jsonschema", "slow"),
+    ("tests/sources/test_sources_window.py::test_every_metrics_source_is_a_source", "slow"),
+    ("tests/sources/test_sources_window_reads.py::test_every_mirrored_pair_is_judged_*", "slow"),
 )  # fmt: skip
+
+# The tiers whose tests start no process (the guard below and tests/test_layers.py).
+IN_PROCESS = ("inprocess", "slow")
 
 # Markers that put a test in a heavier tier than its path (a test takes the heaviest).
 MARKER_TIERS = {
+    "slow": "slow",
     "process": "process",
     "prometheus": "process",
     "cluster": "cluster",
@@ -214,7 +236,7 @@ class ProcessStartedError(AssertionError):
 def _inprocess_starts_no_process(request: pytest.FixtureRequest) -> Iterator[None]:
     """An in-process test that starts a process fails, naming the table to fix."""
     item = request.node
-    if not isinstance(item, pytest.Item) or item.stash.get(_TIER, "") != "inprocess":
+    if not isinstance(item, pytest.Item) or item.stash.get(_TIER, "") not in IN_PROCESS:
         yield
         return
     original = subprocess.Popen.__init__
