@@ -10,7 +10,8 @@
 - ``realvllm``: real vLLM for CPU on the tiny models.
 - ``e2e``: real nodes and the image (``e2e/``, ``node``-marked tests).
 
-``--slow``, ``--process``, ``--cluster``, ``--realvllm``, ``--e2e`` add a tier to the in-process one;
+``--slow``, ``--process``, ``--cluster``, ``--realvllm``, ``--e2e`` add a tier to the in-process
+one;
 ``--tiers LIST`` (comma-separated, or ``all``) selects exactly those tiers (``.ci/run`` runs
 one tier at a time). A tier that is opted into and lacks its tools fails, never skips: its
 fixtures call ``pytest.fail`` (``specguard.testing.pytest_plugin``, tests/realvllm/conftest.py,
@@ -192,13 +193,15 @@ _TIER = pytest.StashKey[str]()
 
 
 def pytest_report_header(config: pytest.Config) -> str:
-    return f"tiers: {', '.join(config.stash[_SELECTED])} (--tiers all runs every tier)"
+    selected: tuple[str, ...] = config.stash[_SELECTED]
+    return f"tiers: {', '.join(selected)} (--tiers all runs every tier)"
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     selected = config.stash[_SELECTED]
-    keep, drop = [], []
+    keep: list[pytest.Item] = []
+    drop: list[pytest.Item] = []
     for item in items:
         tier = item.stash[_TIER] = item_tier(item)
         item.add_marker(tier)

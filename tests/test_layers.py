@@ -375,7 +375,7 @@ def _is_fixture(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
 def process_fixtures() -> set[str]:
     """The cluster plugin's fixtures, and every conftest fixture that starts a process."""
     found = {n for n, fn in _functions(ast.parse(PLUGIN.read_text())).items() if _is_fixture(fn)}
-    conftests = sorted((ROOT / "tests").rglob("conftest.py")) + [ROOT / "e2e" / "conftest.py"]
+    conftests = [*sorted((ROOT / "tests").rglob("conftest.py")), ROOT / "e2e" / "conftest.py"]
     for _ in range(2):  # a fixture of one conftest may take another's
         for path in conftests:
             tree = ast.parse(path.read_text())
@@ -414,7 +414,8 @@ def in_process_violations(tree: ast.Module, path: str, fixtures: Iterable[str]) 
     tiers = tiers_of_tests(tree, path)
     starts = starting(tree, fixtures)
     found = [f"{path}::{name} starts a process in the {tier} tier"
-             for name, tier in tiers.items() if tier in TIERS.IN_PROCESS and name in starts]  # fmt: skip
+             for name, tier in tiers.items()
+             if tier in TIERS.IN_PROCESS and name in starts]  # fmt: skip
     if tiers and all(tier in TIERS.IN_PROCESS for tier in tiers.values()):
         imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
         imported |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
@@ -432,8 +433,9 @@ TEST_FILES = sorted(
 def test_no_in_process_test_starts_a_process() -> None:
     fixtures = process_fixtures()
     assert {"local_cluster", "kubelet", "sims", "servers", "make_prometheus"} <= fixtures
-    found = [v for path in TEST_FILES
-             for v in in_process_violations(ast.parse((ROOT / path).read_text()), path, fixtures)]  # fmt: skip
+    found = [violation for path in TEST_FILES
+             for violation in in_process_violations(ast.parse((ROOT / path).read_text()), path,
+                                                    fixtures)]  # fmt: skip
     assert found == []
 
 
@@ -470,3 +472,12 @@ def test_breaking_the_tier_check_is_found() -> None:
     assert in_process_violations(ast.parse(pure), path, ()) == [
         f"{path} (in-process tiers only) imports subprocess"
     ]
+
+
+def test_ci_runs_every_tier_and_the_readme_command_does_too() -> None:
+    ci = (ROOT / ".ci" / "run").read_text()
+    loop = re.search(r"^for tier in ([\w ]+); do$", ci, re.MULTILINE)
+    assert loop is not None and tuple(loop.group(1).split()) == TIERS.TIER_ORDER
+    setup = next(line for line in ci.splitlines() if line.startswith("bash scripts/setup.sh"))
+    readme = (ROOT / "README.md").read_text()
+    assert f"\n{setup} && .venv/bin/python -m pytest --tiers all\n" in readme
