@@ -1,4 +1,4 @@
-"""The test tiers: which tests a run selects (README, "Tests"; docs/architecture.md).
+"""The test tiers: which tests a run selects (README; docs/architecture.md, the contracts).
 
 - ``inprocess``: pure and in-process tests (no subprocess, no control plane, no real vLLM).
   Plain ``pytest`` runs only these (under a minute).

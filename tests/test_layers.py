@@ -298,7 +298,7 @@ def test_an_impure_pure_module_fails(tmp_path: Path) -> None:
     ]
 
 
-# The test tiers (conftest.py at the root, README "Tests"): every entry of the TIERS table
+# The test tiers (conftest.py at the root; docs/architecture.md): every entry of the TIERS table
 # names files or tests that exist, and no test of an in-process tier starts a process, even
 # through a helper or a fixture of its module, a conftest or the cluster plugin.
 
