@@ -11,7 +11,7 @@
 # pinned by VLLM_GPU_VERSION), copies the tiny models and SmolLM2 the CPU install made, and the specguard
 # wheel. `run` makes a venv from the pack with --no-index, points the tier at it
 # (SPECGUARD_VLLM_VENV, SPECGUARD_VLLM_MODELS, SPECGUARD_VLLM_DEVICE=cuda: no CPU flags or
-# environment) and runs `pytest tests/realvllm` with a 7-minute budget (the tier's servers
+# environment) and runs `pytest --tiers realvllm tests/realvllm` with a 7-minute budget (the tier's servers
 # start in seconds on a GPU; the models are tiny). Sized for the 8 minutes a device run gets.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -59,7 +59,7 @@ EOF
       SPECGUARD_VLLM_DEVICE=cuda HF_HUB_OFFLINE=1
     cd "$pack"
     started=$(date +%s)
-    timeout 420 "$venv/bin/python" -m pytest tests/realvllm -q -p no:cacheprovider \
+    timeout 420 "$venv/bin/python" -m pytest --tiers realvllm tests/realvllm -q -p no:cacheprovider \
       -o addopts="--import-mode=importlib -ra" --timeout 300
     say "tier done in $(( $(date +%s) - started )) s"
     ;;

@@ -17,10 +17,13 @@ root ``__init__`` (the version).
 from __future__ import annotations
 
 import ast
+import fnmatch
+import importlib.util
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = ROOT / "operator" / "specguard"
@@ -293,3 +296,188 @@ def test_an_impure_pure_module_fails(tmp_path: Path) -> None:
         "specguard.controller._decide:4 calls print()",
         "specguard.judge._verdict:2 calls open()",
     ]
+
+
+# The test tiers (conftest.py at the root; docs/architecture.md): every entry of the TIERS table
+# names files or tests that exist, and no test of an in-process tier starts a process, even
+# through a helper or a fixture of its module, a conftest or the cluster plugin.
+
+# What starts a process: modules, and names imported from anywhere.
+PROCESS_MODULES = ("subprocess", "multiprocessing")
+PROCESS_NAMES = ("Popen", "create_subprocess_exec", "create_subprocess_shell", "start_sim",
+                 "start_vllm", "router_process", "LocalCluster", "build_images")  # fmt: skip
+PLUGIN = SOURCE / "testing" / "pytest_plugin.py"
+
+
+def _root_conftest() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("specguard_tiers_conftest", ROOT / "conftest.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+TIERS = _root_conftest()
+
+
+def _functions(tree: ast.Module) -> dict[str, ast.FunctionDef | ast.AsyncFunctionDef]:
+    """Top-level functions by name, and methods as ``Class::method``."""
+    found: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = {}
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            found[node.name] = node
+        elif isinstance(node, ast.ClassDef):
+            for sub in node.body:
+                if isinstance(sub, ast.FunctionDef | ast.AsyncFunctionDef):
+                    found[f"{node.name}::{sub.name}"] = sub
+    return found
+
+
+def _used(node: ast.AST) -> set[str]:
+    names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+    return names | {n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)}
+
+
+def _params(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
+    return {a.arg for a in [*fn.args.args, *fn.args.kwonlyargs]}
+
+
+def starting(tree: ast.Module, fixtures: Iterable[str] = ()) -> set[str]:
+    """The module's functions (and classes) that start a process: they use a process module
+    or name, take one of ``fixtures`` (or a fixture of the module that does), or use a function
+    or class of the module that does."""
+    bad = set(PROCESS_NAMES)
+    taken = set(fixtures)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            bad |= {(a.asname or a.name).split(".")[0] for a in node.names
+                    if a.name.split(".")[0] in PROCESS_MODULES}  # fmt: skip
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in (
+            PROCESS_MODULES
+        ):
+            bad |= {a.asname or a.name for a in node.names}
+    functions = _functions(tree)
+    found: set[str] = set()
+    while True:
+        more = {name for name, fn in functions.items() if name not in found
+                and (_used(fn) & bad or _params(fn) & taken)}  # fmt: skip
+        if not more:
+            return found
+        found |= more
+        bad |= {part for name in more for part in name.split("::")}
+        taken |= {name for name in more if _is_fixture(functions[name])}
+
+
+def _is_fixture(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    return any("fixture" in ast.unparse(d) for d in fn.decorator_list)
+
+
+def process_fixtures() -> set[str]:
+    """The cluster plugin's fixtures, and every conftest fixture that starts a process."""
+    found = {n for n, fn in _functions(ast.parse(PLUGIN.read_text())).items() if _is_fixture(fn)}
+    conftests = [*sorted((ROOT / "tests").rglob("conftest.py")), ROOT / "e2e" / "conftest.py"]
+    for _ in range(2):  # a fixture of one conftest may take another's
+        for path in conftests:
+            tree = ast.parse(path.read_text())
+            functions = _functions(tree)
+            found |= {n for n in starting(tree, found) if n in functions and
+                      _is_fixture(functions[n])}  # fmt: skip
+    return found
+
+
+def _markers(decorators: Iterable[ast.expr]) -> set[str]:
+    text = " ".join(ast.unparse(d) for d in decorators)
+    return set(re.findall(r"pytest\.mark\.(\w+)", text))
+
+
+def tiers_of_tests(tree: ast.Module, path: str) -> dict[str, str]:
+    """Each test function of a module (``path::name``) → its tier: the table's, or the
+    heaviest of the module's and the function's tier markers."""
+    module_marks: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "pytestmark" for t in node.targets
+        ):
+            module_marks |= _markers([node.value])
+    out = {}
+    for name, fn in _functions(tree).items():
+        if not name.split("::")[-1].startswith("test"):
+            continue
+        tiers = [TIERS.path_tier(f"{path}::{name}")]
+        marks = module_marks | _markers(fn.decorator_list)
+        tiers += [TIERS.MARKER_TIERS[m] for m in marks if m in TIERS.MARKER_TIERS]
+        out[name] = max(tiers, key=TIERS.TIER_ORDER.index)
+    return out
+
+
+def in_process_violations(tree: ast.Module, path: str, fixtures: Iterable[str]) -> list[str]:
+    tiers = tiers_of_tests(tree, path)
+    starts = starting(tree, fixtures)
+    found = [f"{path}::{name} starts a process in the {tier} tier"
+             for name, tier in tiers.items()
+             if tier in TIERS.IN_PROCESS and name in starts]  # fmt: skip
+    if tiers and all(tier in TIERS.IN_PROCESS for tier in tiers.values()):
+        imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        imported |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+        found += [f"{path} (in-process tiers only) imports {m}" for m in sorted(imported)
+                  if m.split(".")[0] in PROCESS_MODULES]  # fmt: skip
+    return found
+
+
+TEST_FILES = sorted(
+    p.relative_to(ROOT).as_posix()
+    for top in ("tests", "e2e") for p in (ROOT / top).rglob("test_*.py")
+)  # fmt: skip
+
+
+def test_no_in_process_test_starts_a_process() -> None:
+    fixtures = process_fixtures()
+    assert {"local_cluster", "kubelet", "sims", "servers", "make_prometheus"} <= fixtures
+    found = [violation for path in TEST_FILES
+             for violation in in_process_violations(ast.parse((ROOT / path).read_text()), path,
+                                                    fixtures)]  # fmt: skip
+    assert found == []
+
+
+def test_every_tier_entry_names_what_exists() -> None:
+    names = {f"{path}::{name}" for path in TEST_FILES
+             for name in _functions(ast.parse((ROOT / path).read_text()))}  # fmt: skip
+    stale = [pattern for pattern, _ in TIERS.TIERS
+             if not any(fnmatch.fnmatchcase(n if "::" in pattern else n.split("::")[0], pattern)
+                        for n in names)]  # fmt: skip
+    assert stale == []
+    assert {tier for _, tier in TIERS.TIERS} | set(TIERS.MARKER_TIERS.values()) <= set(
+        TIERS.TIER_ORDER
+    )
+    assert {TIERS.path_tier(p) for p in TEST_FILES if p.startswith("e2e/")} == {"e2e"}
+
+
+def test_breaking_the_tier_check_is_found() -> None:
+    source = (
+        "import subprocess\n"
+        "import pytest\n"
+        "def helper():\n    return subprocess.run(['true'])\n"
+        "def test_pure():\n    assert 1\n"
+        "def test_through_a_helper():\n    helper()\n"
+        "def test_on_the_cluster(local_cluster):\n    pass\n"
+        "@pytest.mark.cluster\n"
+        "def test_marked(local_cluster):\n    pass\n"
+    )
+    path = "tests/judge/test_judge_new.py"
+    assert in_process_violations(ast.parse(source), path, {"local_cluster"}) == [
+        f"{path}::test_through_a_helper starts a process in the inprocess tier",
+        f"{path}::test_on_the_cluster starts a process in the inprocess tier",
+    ]
+    pure = "import subprocess\ndef test_pure():\n    assert 1\n"
+    assert in_process_violations(ast.parse(pure), path, ()) == [
+        f"{path} (in-process tiers only) imports subprocess"
+    ]
+
+
+def test_ci_runs_every_tier_and_the_readme_command_does_too() -> None:
+    ci = (ROOT / ".ci" / "run").read_text()
+    loop = re.search(r"^for tier in ([\w ]+); do$", ci, re.MULTILINE)
+    assert loop is not None and tuple(loop.group(1).split()) == TIERS.TIER_ORDER
+    setup = next(line for line in ci.splitlines() if line.startswith("bash scripts/setup.sh"))
+    readme = (ROOT / "README.md").read_text()
+    assert f"\n{setup} && .venv/bin/python -m pytest --tiers all\n" in readme

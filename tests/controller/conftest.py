@@ -1,10 +1,18 @@
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from specguard.api._resource import SpeculativeDeployment, parse_resource
+from specguard.testing._cluster import LocalCluster
+from specguard.testing._kubelet import ProcessKubelet
+
+from .kit import install_crd
+
+# What the process kubelet runs as the vLLM image for the ``cluster`` fixture's tests.
+SIM_ARGS = ("--profile", "deepseek-v4", "--time-scale", "2")
 
 
 def resource(**spec: Any) -> dict[str, Any]:
@@ -42,3 +50,14 @@ def merge_patch(target: Any, patch: Any) -> Any:
 @pytest.fixture
 def sd() -> SpeculativeDeployment:
     return parse_resource(resource())
+
+
+@pytest.fixture(scope="module")
+def cluster(local_cluster: LocalCluster, kubelet: ProcessKubelet) -> Iterator[LocalCluster]:
+    """The local control plane with the CRD installed, its kubelet running SIM_ARGS (the
+    cluster tier's operator scenarios)."""
+    install_crd(local_cluster)
+    before = kubelet.config.sim_args
+    kubelet.config.sim_args = SIM_ARGS
+    yield local_cluster
+    kubelet.config.sim_args = before

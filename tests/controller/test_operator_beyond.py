@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +34,6 @@ from .kit import (
     create_sd,
     events,
     get_sd,
-    install_crd,
     operator,
     router_urls,
     sd_body,
@@ -45,20 +43,12 @@ from .kit import (
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
-SIM_ARGS = ("--profile", "deepseek-v4", "--time-scale", "2")
 FIXED_32 = {"method": "dspark", "model": DRAFTER, "numSpeculativeTokens": 32}
 FAST = {"window": "10s", "minRequestsPerArm": 30, "minOutputTokens": 16, "consecutiveWindows": 1}
 QUICK = {"cooldown": "10s", "startupDeadline": "1m"}
 BASE = "baseline"
 
 
-@pytest.fixture(scope="module")
-def cluster(local_cluster: LocalCluster, kubelet: ProcessKubelet) -> Iterator[LocalCluster]:
-    install_crd(local_cluster)
-    before = kubelet.config.sim_args
-    kubelet.config.sim_args = SIM_ARGS
-    yield local_cluster
-    kubelet.config.sim_args = before
 
 
 def until(  # noqa: PLR0917 - the kit.sd_until of this file

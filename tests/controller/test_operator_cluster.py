@@ -17,7 +17,6 @@ import functools
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +35,6 @@ from .kit import (
     delete_all,
     events,
     get_sd,
-    install_crd,
     operator,
     patch_sd,
     pods,
@@ -49,16 +47,8 @@ from .kit import (
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
-SIM_ARGS = ("--profile", "deepseek-v4", "--time-scale", "2")
 
 
-@pytest.fixture(scope="module")
-def cluster(local_cluster: LocalCluster, kubelet: ProcessKubelet) -> Iterator[LocalCluster]:
-    install_crd(local_cluster)
-    before = kubelet.config.sim_args
-    kubelet.config.sim_args = SIM_ARGS
-    yield local_cluster
-    kubelet.config.sim_args = before
 
 
 def settled(cluster: LocalCluster, ns: str, name: str, mode: str = "speculative") -> dict[str, Any]:

@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,11 +25,8 @@ DRAFTER = json.dumps({"method": "dspark", "model": "org/drafter", "num_speculati
 SMALL = ["--concurrency", "1", "--requests", "2", "--subsets", "chat", "--max-tokens", "8"]
 
 
-@pytest.fixture(scope="module")
-def sims() -> Iterator[tuple[SimProcess, SimProcess]]:
-    common = ["m", "--served-model-name", "served", "--profile", "kimi-k3", "--time-scale", "0.2"]
-    with start_sim([*common, "--speculative-config", DRAFTER]) as spec, start_sim(common) as base:
-        yield spec, base
+_COMMON = ["m", "--served-model-name", "served", "--profile", "kimi-k3", "--time-scale", "0.2"]
+SIMS = ([*_COMMON, "--speculative-config", DRAFTER], _COMMON)  # ``sims``: spec, base
 
 
 def _one_line(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:

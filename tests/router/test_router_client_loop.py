@@ -17,7 +17,6 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import aiohttp
@@ -25,7 +24,7 @@ import httpx
 import pytest
 
 from specguard.judge import Sample, client_loop
-from specguard.sim import SimProcess, start_sim
+from specguard.sim import SimProcess
 from specguard.testing import router_process
 
 from .conftest import Helpers, RouterFactory, UpstreamFactory
@@ -39,10 +38,7 @@ SECONDS = {"closed": 25, "open": 60}
 MAX_TOKENS = {"closed": 48, "open": 8}
 
 
-@pytest.fixture(scope="module")
-def sims() -> Iterator[tuple[SimProcess, SimProcess]]:
-    with start_sim(["m", "--seed", "1"]) as serving, start_sim(["m", "--seed", "2"]) as shadow:
-        yield serving, shadow
+# ``sims``: the default serving and shadow simulators (tests/conftest.py).
 
 
 def samples_of(url: str) -> list[Sample]:

@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import openai
-import pytest
 
 from specguard.sim._launch import SimProcess, start_sim
 
@@ -33,16 +31,7 @@ def normalise(body: bytes) -> bytes:
     return re.sub(rb'"created":\s*\d+', rb'"created":0', body)
 
 
-@pytest.fixture(scope="module")
-def sims() -> Iterator[dict[str, SimProcess]]:
-    started: dict[str, SimProcess] = {}
-    try:
-        for name, args in (("direct", SPEC), ("serving", SPEC), ("shadow", BASE)):
-            started[name] = start_sim(args)
-        yield started
-    finally:
-        for sim in started.values():
-            sim.stop()
+SIMS = {"direct": SPEC, "serving": SPEC, "shadow": BASE}  # the ``sims`` fixture's
 
 
 async def fetch(url: str, body: dict[str, Any]) -> bytes:

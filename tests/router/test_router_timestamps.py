@@ -27,14 +27,13 @@ whose upstream holds the body open after ``[DONE]``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 
 import aiohttp
 import pytest
 from aiohttp import web
 
 from specguard.router import Endpoint, Router, Topology
-from specguard.sim import SimProcess, start_sim
+from specguard.sim import SimProcess
 from specguard.testing._ports import free_port
 
 STREAMS = 48
@@ -42,10 +41,7 @@ REQUESTS = 8  # per stream
 SIM = ["m", "--time-scale", "0.05", "--max-num-seqs", "512"]
 
 
-@pytest.fixture(scope="module")
-def sims() -> Iterator[tuple[SimProcess, SimProcess]]:
-    with start_sim([*SIM, "--seed", "1"]) as serving, start_sim([*SIM, "--seed", "2"]) as shadow:
-        yield serving, shadow
+SIMS = ([*SIM, "--seed", "1"], [*SIM, "--seed", "2"])  # ``sims``: serving, shadow
 
 
 async def stream(session: aiohttp.ClientSession, url: str, client: int) -> None:

@@ -30,10 +30,7 @@ from specguard.testing._loadclient import closed_loop
 PER_ROUTER = 4
 
 
-@pytest.fixture
-def sims() -> Iterator[tuple[SimProcess, SimProcess]]:
-    with start_sim(["m", "--seed", "1"]) as serving, start_sim(["m", "--seed", "2"]) as shadow:
-        yield serving, shadow
+# ``sims``: the default serving and shadow simulators (tests/conftest.py).
 
 
 def router(serving: str, shadow: str) -> contextlib.AbstractContextManager[str]:

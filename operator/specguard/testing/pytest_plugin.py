@@ -1,4 +1,4 @@
-"""pytest fixtures for the cluster tier (registered in tests/conftest.py).
+"""pytest fixtures for the cluster tier (registered by the repository's root conftest.py).
 
 Session-scoped, one control plane per test run:
 
