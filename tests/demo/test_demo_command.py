@@ -40,7 +40,8 @@ def _demo(argv: list[str], env: dict[str, str] | None = None) -> subprocess.Comp
         (["--schedule", "math:4:40,"], "--schedule: phase 2 '': expected DOMAIN:PER_POD:SECONDS"),
         (
             ["--profile", "gpt-9"],
-            "--profile: unknown profile 'gpt-9'; one of kimi-k3, deepseek-v4, kimi-k3-published",
+            "--profile: unknown profile 'gpt-9'; one of kimi-k3, deepseek-v4, kimi-k3-published, "
+            "kimi-k3-tails",
         ),
     ],
 )

@@ -250,7 +250,8 @@ def test_cli_entry_point_dispatches(tmp_path: Path) -> None:
     )  # fmt: skip
     assert proc.returncode == 2
     expected = (
-        "--simulate: unknown profile 'nope'; profiles are kimi-k3, deepseek-v4, kimi-k3-published"
+        "--simulate: unknown profile 'nope'; profiles are kimi-k3, deepseek-v4, "
+        "kimi-k3-published, kimi-k3-tails"
     )
     assert proc.stderr.strip() == f"specguard evaluate: {expected}"
 
