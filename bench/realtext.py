@@ -2,11 +2,12 @@
 drafter, the ngram drafter and its layer-skipped draft model (docs/real-text.md).
 
     .venv/bin/python bench/realtext.py [--prompts 3] [--max-tokens 48] [--concurrency 1,2,4]
-        [--domains tool_call,rag,math_reasoning,chat] [--ngram-k 4] [--no-skip-draft]
+        [--domains tool_call,rag,math_reasoning,chat,copy] [--ngram-k 4] [--no-skip-draft]
 
 The prompts are the first N of each shipped prompt set (operator/specguard/evaluate/prompts:
 tool calls with JSON-schema tools, retrieval answers citing their passages, math reasoning, open
-chat), greedy (temperature 0), max_tokens as given. The model has no tool parser, so a tool
+chat; ``--domains copy``: three edits whose answer repeats its input, defined here), greedy
+(temperature 0), max_tokens as given. The model has no tool parser, so a tool
 prompt's schemas go into its system message as JSON (as a tool chat template would put them).
 
 Starts one server at a time with the flags `specguard render` gives the arm
@@ -44,7 +45,54 @@ from specguard.testing import (
 from specguard.testing._realvllm import SERVED_NAME, pretrained_argv
 
 DOMAINS = {"tool_call": "tool calls", "rag": "retrieval", "math_reasoning": "math",
-           "chat": "open chat"}  # fmt: skip
+           "chat": "open chat", "copy": "copy edits"}  # fmt: skip
+SHIPPED = ("tool_call", "rag", "math_reasoning", "chat")
+
+# The "copy" domain (not a shipped prompt set; --domains copy): edits whose answer is its input
+# again with a small change -- a config with one value changed, a paragraph with a typo fixed,
+# a function with a renamed variable. Prompt lookup's home ground: most of the answer is a
+# span of the prompt. Written for this bench.
+_CONFIG = {
+    "apiVersion": "apps/v1", "kind": "Deployment",
+    "metadata": {"name": "checkout-api", "namespace": "shop", "labels": {"app": "checkout-api",
+                 "tier": "backend", "team": "payments"}},
+    "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "checkout-api"}},
+             "template": {"metadata": {"labels": {"app": "checkout-api"}},
+                          "spec": {"containers": [{
+                              "name": "api", "image": "registry.example.com/checkout-api:1.14.2",
+                              "ports": [{"containerPort": 8080, "name": "http"}],
+                              "resources": {"requests": {"cpu": "250m", "memory": "256Mi"},
+                                            "limits": {"cpu": "1", "memory": "512Mi"}}}]}}},
+}  # fmt: skip
+_PARAGRAPH = (
+    "The warehouse opens at seven in the morning and closes at six in the evening on weekdays. "
+    "Deliveries that arrive after five are stored in the cold room overnight and checked in "
+    "the next morning by the first shift. Drivers must sign the logbook at the gate, show "
+    "their delivery note, and wait in the marked bay until a forklift operater is free."
+)
+_CODE = (
+    "def total_price(items, tax_rate):\n"
+    "    subtotal = 0\n"
+    "    for item in items:\n"
+    "        subtotal += item.price * item.quantity\n"
+    "    tax = subtotal * tax_rate\n"
+    "    return round(subtotal + tax, 2)\n"
+)
+COPY_PROMPTS: tuple[Prompt, ...] = tuple(
+    Prompt(subset="copy", messages=({"role": "user", "content": text},))
+    for text in (
+        "Change replicas to 3 in this Kubernetes manifest and return the whole manifest as "
+        f"JSON, nothing else.\n\n{json.dumps(_CONFIG, indent=2)}",
+        "Fix the spelling mistake in this paragraph and return the whole paragraph, otherwise "
+        f"unchanged.\n\n{_PARAGRAPH}",
+        "Rename the variable subtotal to net in this Python function and return the whole "
+        f"function, nothing else.\n\n{_CODE}",
+    )
+)
+
+
+def domain_prompts(domain: str) -> list[Prompt]:
+    return list(COPY_PROMPTS) if domain == "copy" else load_builtin(domain)
 
 
 def body(prompt: Prompt, max_tokens: int) -> bytes:
@@ -92,13 +140,13 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=3, help="per domain")
     parser.add_argument("--max-tokens", type=int, default=48)
     parser.add_argument("--concurrency", default="1,2,4")
-    parser.add_argument("--domains", default=",".join(DOMAINS))
+    parser.add_argument("--domains", default=",".join(SHIPPED), help="also: copy")
     parser.add_argument("--ngram-k", default="4", help="ngram's k, one arm each")
     parser.add_argument("--no-skip-draft", action="store_true")
     opts = parser.parse_args()
     levels = [int(x) for x in opts.concurrency.split(",")]
     real = find_real_vllm()
-    prompts = {d: [body(p, opts.max_tokens) for p in load_builtin(d)[: opts.prompts]]
+    prompts = {d: [body(p, opts.max_tokens) for p in domain_prompts(d)[: opts.prompts]]
                for d in opts.domains.split(",")}  # fmt: skip
     # arm name -> (drafter, k): no drafter, ngram at each k, the skip draft at its own k
     arms: dict[str, tuple[str | None, int | None]] = {"off": (None, None)}
