@@ -1,7 +1,7 @@
 """The real-vLLM operator scenario, run several times: how many windows the rollback and the
 re-promotion take, and the client errors, side by side.
 
-    .venv/bin/python bench/realvllm_scenario.py [--runs 5]
+    .venv/bin/python bench/realvllm_scenario.py [--runs 5] [--breakdown]
 
 Each run is `tests/controller/test_operator_realvllm.py` (the local control plane, real
 `vllm serve` pods of the tiny model under the process kubelet, 1 serving + 1 shadow, an ngram
@@ -49,6 +49,7 @@ def one(run: int) -> dict[str, object]:
         tail = (done.stdout + done.stderr).strip().splitlines()[-3:]
         row["failure"] = " | ".join(tail)[:300]
         return row
+    row["windows"] = [ln for ln in done.stdout.splitlines() if ln.startswith("  window ")]
     row.update(rollback=float(found["rollback"]), repromote=float(found["repromote"]),
                completed=int(found["completed"]), errors=int(found["errors"]))  # fmt: skip
     return row
@@ -57,6 +58,10 @@ def one(run: int) -> dict[str, object]:
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--runs", type=int, default=5)
+    p.add_argument("--breakdown", action="store_true",
+                   help="after each run, its windows from the loss's start to the rollback and "
+                   "from the win's start to the re-promotion: outcome, ratio, CI, decision, "
+                   "load match, clients, the routers' copies delivered and dropped")  # fmt: skip
     args = p.parse_args(argv)
     rows = []
     print("run  rollback (windows)  re-promotion (windows)  requests  errors  test   load avg")
@@ -72,6 +77,9 @@ def main(argv: list[str]) -> int:
         print(f"{run:>3}  {row['rollback']:>18.1f}  {row['repromote']:>22.1f}  "
               f"{row['completed']:>8}  {row['errors']:>6}  {row['minutes']:4.1f} min  "
               f"{load[0]:.1f}→{load[1]:.1f}", flush=True)  # fmt: skip
+        windows = row.get("windows")
+        if args.breakdown and isinstance(windows, list):
+            print("\n".join(windows), flush=True)
     met = all(
         "failure" not in r
         and float(r["rollback"]) <= GOALS["rollback"]  # type: ignore[arg-type]
