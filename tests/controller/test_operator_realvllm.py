@@ -159,16 +159,22 @@ def test_real_vllm_rolls_back_and_re_promotes_on_real_measurements(
         sd_until(cluster, ns, "tiny", "real vLLM pods ready", both_arms_ready,
                  timeout=420)  # fmt: skip
         urls[:] = wait_for("routers", lambda: router_urls(cluster, ns, "tiny") or None, 120)
-        with Load(urls, concurrency=6, model="tiny", max_tokens=64,
-                  temperatures=(0.0, 1.0, 1.0, 1.0, 1.0, 1.0)) as load:  # fmt: skip
-            load_ref.append(load)
-            rolled = watch("rollback", target_is("baseline"), LOSS_WINDOWS * WINDOW_S)
-            watch("baseline serves", mode_is("baseline"), 180)
-            lost, phase_errors = dict(seen), [(load.completed, load.errors)]
-            load.temperatures, load.concurrency = (0.0,), 4
-            back = watch("re-promotion", target_is("speculative"), WIN_WINDOWS * WINDOW_S)
-            phase_errors.append((load.completed, load.errors))
-            watch("speculative serves", mode_is("speculative"), 180)
+        swaps: list[float] = []
+        try:
+            with Load(urls, concurrency=6, model="tiny", max_tokens=64,
+                      temperatures=(0.0, 1.0, 1.0, 1.0, 1.0, 1.0)) as load:  # fmt: skip
+                load_ref.append(load)
+                rolled = watch("rollback", target_is("baseline"), LOSS_WINDOWS * WINDOW_S)
+                swaps.append(watch("baseline serves", mode_is("baseline"), 180))
+                lost, phase_errors = dict(seen), [(load.completed, load.errors)]
+                load.temperatures, load.concurrency = (0.0,), 4
+                back = watch("re-promotion", target_is("speculative"), WIN_WINDOWS * WINDOW_S)
+                phase_errors.append((load.completed, load.errors))
+                swaps.append(watch("speculative serves", mode_is("speculative"), 180))
+        finally:
+            # on a failure too: which windows held the change back
+            print(f"\nswaps took {[round(s) for s in swaps]} s")
+            print(breakdown(seen, context))
         transitions = (get_sd(cluster, ns, "tiny").get("status") or {}).get("transitions") or []
         reasons = [e["reason"] for e in events(cluster, ns, "tiny")]
         print(f"\nreal vLLM scenario: rollback after {rolled / WINDOW_S:.1f} windows, "
@@ -178,7 +184,6 @@ def test_real_vllm_rolls_back_and_re_promotes_on_real_measurements(
               f"the re-promotion {phase_errors}); transitions "
               f"{[(t['reason'], t.get('message')) for t in transitions]}; "
               f"events {reasons}")  # fmt: skip
-        print(breakdown(seen, context))
         moves = [(t["from"], t["to"], t["reason"]) for t in transitions]
         assert len(moves) == 2, moves
         assert moves[0][:2] == ("speculative", "baseline") and moves[0][2] in LOSS_CAUSES, moves
