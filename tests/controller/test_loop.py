@@ -680,3 +680,41 @@ async def test_the_first_window_after_a_swap_spans_it(monkeypatch: pytest.Monkey
     for s in range(ended, ended + 11):
         await loop.tick(T0 + s)
     assert seen and seen[0][1] == "a swap", seen
+
+
+async def test_the_first_window_after_a_swap_counts_on_the_requests_started_after_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Closed-loop clients always have a request in flight across the swap's end: the
+    first window after it is judged on the requests that started afterwards (and counts),
+    instead of being thrown away whole for the second of requests from before."""
+    seen = _spans(monkeypatch)
+    judged: list[tuple[float, ...]] = []
+    from specguard.controller import _loop
+
+    real = _loop.decide  # type: ignore[attr-defined]
+
+    def spy(obs: Any) -> Any:
+        if obs.window is not None:
+            judged.append(tuple(s.started_at - T0 for s in obs.window.samples))
+        return real(obs)
+
+    monkeypatch.setattr(_loop, "decide", spy)
+    loop = Loop(WindowSamples("router", T0, T0 + 10, "ok", samples=(_sample(T0 + 1),)))
+    await loop.tick(T0)
+    status = copy.deepcopy(loop.kube.status)
+    status["arms"]["swapping"] = True
+    loop.kube.status = status
+    second = 1
+    while loop.kube.status["arms"].get("swapping"):
+        await loop.tick(T0 + second)
+        second += 1
+        assert second < 60
+    ended = second
+    after = tuple(_sample(T0 + ended + k) for k in range(1, 4))
+    window = WindowSamples("router", T0, T0 + 99, "ok", samples=(_sample(T0 + ended - 2), *after))
+    loop.sources[0].window = window
+    for s in range(ended, ended + 11):
+        await loop.tick(T0 + s)
+    assert seen and seen[0][1] is None, seen
+    assert judged[0] == tuple(float(ended + k) for k in range(1, 4)), judged

@@ -19,6 +19,7 @@ Driven only through the resource, the cluster and `specguard run` (tests/control
 from __future__ import annotations
 
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -126,6 +127,10 @@ def test_real_vllm_rolls_back_and_re_promotes_on_real_measurements(
     ns, cluster = cluster_namespace, local_cluster
     seen: dict[str, Status] = {}  # windowEnd -> status.lastVerdict
     load_ref: list[Load] = []
+    urls: list[str] = []
+    # windowEnd -> (phase, seconds into it when first read, status.clients, arms.loadMatch,
+    # the routers' copy counters then)
+    context: dict[str, tuple[str, float, Status, str, dict[str, float]]] = {}
 
     def watch(what: str, pred: Callable[[dict[str, Any]], bool], timeout: float) -> float:
         t0 = time.time()
@@ -133,7 +138,12 @@ def test_real_vllm_rolls_back_and_re_promotes_on_real_measurements(
             status = get_sd(cluster, ns, "tiny").get("status") or {}
             verdict = status.get("lastVerdict") or {}
             if verdict.get("windowEnd") and verdict.get("outcome"):
-                seen[verdict["windowEnd"]] = verdict
+                end = verdict["windowEnd"]
+                seen[end] = verdict
+                if end not in context:
+                    arms = status.get("arms") or {}
+                    context[end] = (what, time.time() - t0, status.get("clients") or {},
+                                    arms.get("loadMatch", "?"), copies(urls))  # fmt: skip
             if pred({"status": status}):
                 return time.time() - t0
             time.sleep(1.0)
@@ -148,17 +158,23 @@ def test_real_vllm_rolls_back_and_re_promotes_on_real_measurements(
         # and clients sent before they are ready get 502 "no ready pod".
         sd_until(cluster, ns, "tiny", "real vLLM pods ready", both_arms_ready,
                  timeout=420)  # fmt: skip
-        urls = wait_for("routers", lambda: router_urls(cluster, ns, "tiny") or None, 120)
-        with Load(urls, concurrency=6, model="tiny", max_tokens=64,
-                  temperatures=(0.0, 1.0, 1.0, 1.0, 1.0, 1.0)) as load:  # fmt: skip
-            load_ref.append(load)
-            rolled = watch("rollback", target_is("baseline"), LOSS_WINDOWS * WINDOW_S)
-            watch("baseline serves", mode_is("baseline"), 180)
-            lost, phase_errors = dict(seen), [(load.completed, load.errors)]
-            load.temperatures, load.concurrency = (0.0,), 4
-            back = watch("re-promotion", target_is("speculative"), WIN_WINDOWS * WINDOW_S)
-            phase_errors.append((load.completed, load.errors))
-            watch("speculative serves", mode_is("speculative"), 180)
+        urls[:] = wait_for("routers", lambda: router_urls(cluster, ns, "tiny") or None, 120)
+        swaps: list[float] = []
+        try:
+            with Load(urls, concurrency=6, model="tiny", max_tokens=64,
+                      temperatures=(0.0, 1.0, 1.0, 1.0, 1.0, 1.0)) as load:  # fmt: skip
+                load_ref.append(load)
+                rolled = watch("rollback", target_is("baseline"), LOSS_WINDOWS * WINDOW_S)
+                swaps.append(watch("baseline serves", mode_is("baseline"), 180))
+                lost, phase_errors = dict(seen), [(load.completed, load.errors)]
+                load.temperatures, load.concurrency = (0.0,), 4
+                back = watch("re-promotion", target_is("speculative"), WIN_WINDOWS * WINDOW_S)
+                phase_errors.append((load.completed, load.errors))
+                swaps.append(watch("speculative serves", mode_is("speculative"), 180))
+        finally:
+            # on a failure too: which windows held the change back
+            print(f"\nswaps took {[round(s) for s in swaps]} s")
+            print(breakdown(seen, context))
         transitions = (get_sd(cluster, ns, "tiny").get("status") or {}).get("transitions") or []
         reasons = [e["reason"] for e in events(cluster, ns, "tiny")]
         print(f"\nreal vLLM scenario: rollback after {rolled / WINDOW_S:.1f} windows, "
@@ -192,3 +208,52 @@ def windows(seen: dict[str, Status]) -> list[tuple[str, float | None, Any, str]]
         (v["outcome"], v.get("ratio"), v.get("concurrency"), v.get("reason", "")[:160])
         for _, v in sorted(seen.items())
     ]
+
+
+def copies(urls: list[str]) -> dict[str, float]:
+    """The routers' copy counters, summed over routers: delivered (mirrored), dropped by
+    reason, ballast (never measured); empty where a router does not answer."""
+    total: dict[str, float] = {}
+    for url in urls:
+        try:
+            with urllib.request.urlopen(url + "/metrics", timeout=2) as resp:
+                text = resp.read().decode()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            if line.startswith("specguard_router_mirrored_total"):
+                key = "delivered"
+            elif line.startswith("specguard_router_mirror_dropped_total"):
+                key = "dropped:" + line.split('reason="', 1)[1].split('"', 1)[0]
+            elif line.startswith("specguard_router_mirror_ballast_total"):
+                key = "ballast"
+            else:
+                continue
+            total[key] = total.get(key, 0.0) + float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def breakdown(
+    seen: dict[str, Status], context: dict[str, tuple[str, float, Status, str, dict[str, float]]]
+) -> str:
+    """One line per window read from the loss's start to the rollback and from the win's
+    start to the re-promotion: what status.lastVerdict said of it and what the decision
+    policy made of it, the load match and the clients' reading, and the copies the routers
+    delivered and dropped since the window before (the counters when the verdict was read)."""
+    lines = ["real vLLM scenario breakdown:"]
+    before: dict[str, float] = {}
+    for end, v in sorted(seen.items()):
+        phase, at, clients, rule, counted = context.get(end, ("?", 0.0, {}, "?", {}))
+        delta = {k: n - before.get(k, 0.0) for k, n in counted.items()
+                 if n - before.get(k, 0.0)}  # fmt: skip
+        before = counted or before
+        samples, conc = v.get("samples") or {}, v.get("concurrency") or {}
+        ci = (v.get("ciLower"), v.get("ciUpper"))
+        lines.append(
+            f"  window {end} [{phase} +{at / WINDOW_S:.1f}w] {v['outcome']} ratio "
+            f"{v.get('ratio')} CI {ci} n {samples.get('speculative')}/{samples.get('baseline')}"
+            f" in-flight {conc.get('speculative')}/{conc.get('baseline')} loadMatch {rule} "
+            f"clients {clients.get('loop')} copies {delta} | reason {v.get('reason', '')[:200]}"
+            f" | decision {(v.get('decision') or '')[:240]}"
+        )
+    return "\n".join(lines)

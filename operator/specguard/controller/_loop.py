@@ -145,6 +145,27 @@ async def read_pods(urls: Mapping[c.Arm, Sequence[str]]) -> Readings:
 def _settled(window: WindowSamples, cutoff: float | None, rule: LoadMatch) -> WindowSamples:
     """``window`` without the requests that started before ``cutoff`` (the routers may still
     have copied them by the previous load match), saying how many were left out."""
+    why = f"the load match turned to {rule} (and {SETTLE_S:g}s for the routers to see it)"
+    return _started_from(window, cutoff, why)
+
+
+def _after_disturbance(
+    window: WindowSamples, disturbed: Disturbance | None, start: float
+) -> WindowSamples:
+    """``window`` without the requests that started at or before the last disturbance, when
+    it came before the window opened (the first window after a swap or a change in the
+    pods): the requests that started after it are judged, so the window counts on them
+    (``window_spans``) instead of being thrown away whole for the second or so of requests
+    still in flight from before. With none left, it still spans the disturbance."""
+    if disturbed is None or disturbed.at >= start:
+        return window
+    return _started_from(window, math.nextafter(disturbed.at, math.inf),
+                         f"{disturbed.what} ended")  # fmt: skip
+
+
+def _started_from(window: WindowSamples, cutoff: float | None, why: str) -> WindowSamples:
+    """``window`` without the requests that started before ``cutoff``, and a note of how
+    many were left out (``why``: what they started before)."""
     if cutoff is None:
         return window
     # A pair goes with its earlier half (the serving one starts before its copy).
@@ -152,10 +173,7 @@ def _settled(window: WindowSamples, cutoff: float | None, rule: LoadMatch) -> Wi
     kept = tuple(s for s in window.samples if s.started_at >= cutoff and s.pair_id not in early)
     if len(kept) == len(window.samples):
         return window
-    note = (
-        f"{len(window.samples) - len(kept)} requests that started before the load match "
-        f"turned to {rule} (and {SETTLE_S:g}s for the routers to see it) are left out"
-    )
+    note = f"{len(window.samples) - len(kept)} requests that started before {why} are left out"
     return replace(window, samples=kept, notes=(*window.notes, note))
 
 
@@ -264,7 +282,7 @@ class ResourceLoop:
         drafter_ready = self._rolled_out(resource, prev, observed)
         disturbed = self._disturbance(resource, prev, arms, created, now, rolled_out=drafter_ready)
         window = await self._window(
-            resource, prev, observed, created, now, rolled_out=drafter_ready
+            resource, prev, observed, created, now, rolled_out=drafter_ready, disturbed=disturbed
         )
         if window is not None and _disturbed_since(disturbed, window.start):
             # A change in the pods, a restart: per-pod counts across it say nothing.
@@ -401,6 +419,7 @@ class ResourceLoop:
         now: float,
         *,
         rolled_out: bool = True,
+        disturbed: Disturbance | None = None,
     ) -> Window | None:
         """The window that ends now, if one does. Windows run only while judged; a swap,
         a paused shadow, a drafter arm changing its configuration or a new spec starts the
@@ -439,7 +458,7 @@ class ResourceLoop:
         clients = self._clients(resource, window, start, now)
         rule = rule_in_force(spec, prev)
         spec_arm: c.Arm = c.ARM_SPECULATIVE
-        settled = _settled(window, settled_after(prev), rule)
+        settled = _after_disturbance(_settled(window, settled_after(prev), rule), disturbed, start)
         settings = judge_settings(spec, rule)
         return Window(
             verdict=settled.verdict(settings),
@@ -450,7 +469,7 @@ class ResourceLoop:
             load=None if before is None
             else arm_load(before, at_end, _load_rule(spec, prev, start), last),
             start=start,
-            first_started=min((x.started_at for x in window.samples), default=None),
+            first_started=min((x.started_at for x in settled.samples), default=None),
             clients=clients,
             samples=settled.samples,
             levels=self._levels(resource, prev, settled.samples, settings, now),
