@@ -53,7 +53,7 @@ def _slow_tpot_tail(s: Sample, i: int) -> Sample:
 
 
 def _slow_ttft(s: Sample, i: int) -> Sample:
-    return _with_e2e(s, ttft_s=(s.ttft_s or 0.0) * 1.8)
+    return _with_e2e(s, ttft_s=(s.ttft_s or 0.0) * 3.0)
 
 
 def _slow_ttft_tail(s: Sample, i: int) -> Sample:

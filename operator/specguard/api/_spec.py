@@ -531,8 +531,8 @@ class Guard(SpecModel):
         le=5.0,
         description="Relative band above 1.0 of the arms' quantile ratio (speculative / "
         "baseline) treated as no change: regressed needs its lower confidence bound above "
-        "1 + tolerance. Unset: the guard's default (tpotP99 0.10, ttftP50 0.20, ttftP99 "
-        "0.25, e2eP99 0.10).",
+        "1 + tolerance. Unset: the guard's default (tpotP99 0.10, ttftP50 1.0, ttftP99 "
+        "1.0, e2eP99 0.10).",
     )
     min_pairs: int | None = Field(
         default=None,
@@ -549,10 +549,10 @@ class Guards(SpecModel):
         default_factory=Guard, description="p99 per-token latency (TPOT). Default tolerance 0.10."
     )
     ttft_p50: Guard = Field(
-        default_factory=Guard, description="Time to first token, p50. Default tolerance 0.20."
+        default_factory=Guard, description="Time to first token, p50. Default tolerance 1.0."
     )
     ttft_p99: Guard = Field(
-        default_factory=Guard, description="Time to first token, p99. Default tolerance 0.25."
+        default_factory=Guard, description="Time to first token, p99. Default tolerance 1.0."
     )
     # to_camel would spell it e2EP99; docs, status and metrics say e2eP99.
     e2e_p99: Guard = Field(

@@ -180,22 +180,27 @@ def verdict_sentence(verdict: Verdict, serving: Arm, engines: ArmLoad | None = N
     if verdict.ratio is None or verdict.ci_low is None or verdict.ci_high is None:
         why = "; ".join(verdict.reasons) or "no data"
         return f"no verdict ({why})"
-    return _guards(verdict) + (
+    median = (
         f"per-token latency {_pct(verdict.ratio)} with the drafter ({verdict.confidence:.0%} "
         f"CI {_interval(verdict.ci_low, verdict.ci_high)}){_load(verdict, serving, engines)}, "
         f"{_counted(verdict)}{_by_domain(verdict)}"
     )
+    guards = _guards(verdict)
+    if not guards:
+        return median
+    if verdict.outcome == "regressed":  # the median decided; the guards agree
+        return median + "; also " + "; ".join(guards)
+    return "; ".join(guards) + "; " + median  # the guards decided: first
 
 
-def _guards(verdict: Verdict) -> str:
-    """The window's confidently regressed guards (judge._guards), first: they decided it."""
-    parts = [
+def _guards(verdict: Verdict) -> list[str]:
+    """The window's confidently regressed guards (judge._guards), one phrase each."""
+    return [
         f"{g.label} {_pct(g.ratio)} with the drafter ({verdict.confidence:.0%} bound "
-        f"{_interval(g.ci_low, g.ci_high)}, tolerance {tolerance_text(g.tolerance)}, {g.n} pairs); "
+        f"{_interval(g.ci_low, g.ci_high)}, tolerance {tolerance_text(g.tolerance)}, {g.n} pairs)"
         for g in verdict.regressed_guards
         if g.ratio is not None and g.ci_low is not None and g.ci_high is not None
     ]
-    return "".join(parts)
 
 
 def evidence_sentence(

@@ -111,8 +111,8 @@ class Guard:
 # The defaults (the resource's spec.rollback.guards).
 DEFAULT_GUARDS: tuple[Guard, ...] = (
     Guard("tpot_p99", 0.10, DEFAULT_MIN_PAIRS_TAIL),
-    Guard("ttft_p50", 0.20, DEFAULT_MIN_PAIRS_MEDIAN),
-    Guard("ttft_p99", 0.25, DEFAULT_MIN_PAIRS_TAIL),
+    Guard("ttft_p50", 1.00, DEFAULT_MIN_PAIRS_MEDIAN),
+    Guard("ttft_p99", 1.00, DEFAULT_MIN_PAIRS_TAIL),
     Guard("e2e_p99", 0.10, DEFAULT_MIN_PAIRS_TAIL),
 )
 
