@@ -261,6 +261,8 @@ class Moment:
     swapping: bool
     target: str = ""
     share: float | None = None
+    # status.arms.{serving,shadow}.readyReplicas, written with the share
+    arms_ready: tuple[int, int] | None = None
     verdict: dict[str, Any] = field(default_factory=dict)  # status.lastVerdict
     conditions: dict[str, str] = field(default_factory=dict)  # type → status
 
@@ -312,6 +314,12 @@ class PodSampler:
             swapping,
             target=status.get("targetMode", mode),
             share=arms_status.get("mirrorShare"),
+            arms_ready=(
+                int((arms_status.get("serving") or {}).get("readyReplicas") or 0),
+                int((arms_status.get("shadow") or {}).get("readyReplicas") or 0),
+            )
+            if arms_status
+            else None,
             verdict=dict(status.get("lastVerdict") or {}),
             conditions={
                 c.get("type", ""): c.get("status", "") for c in status.get("conditions") or []

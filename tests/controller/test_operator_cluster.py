@@ -501,10 +501,14 @@ def test_traffic_rollback_and_repromotion(
         trace = sampler.trace()
         assert max(s + b for s, b, _, _ in trace) <= 3, trace
         assert min(r for _, _, r, _ in trace) >= 1, trace
-        # The routers may copy every request whenever the arms are not swapping (they hold
-        # the shadow at the serving pods' in-flight count themselves).
-        shares = {m.share for m in sampler.moments if not m.swapping and m.share is not None}
+        # The routers may copy every request whenever the arms are not swapping and both
+        # have a ready pod (they hold the shadow at the serving pods' in-flight count
+        # themselves); with no ready pod on an arm (the shadow's pod replaced after a swap)
+        # nothing is copied.
+        calm = [m for m in sampler.moments if not m.swapping and m.arms_ready is not None]
+        shares = {m.share for m in calm if min(m.arms_ready or (0, 0)) > 0}
         assert shares == {1.0}, shares
+        assert all(m.share == 0.0 for m in calm if min(m.arms_ready or (0, 0)) == 0)
         # After the cooldown, with the tool calls still running: judged, and never improved.
         late = [
             v for seen, v, _ in sampler.windows()

@@ -69,7 +69,10 @@ def test_each_guard_is_spelled_on_the_wire_as_status_and_metrics_spell_it() -> N
     raw = copy.deepcopy(SPEC)
     raw["rollback"] = {"guards": {"e2eP99": {"enabled": False}}}
     judge, _ = settings_from_spec(validate_spec(raw))
-    assert {g.name for g in judge.guards if g.enabled} == {"tpot_p99", "ttft_p50", "ttft_p99"}
+    assert {g.name for g in judge.guards if g.enabled} == {"tpot_p99"}
+    raw["rollback"] = {"guards": {"ttftP50": {"enabled": True}}}
+    judge, _ = settings_from_spec(validate_spec(raw))
+    assert {g.name for g in judge.guards if g.enabled} == {"tpot_p99", "ttft_p50", "e2e_p99"}
     assert sorted(GUARD_WIRE.values()) == ["e2eP99", "tpotP99", "ttftP50", "ttftP99"]
     assert set(Guards().to_wire()) == set(GUARD_WIRE.values())
 

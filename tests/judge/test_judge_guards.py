@@ -136,8 +136,18 @@ def test_a_guard_does_not_act_on_an_unchanged_drafter(name: GuardName) -> None:
     assert result.outcome == "clear" and not result.regressed
 
 
+def test_the_ttft_guards_are_off_by_default() -> None:
+    """A drafter lengthens every step, so first tokens wait longer by design: by default
+    only the per-token and end-to-end guards are judged (docs/judge.md)."""
+    v = judge(window(0, "ttft_p50"), JudgeSettings())
+    assert [g.name for g in v.guards] == ["tpot_p99", "e2e_p99"]
+    assert v.outcome == "improved" and v.regressed_guards == ()
+    on = JudgeSettings(guards=tuple(replace(g, enabled=True) for g in DEFAULT_GUARDS))
+    assert "ttft_p50" in [g.name for g in judge(window(0, "ttft_p50"), on).regressed_guards]
+
+
 def test_too_few_pairs_says_so_and_does_not_act() -> None:
-    settings = JudgeSettings()
+    settings = JudgeSettings(guards=tuple(replace(g, enabled=True) for g in DEFAULT_GUARDS))
     verdicts = [judge(window(seed, "e2e_p99", n=300), settings) for seed in range(K)]
     for v in verdicts:
         assert v.outcome == "improved"
@@ -211,7 +221,8 @@ def test_bands_and_domains_are_judged_without_guards(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(_verdict, "judge_guards", spy)
     samples = window(3, "e2e_p99", n=600)
     settings = JudgeSettings(min_requests_per_arm=50, resamples=200)
-    assert judge(samples, settings).guards and asked[-1] == DEFAULT_GUARDS  # the spy sees it
+    on = tuple(g for g in DEFAULT_GUARDS if g.enabled)
+    assert judge(samples, settings).guards and asked[-1] == on  # the spy sees it
     asked.clear()
     verdicts = domain_verdicts(samples, settings)
     assert verdicts and all(v.guards == () for v in verdicts.values())

@@ -524,15 +524,20 @@ class Evaluation(SpecModel):
 class Guard(SpecModel):
     """One guard beside the median per-token latency (docs/judge.md, "Guards")."""
 
-    enabled: bool = Field(default=True, description="Judge this guard. Default true.")
+    enabled: bool | None = Field(
+        default=None,
+        description="Judge this guard. Unset: the guard's default (on for tpotP99 and e2eP99, "
+        "off for ttftP50 and ttftP99: a drafter lengthens every engine step, so at load a new "
+        "request's first token waits longer by design; turn them on where a TTFT SLO holds).",
+    )
     tolerance: float | None = Field(
         default=None,
         ge=0.0,
         le=5.0,
         description="Relative band above 1.0 of the arms' quantile ratio (speculative / "
         "baseline) treated as no change: regressed needs its lower confidence bound above "
-        "1 + tolerance. Unset: the guard's default (tpotP99 0.10, ttftP50 1.0, ttftP99 "
-        "1.0, e2eP99 0.10).",
+        "1 + tolerance. Unset: the guard's default (tpotP99 0.10, ttftP50 0.20, ttftP99 "
+        "0.25, e2eP99 0.10).",
     )
     min_pairs: int | None = Field(
         default=None,
@@ -549,10 +554,12 @@ class Guards(SpecModel):
         default_factory=Guard, description="p99 per-token latency (TPOT). Default tolerance 0.10."
     )
     ttft_p50: Guard = Field(
-        default_factory=Guard, description="Time to first token, p50. Default tolerance 1.0."
+        default_factory=Guard,
+        description="Time to first token, p50. Default off; tolerance 0.20 when on.",
     )
     ttft_p99: Guard = Field(
-        default_factory=Guard, description="Time to first token, p99. Default tolerance 1.0."
+        default_factory=Guard,
+        description="Time to first token, p99. Default off; tolerance 0.25 when on.",
     )
     # to_camel would spell it e2EP99; docs, status and metrics say e2eP99.
     e2e_p99: Guard = Field(

@@ -69,7 +69,7 @@ def guards(spec: Guards) -> tuple[Guard, ...]:
                 default.name,
                 default.tolerance if given.tolerance is None else given.tolerance,
                 default.min_pairs if given.min_pairs is None else given.min_pairs,
-                enabled=given.enabled,
+                enabled=default.enabled if given.enabled is None else given.enabled,
             )
         )
     return tuple(out)
