@@ -17,7 +17,7 @@ from specguard.api import SpeculativeDeployment
 from specguard.controller._kube import KubeError
 from specguard.controller._loop import Observed, ResourceLoop, _settled
 from specguard.controller._metrics import OperatorMetrics
-from specguard.judge import ArmLoad, DraftCounters, Sample
+from specguard.judge import ArmLoad, DraftCounters, Role, Sample
 from specguard.sources import Reading, Targets, WindowSamples
 
 from .conftest import merge_patch, resource
@@ -718,3 +718,80 @@ async def test_the_first_window_after_a_swap_counts_on_the_requests_started_afte
         await loop.tick(T0 + s)
     assert seen and seen[0][1] is None, seen
     assert judged[0] == tuple(float(ended + k) for k in range(1, 4)), judged
+
+
+def _pairs(start: float, n: int, concurrency: int, spec_tpot: float) -> tuple[Sample, ...]:
+    """``n`` mirrored pairs started from ``start``, both halves at ``concurrency`` in
+    flight: the drafter half at ``spec_tpot`` s per token, the baseline half at 0.03 s."""
+    out: list[Sample] = []
+    for i in range(n):
+        t = start + 0.1 * i
+        halves: tuple[tuple[Arm, Role, float], ...] = (
+            ("speculative", "serving", spec_tpot),
+            ("baseline", "shadow", 0.03),
+        )
+        for arm, role, tpot in halves:
+            jitter = 1.0 + 0.01 * ((i * 7) % 5)
+            out.append(Sample(arm=arm, role=role, pod=f"{arm}-0", domain="chat", started_at=t,
+                              concurrency=concurrency, output_tokens=64,
+                              e2e_s=0.1 + 63 * tpot * jitter, ttft_s=0.1,
+                              tpot_s=tpot * jitter, measurement="stream_usage",
+                              pair_id=f"{start:.0f}-{i}"))  # fmt: skip
+    return tuple(out)
+
+
+async def test_a_window_whose_drafter_is_not_in_effect_adds_no_pairs_to_the_bands(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 36: the schedule rung's band evidence (LevelPairs) is kept across windows;
+    a window whose drafter arm proposed nothing (NothingToPropose: 0 drafts over 40 served
+    requests) says nothing about the configured drafter, so its pairs must not reach the
+    next counted window's band verdicts or status.ladder.levels."""
+    from specguard.api import parse_resource
+    from specguard.controller import _loop
+    from specguard.render import vllm_args
+
+    # Dry run: the guardrail's rollback is only reported, so the next window is judged too.
+    spec = {
+        "ladder": {"rungs": ["schedule"]},
+        "rollback": {"cooldown": "60s", "startupDeadline": "1m", "policy": "notify"},
+    }
+    sd = parse_resource(resource(**spec))
+    args = vllm_args(sd.spec, "speculative")
+    pods = [
+        vllm(arm, ip) | {"spec": {"containers": [{"name": "vllm", "args": args}]}}
+        for arm, ip in (("speculative", "10.0.0.1"), ("speculative", "10.0.0.2"))
+    ]
+    pods.append(vllm("baseline", "10.0.0.3"))
+    levels: list[tuple[tuple[int, int, str], ...]] = []
+    spans: list[str | None] = []
+    real = _loop.decide  # type: ignore[attr-defined]
+
+    def spy(obs: Any) -> Any:
+        if obs.window is not None:
+            from specguard.controller._decide import gather
+
+            spans.append(gather(obs).spans)
+            levels.append(tuple((lv.low, lv.high, lv.outcome) for lv in obs.window.levels))
+        return real(obs)
+
+    monkeypatch.setattr(_loop, "decide", spy)
+    # Window 1: the drafter slower at 1 in flight, but its counters show no draft at all.
+    loop = Loop(WindowSamples("router", T0, T0 + 10, "ok", samples=_pairs(T0 + 1, 40, 1, 0.05)))
+    _running(loop.kube)
+    loop.readings = {"speculative": {"http://10.0.0.1:8000": Reading(drafts=0.0, accepted=0.0)}}
+    for second in range(11):
+        await loop.tick(T0 + second, cluster(loop.kube, pods), **spec)
+    assert len(spans) == 1 and spans[0] is not None and "NothingToPropose" in spans[0], spans
+    # Window 2, counted: the drafter faster at 8 in flight, drafting.
+    window = WindowSamples("router", T0 + 10, T0 + 20, "ok",
+                           samples=_pairs(T0 + 11, 40, 8, 0.02))  # fmt: skip
+    loop.sources[0].window = window
+    for second in range(11, 21):
+        drafting = Reading(drafts=100.0 * (second - 10), accepted=200.0 * (second - 10))
+        loop.readings = {"speculative": {"http://10.0.0.1:8000": drafting}}
+        await loop.tick(T0 + second, cluster(loop.kube, pods), **spec)
+    assert spans[1:] == [None], spans
+    assert len(levels[1]) == 1 and levels[1][0][2] == "improved", levels
+    stored = loop.kube.status["ladder"].get("levels") or []
+    assert len(stored) == 1 and stored[0]["outcome"] == "improved", stored

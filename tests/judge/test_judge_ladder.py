@@ -234,3 +234,18 @@ def test_level_pairs_keep_only_the_newest_per_band() -> None:
     verdicts = evidence.verdicts(JudgeSettings(min_requests_per_arm=50, resamples=200), None)
     main = max(verdicts, key=lambda lv: lv.pairs)
     assert main.outcome == "regressed" and main.ratio is not None and main.ratio > 1.3
+
+
+def test_level_pairs_with_a_window_leave_the_kept_pairs_as_they_were() -> None:
+    """The controller judges a window's bands on ``with_pairs`` and keeps that copy only when
+    the window counts: a window that does not (its drafter not in effect) leaves nothing."""
+    rng = np.random.default_rng(7)
+    evidence = LevelPairs(per_band=100)
+    evidence.add(_pairs(rng, 60, 4, 0.6, 0))
+    kept = [(lv.low, lv.high, lv.pairs) for lv in evidence.verdicts(JudgeSettings(), None)]
+    candidate = evidence.with_pairs(_pairs(rng, 80, 40, 1.5, 1000))
+    assert len(candidate) == len(evidence) + 80 and candidate.per_band == 100
+    assert [(lv.low, lv.high, lv.pairs) for lv in evidence.verdicts(JudgeSettings(), None)] == kept
+    # The copy keeps the newest per_band of each band, as add does.
+    more = candidate.with_pairs(_pairs(rng, 80, 40, 1.5, 2000))
+    assert len(more) <= len(evidence) + 3 * 100 and len(candidate) == len(evidence) + 80

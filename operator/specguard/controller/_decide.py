@@ -190,6 +190,9 @@ class Outcome:
     transition: Transition | None = None
     rung: DrafterRung = field(default_factory=DrafterRung)  # the drafter arm's configuration
     rung_changed: bool = False  # it changed at this tick: its Deployment is re-applied
+    # A window ended and counts (it spans no disturbance and the drafter arm did what its
+    # rung asks): the loop keeps its pairs as the ladder's band evidence only then.
+    counted: bool = False
 
 
 def current_target(status: Status) -> Arm:
@@ -433,7 +436,7 @@ def decide(obs: Observation) -> Outcome:
     status = _beyond_on_off(status, obs, plan=plan, routing=routing, counts=counts, ladder=ladder,
                             rung=rung, evidence=evidence)  # fmt: skip
     return Outcome(decision.target, plan, status, tuple(events), decision, transition, rung,
-                   rung_changed)  # fmt: skip
+                   rung_changed, counted)  # fmt: skip
 
 
 def _lost_serving(

@@ -223,6 +223,9 @@ class _Resource:
     # ladder's schedule evidence; only with the schedule rung). Operator memory: a new
     # operator starts from status.ladder.levels and new pairs.
     levels: LevelPairs | None = None
+    # The window just ended judged on ``levels`` with its pairs: kept as ``levels`` only
+    # when the decision counts the window (Outcome.counted).
+    levels_pending: LevelPairs | None = None
 
     def objects(self, replicas: Mapping[c.Arm, int], rung: DrafterRung) -> list[dict[str, Any]]:
         """The owned objects with these replicas and the drafter arm's rung (rendered again
@@ -309,6 +312,11 @@ class ResourceLoop:
         outcome = decide(obs)
         if obs.window is not None:
             self._record_window(obs.window, outcome, now)
+        # A window that does not count (it spans a disturbance, or the drafter arm did not
+        # do what its rung asks) leaves its pairs out of the bands' evidence.
+        pending, resource.levels_pending = resource.levels_pending, None
+        if pending is not None and outcome.counted:
+            resource.levels = pending
         if outcome.rung_changed:
             self.applier.reset()  # the drafter arm's pod template changes
             if resource.levels is not None:
@@ -540,15 +548,18 @@ class ResourceLoop:
         now: float,
     ) -> tuple[Level, ...]:
         """The configured drafter's verdicts per in-flight band, with this window's pairs
-        (only with the schedule rung, and while the drafter arm runs the configured rung)."""
+        (only with the schedule rung, and while the drafter arm runs the configured rung).
+        The pairs are kept across windows only once the decision counts this window
+        (``levels_pending``, see tick)."""
         spec = resource.sd.spec
         running = prev.ladder.rung.name if prev.ladder is not None else "configured"
+        resource.levels_pending = None
         if "schedule" not in spec.ladder.rungs or running != "configured" or not samples:
             return ()
         if resource.levels is None:
             resource.levels = LevelPairs(per_band=2 * spec.evaluation.min_requests_per_arm)
-        resource.levels.add(samples)
-        return tuple(resource.levels.verdicts(settings, now))
+        resource.levels_pending = resource.levels.with_pairs(samples)
+        return tuple(resource.levels_pending.verdicts(settings, now))
 
     def _record_window(self, window: Window, outcome: Outcome, now: float) -> None:
         verdict = window.verdict

@@ -217,11 +217,24 @@ def _pairs(samples: Iterable[Sample]) -> dict[str, dict[str, Sample]]:
 class LevelPairs:
     """Mirrored pairs of the configured drafter, kept per band of the drafter half's
     in-flight count (the newest ``per_band`` of each), across windows: a band reaches the
-    judge's sample minimum sooner than one window would give it."""
+    judge's sample minimum sooner than one window would give it.
+
+    Only counted windows' pairs belong here: a window that spans a disturbance or whose
+    drafter arm did not do what its rung asks (``RungNotInEffect``, ``NothingToPropose``,
+    ``SpeculationOff``, ...) says nothing about the configured drafter. The controller
+    judges a window on :meth:`with_pairs` (a copy) and keeps that copy only once the
+    decision counted the window."""
 
     def __init__(self, per_band: int) -> None:
         self.per_band = per_band
         self._bands: dict[tuple[int, int], list[tuple[Sample, Sample]]] = {}
+
+    def with_pairs(self, samples: Iterable[Sample]) -> LevelPairs:
+        """A copy holding ``samples``' pairs too (this one unchanged)."""
+        out = LevelPairs(self.per_band)
+        out._bands = {band: list(pairs) for band, pairs in self._bands.items()}
+        out.add(samples)
+        return out
 
     def add(self, samples: Iterable[Sample]) -> None:
         for arms in _pairs(samples).values():

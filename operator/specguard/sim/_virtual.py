@@ -43,6 +43,9 @@ class ClosedLoopRun:
     seconds: float  # model time from the first request to the last token
     steps: int
     finished: tuple[RequestTimes, ...] = ()  # in the order they finished
+    # The engine's /metrics text as a scrape would read it when ``scrape_after[i]`` requests
+    # had finished (``closed_loop``'s argument), one per count reached.
+    scrapes: tuple[str, ...] = ()
 
     def quantile(self, metric: str, q: float) -> float:
         """The ``q`` quantile over requests of ``metric`` ("ttft", "tpot", "e2e")."""
@@ -64,9 +67,12 @@ def closed_loop(
     output_tokens: int,
     domain: str = "chat",
     seed: int = 0,
+    scrape_after: tuple[int, ...] = (),
 ) -> ClosedLoopRun:
     """``requests`` requests of ``prompt_tokens`` in and exactly ``output_tokens`` out, at
-    most ``concurrency`` at a time, on one engine with ``--max-num-seqs concurrency``."""
+    most ``concurrency`` at a time, on one engine with ``--max-num-seqs concurrency``.
+    ``scrape_after``: finished-request counts at which the engine's /metrics is rendered
+    (``ClosedLoopRun.scrapes``: the counters a window's readings would take)."""
     if concurrency < 1 or requests < 1 or prompt_tokens < 1 or output_tokens < 1:
         raise ValueError("concurrency, requests, prompt_tokens and output_tokens must be >= 1")
     k = spec.num_speculative_tokens if spec is not None else 0
@@ -87,6 +93,8 @@ def closed_loop(
     sent = done = generated = 0
     finished: list[RequestTimes] = []
     decode_steps: dict[int, int] = {}  # id(sequence) -> steps it decoded in
+    scrapes: list[str] = []
+    pending = sorted(scrape_after)
 
     def send() -> None:
         nonlocal sent
@@ -108,6 +116,12 @@ def closed_loop(
         step = engine.next_step(now)
         if step is None:  # cannot happen while requests are outstanding
             raise RuntimeError("the engine idles with requests outstanding")
+        while pending and done >= pending[0]:
+            pending.pop(0)
+            # The gauges as the server's loop sets them once a step is scheduled (Engine.run)
+            metrics.running.set(len(engine.running))
+            metrics.waiting.set(len(engine.waiting))
+            scrapes.append(metrics.render().decode())
         now += step.ms / 1000.0
         engine.complete_step(step, now)
         for seq in step.decoders:
@@ -127,7 +141,7 @@ def closed_loop(
                 )
                 if sent < requests:
                     send()
-    return ClosedLoopRun(requests, generated, now, engine.steps, tuple(finished))
+    return ClosedLoopRun(requests, generated, now, engine.steps, tuple(finished), tuple(scrapes))
 
 
 def speedup(
