@@ -528,6 +528,12 @@ def test_window_spans_the_last_disturbance_when_a_request_started_before_it() ->
     assert window_spans(w, Disturbance(90.0, "a swap"), 10.0) == "a swap"
     assert window_spans(w, Disturbance(89.0, "a swap"), 10.0) is None  # all of it after
     assert window_spans(w, Disturbance(105.0, "a change"), 10.0) == "a change"  # in it
+    # Seen at the tick the window opened (restarted at a change in the pods): before it,
+    # when every request it judges started after it.
+    restarted = Window(verdict_of(1.0), start=100.0, first_started=100.5)
+    assert window_spans(restarted, Disturbance(100.0, "a change"), 10.0) is None
+    assert window_spans(restarted, Disturbance(100.5, "a change"), 10.0) == "a change"
+    assert window_spans(w, Disturbance(100.0, "a change"), 10.0) == "a change"
     # No per-request start times (histograms): up to one window before the start.
     histogram = Window(verdict_of(1.0), start=100.0)
     restart = Disturbance(99.0, "an operator restart")

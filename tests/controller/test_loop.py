@@ -141,6 +141,10 @@ class Loop:
         self.counters: list[dict[str, tuple[str, ...]]] = []
         self.readings: Mapping[Arm, Mapping[str, Reading]] = {}
         self.window = window
+        # The arms' Deployments exist already, as the first tick applies them: their
+        # appearing at the second tick would be a change in the pods (replicas 0→2), which
+        # restarts the window open since the first.
+        _running(self.kube)
         self.loop = ResourceLoop(self.kube, OperatorMetrics(), "llm", "qwen",
                                  open_source=self._open, read_counters=self._read)  # fmt: skip
 
@@ -322,8 +326,8 @@ async def test_window_evidence_carries_the_counters_and_the_arms_load(
     loop = Loop()
     spec, spec2, base = "http://10.0.0.1:8000", "http://10.0.0.2:8000", "http://10.0.0.3:8000"
     loop.readings = {"speculative": {spec: Reading(drafts=0.0, accepted=0.0)}}
-    # The first window spans the arms' pods coming up (a change in the pods): its counters
-    # count, the engines' load across the change does not.
+    # The first window spans a change in the pods seen at its end (a third vLLM pod
+    # ready): its counters count, the engines' load across the change does not.
     await loop.tick(T0)
     await loop.tick(T0 + 1)
     loop.readings = {
@@ -331,13 +335,13 @@ async def test_window_evidence_carries_the_counters_and_the_arms_load(
                         spec2: Reading(drafts=1.0, accepted=1.0, running=4.0, waiting=0.0)},
         "baseline": {base: Reading(running=12.0, waiting=2.0)},
     }  # fmt: skip
-    await loop.tick(T0 + 10)
+    await loop.tick(T0 + 10, cluster(loop.kube, [*PODS, vllm("baseline", "10.0.0.4")]))
     loop.readings = {
         # the second drafter pod answers only at the start: it counts for neither figure
         "speculative": {spec: Reading(drafts=110.0, accepted=305.0, running=64.0, waiting=36.0)},
         "baseline": {base: Reading(running=15.0, waiting=1.0)},
     }
-    await loop.tick(T0 + 20)
+    await loop.tick(T0 + 20, cluster(loop.kube, [*PODS, vllm("baseline", "10.0.0.4")]))
     assert seen == [
         (DraftCounters(pods=1, exporting=1, drafts=10.0, accepted=5.0), None),
         (
@@ -457,12 +461,22 @@ async def test_the_engines_are_not_read_between_window_ends_where_no_trip_could_
         status["mode"] = status["targetMode"] = status["policy"]["mode"] = "baseline"
         loop = Loop()
         loop.kube.status = status
+        for name, replicas in (("qwen-spec", 1), ("qwen-base", 2)):  # as the baseline serves
+            loop.kube.deployments[name]["spec"]["replicas"] = replicas
     loop.readings = {"speculative": {"http://10.0.0.1:8000": Reading(running=90.0, waiting=0.0)},
                      "baseline": {"http://10.0.0.3:8000": Reading(running=185.0, waiting=0.0)}}
     pods = list(PODS)
+    if case == "pods changed":
+        # A change at 12.5 s restarts the second window (read then); its first look at 15 s
+        # reads; a change at 21 s falls inside it for good (restarts postpone the end of
+        # the window they cut by less than one window): no look at 22 s, until it ends.
+        for at in (0.0, 10.0, 12.5, 15.0, 21.0, 22.0, 22.5):
+            if at in (12.5, 21.0):
+                pods = [*pods, vllm("baseline", f"10.0.0.{int(at) + 10}")]
+            await loop.tick(T0 + at, cluster(loop.kube, pods), **fields)
+        assert len(loop.counters) == 5, loop.counters  # at 0, 10, 12.5, 15 and 22.5 s
+        return
     for at in (0.0, 2.5, 10.0, 11.0, 12.5, 15.0, 17.5):
-        if at == 11.0 and case == "pods changed":
-            pods = [*PODS, vllm("baseline", "10.0.0.4")]
         if at >= 10.0 and case == "routes by domain":
             loop.kube.status["arms"]["routes"] = {"tool_call": "baseline"}
         await loop.tick(T0 + at, cluster(loop.kube, pods), **fields)
@@ -477,8 +491,12 @@ async def test_a_new_spec_closes_the_old_source_and_starts_a_new_window() -> Non
     assert len(loop.sources) == 2 and loop.sources[0].closed and not loop.sources[1].closed
     await loop.tick(T0 + 12, generation=2, replicas=3)
     assert loop.sources[1].collected == []  # its window started at T0 + 6
+    # ... and restarted at T0 + 12, when the watch showed the new replicas (a change in
+    # the pods inside it)
     await loop.tick(T0 + 16, generation=2, replicas=3)
-    assert loop.sources[1].collected == [(T0 + 6, T0 + 16)]
+    assert loop.sources[1].collected == []
+    await loop.tick(T0 + 22, generation=2, replicas=3)
+    assert loop.sources[1].collected == [(T0 + 12, T0 + 22)]
     await loop.loop.aclose()
     assert loop.sources[1].closed
 
@@ -614,7 +632,8 @@ async def test_the_first_window_after_an_operator_restart_spans_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A new loop over a status an operator wrote before: the requests in flight when it
-    came up ran under the last one. Its first window never counts; the next does."""
+    came up ran under the last one. Its first window counts only on the requests that
+    started after the restart (none here, so it does not); the next one counts."""
     seen = _spans(monkeypatch)
     loop = Loop(WindowSamples("router", T0, T0 + 10, "ok", samples=(_sample(T0 - 1),)))
     _running(loop.kube)
@@ -655,9 +674,10 @@ async def test_a_window_across_a_change_in_the_pods_spans_it(
     loop = Loop(WindowSamples("router", T0, T0 + 10, "ok", samples=(_sample(T0 + 1),)))
     shadow_down = [*PODS[:2], vllm("baseline", "10.0.0.3") | {"status": {"phase": "Running"}}]
     for second in range(11):
-        pods = shadow_down if second == 5 else PODS  # the shadow pod not ready for a second
+        # the shadow pod not ready at the window's end (inside it, it would restart it)
+        pods = shadow_down if second == 10 else PODS
         await loop.tick(T0 + second, cluster(loop.kube, pods))
-    assert seen == [(0.0, "a change in the pods (baseline ready 0→1)")]
+    assert seen == [(0.0, "a change in the pods (baseline ready 1→0)")]
 
 
 async def test_the_first_window_after_a_swap_spans_it(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -795,3 +815,67 @@ async def test_a_window_whose_drafter_is_not_in_effect_adds_no_pairs_to_the_band
     assert len(levels[1]) == 1 and levels[1][0][2] == "improved", levels
     stored = loop.kube.status["ladder"].get("levels") or []
     assert len(stored) == 1 and stored[0]["outcome"] == "improved", stored
+
+
+def _windows(
+    monkeypatch: pytest.MonkeyPatch,
+) -> list[tuple[float, float, str | None, tuple[float, ...]]]:
+    """(tick, window start, what it spans, its requests' starts) of every window the loop
+    hands to decide, in seconds from T0."""
+    from specguard.controller import _loop
+    from specguard.controller._decide import gather
+
+    seen: list[tuple[float, float, str | None, tuple[float, ...]]] = []
+    real = _loop.decide  # type: ignore[attr-defined]
+
+    def spy(obs: Any) -> Any:
+        if obs.window is not None:
+            starts = tuple(s.started_at - T0 for s in obs.window.samples)
+            seen.append((obs.now - T0, obs.window.start - T0, gather(obs).spans, starts))
+        return real(obs)
+
+    monkeypatch.setattr(_loop, "decide", spy)
+    return seen
+
+
+async def test_a_change_in_the_pods_inside_a_window_restarts_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The shadow pod turns ready 4 s into a 10 s window: the window opens again at that
+    tick (counters read afresh), and the verdict comes one window after the change (at 14 s,
+    not at the spoiled window's end plus a whole window, 20 s), judged on the requests that
+    started after the change, and counts."""
+    seen = _windows(monkeypatch)
+    before = _sample(T0 + 2)  # started before the change: left out with its pair
+    after = tuple(_sample(T0 + s) for s in (5, 6, 7))
+    loop = Loop(WindowSamples("router", T0, T0 + 99, "ok", samples=(before, *after)))
+    shadow_down = [*PODS[:2], vllm("baseline", "10.0.0.3") | {"status": {"phase": "Running"}}]
+    for second in range(21):
+        await loop.tick(T0 + second, cluster(loop.kube, shadow_down if second < 4 else PODS))
+    change = "a change in the pods (baseline ready 0→1)"
+    assert seen[0] == (14.0, 4.0, None, (5.0, 6.0, 7.0)), seen
+    assert loop.sources[0].collected[0] == (T0 + 4, T0 + 14)
+    vllm_urls = {"speculative": ("http://10.0.0.1:8000", "http://10.0.0.2:8000"),
+                 "baseline": ("http://10.0.0.3:8000",)}  # fmt: skip
+    # Read at the first window's start, again at the change (the new pod in), at its end.
+    assert loop.counters[1:3] == [vllm_urls, vllm_urls]
+    assert f"1 requests that started before {change} ended are left out" in str(
+        loop.kube.status["lastVerdict"]
+    )
+
+
+async def test_pods_that_keep_changing_still_let_windows_end(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Restarts postpone a window's end by less than one window: pods that change every
+    4 s restart the window at 4 s and 8 s, not at 12 s; that window ends at 18 s, judged
+    and not counted (its errors still reach the guardrail), and so on."""
+    seen = _windows(monkeypatch)
+    loop = Loop(WindowSamples("router", T0, T0 + 99, "ok", samples=(_sample(T0 + 1),)))
+    shadow_down = [*PODS[:2], vllm("baseline", "10.0.0.3") | {"status": {"phase": "Running"}}]
+    for second in range(19):
+        pods = shadow_down if (second // 4) % 2 else PODS  # a change at 4, 8, 12, 16 s
+        await loop.tick(T0 + second, cluster(loop.kube, pods))
+    assert [(now, start, spans) for now, start, spans, _ in seen] == [
+        (18.0, 8.0, "a change in the pods (baseline ready 0→1)")
+    ], seen

@@ -244,13 +244,15 @@ def pods_changed(before: Mapping[Arm, ArmObserved], after: Mapping[Arm, ArmObser
 
 def window_spans(window: Window, disturbed: Disturbance | None, length: float) -> str | None:
     """What the window spans, so that it must not count: the last disturbance, when a
-    request the window judges started at or before it. Without per-request start times
-    (histogram sources), a request is taken to have started up to one window ``length``
-    before the window opened."""
+    request the window judges started at or before it, or when it came after the window
+    opened. One seen at the tick the window opened is before it (the loop reads the pods'
+    counters at the start after it: a window restarted at a change in the pods opens
+    then). Without per-request start times (histogram sources), a request is taken to have
+    started up to one window ``length`` before the window opened."""
     if disturbed is None or window.start is None:
         return None
     began = window.first_started if window.first_started is not None else window.start - length
-    if disturbed.at < min(began, window.start):
+    if disturbed.at < began and disturbed.at <= window.start:
         return None
     return disturbed.what
 

@@ -153,11 +153,12 @@ def _after_disturbance(
     window: WindowSamples, disturbed: Disturbance | None, start: float
 ) -> WindowSamples:
     """``window`` without the requests that started at or before the last disturbance, when
-    it came before the window opened (the first window after a swap or a change in the
-    pods): the requests that started after it are judged, so the window counts on them
+    it came before the window opened or at the tick it opened (the first window after a
+    swap, an operator restart or a change in the pods; a window restarted at a change in
+    the pods): the requests that started after it are judged, so the window counts on them
     (``window_spans``) instead of being thrown away whole for the second or so of requests
     still in flight from before. With none left, it still spans the disturbance."""
-    if disturbed is None or disturbed.at >= start:
+    if disturbed is None or disturbed.at > start:
         return window
     return _started_from(window, math.nextafter(disturbed.at, math.inf),
                          f"{disturbed.what} ended")  # fmt: skip
@@ -189,7 +190,9 @@ def _load_rule(spec: Spec, prev: Status, start: float) -> LoadMatch:
 
 
 def _disturbed_since(disturbed: Disturbance | None, start: float | None) -> bool:
-    return disturbed is not None and start is not None and disturbed.at >= start
+    """Was the last disturbance seen after the window opened at ``start``? One seen at the
+    tick it opened is before it: the pods' counters at the start were read after it."""
+    return disturbed is not None and start is not None and disturbed.at > start
 
 
 def source_for(sd: SpeculativeDeployment) -> Source:
@@ -213,6 +216,9 @@ class _Resource:
     source: Source
     window_start: float | None = None
     readings_at_start: Readings | None = None
+    # While a disturbance's restarts run: when the window the first one cut short had
+    # opened (they postpone its end by less than one window; ``ResourceLoop._restarts``).
+    cut_from: float | None = None
     load_read_at: float | None = None  # the last look between window ends (overload)
     load_last: Readings | None = None  # the pods' readings at that look, in this window
     _rendered: tuple[_RenderKey, list[dict[str, Any]]] | None = None
@@ -431,17 +437,19 @@ class ResourceLoop:
     ) -> Window | None:
         """The window that ends now, if one does. Windows run only while judged; a swap,
         a paused shadow, a drafter arm changing its configuration or a new spec starts the
-        next one afresh."""
+        next one afresh, and a change in the pods inside an open window restarts it at this
+        tick (``_restarts``)."""
         spec = resource.sd.spec
         if not judging(spec, prev, created, now, rolled_out):
             resource.window_start, resource.readings_at_start = None, None
             resource.load_read_at, resource.load_last = None, None
-            resource.previous = ()
+            resource.previous, resource.cut_from = (), None
             return None
         pods = vllm_urls(self.name, observed.pods, spec.runtime.port)
-        if resource.window_start is None:
+        if resource.window_start is None or self._restarts(resource, disturbed, now):
             resource.window_start = now
             resource.readings_at_start = await self._read_counters(pods)
+            resource.load_read_at, resource.load_last = None, None
             return None
         start = resource.window_start
         resource.source.set_targets(Targets(
@@ -462,7 +470,7 @@ class ResourceLoop:
                         self.name, window.source, window.problem)  # fmt: skip
         before, last = resource.readings_at_start, resource.load_last
         resource.window_start, resource.readings_at_start = now, at_end
-        resource.load_last = None
+        resource.load_last, resource.cut_from = None, None
         clients = self._clients(resource, window, start, now)
         rule = rule_in_force(spec, prev)
         spec_arm: c.Arm = c.ARM_SPECULATIVE
@@ -482,6 +490,29 @@ class ResourceLoop:
             samples=settled.samples,
             levels=self._levels(resource, prev, settled.samples, settings, now),
         )  # fmt: skip
+
+    @staticmethod
+    def _restarts(resource: _Resource, disturbed: Disturbance | None, now: float) -> bool:
+        """Does the open window restart at this tick? Yes when a disturbance (a change in
+        either arm's pods) came after it opened: the window opens again now, its counters
+        read afresh (no per-pod count spans the change) and the requests that started
+        before left out (``_after_disturbance``), so the next verdict comes one window
+        after the change instead of at the end of the spoiled window plus a whole one. The
+        part before is not judged (its requests would span the change, or ran before it).
+
+        Restarts postpone the end of the window the first one cut short by less than one
+        window: a disturbance later than that (pods that keep changing), or one seen at
+        the tick the window ends, leaves the window to end as before — judged, shown, and
+        not counted (``window_spans``) — so windows keep ending (the error guardrail
+        judges them) however often the pods change."""
+        start = resource.window_start
+        if start is None or not _disturbed_since(disturbed, start):
+            return False
+        first = start if resource.cut_from is None else resource.cut_from
+        if now - first >= resource.sd.spec.evaluation.window:
+            return False
+        resource.cut_from = first
+        return True
 
     async def _load_between(
         self,

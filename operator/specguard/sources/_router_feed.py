@@ -398,7 +398,8 @@ class RouterFeedSource:
             where = (
                 "before the first window (read from the routers' rings)"
                 if first
-                else "between windows (none was open: a swap or a paused shadow)"
+                else "between windows (none was open: a swap or a paused shadow; "
+                "or before a window restarted at a change in the pods)"
             )
             notes += (f"{out.fates['outside']} sample(s) that ended {where} were not judged",)
         if problem is not None:
