@@ -291,7 +291,7 @@ def _main(argv: list[str]) -> int:
         n = f"n {verdict.n.get('speculative', 0)}/{verdict.n.get('baseline', 0)}"
         line = f"window {first:>3}: {verdict.outcome:<12}{ratio}{ci} {n}"
         if decision.action == "notify":
-            line += f"  → {decision.reason.split(':')[0]}"
+            line += f"  → {decision.headline}"
             if decision.cumulative is not None:
                 line += " (sustained loss: the cumulative evidence)"
         print(line)

@@ -1,4 +1,5 @@
-"""Status pieces: conditions, the verdict as status shows it, Event sentences.
+"""Status pieces: conditions, the verdict as status shows it, figures as status rounds
+them (``rounded``), Events (``EventSpec``) and their sentences.
 
 Pure and deterministic, so status only changes when something a reader cares about changed
 (an idle resource's status stays byte-for-byte the same and is never re-written).
@@ -8,11 +9,34 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
 
 from specguard.api import ArmFigures, Condition, GuardFigures, Guards, StatusVerdict
 from specguard.api import constants as c
 from specguard.api.constants import Arm, other_arm
 from specguard.judge import ArmLoad, Cumulative, Verdict, same_load, tolerance_text
+
+# A core/v1 Event's type.
+EventType = Literal["Normal", "Warning"]
+
+
+@dataclass(frozen=True, slots=True)
+class EventSpec:
+    """One Event to post about the resource: its type, reason (one CamelCase word) and
+    message."""
+
+    type: EventType
+    reason: str
+    message: str
+
+
+def rounded(value: float | None, digits: int = 4) -> float | None:
+    """A figure as status shows it: ``digits`` after the point (ratios and bounds: 4);
+    None when there is none or it is not finite."""
+    if value is None or not math.isfinite(value):
+        return None
+    return round(value, digits)
 
 
 def set_condition(
@@ -46,12 +70,6 @@ def get_condition(conditions: Sequence[Condition], type_: str) -> Condition | No
     return next((x for x in conditions if x.type == type_), None)
 
 
-def _r(value: float | None, digits: int = 4) -> float | None:
-    if value is None or not math.isfinite(value):
-        return None
-    return round(value, digits)
-
-
 def status_verdict(
     verdict: Verdict, window_end: str, *, engines: ArmLoad | None = None, decision: str = ""
 ) -> StatusVerdict:
@@ -61,23 +79,23 @@ def status_verdict(
     held = None
     if engines is not None and engines.end:
         held = ArmFigures(
-            speculative=_r(engines.end.get(c.ARM_SPECULATIVE), 1),
-            baseline=_r(engines.end.get(c.ARM_BASELINE), 1),
+            speculative=rounded(engines.end.get(c.ARM_SPECULATIVE), 1),
+            baseline=rounded(engines.end.get(c.ARM_BASELINE), 1),
         )
     return StatusVerdict(
         outcome=verdict.outcome,
-        ratio=_r(verdict.ratio),
-        ci_lower=_r(verdict.ci_low),
-        ci_upper=_r(verdict.ci_high),
+        ratio=rounded(verdict.ratio),
+        ci_lower=rounded(verdict.ci_low),
+        ci_upper=rounded(verdict.ci_high),
         samples=ArmFigures(
             speculative=float(n.get(c.ARM_SPECULATIVE, 0)),
             baseline=float(n.get(c.ARM_BASELINE, 0)),
         ),
         concurrency=ArmFigures(
-            speculative=_r(verdict.concurrency.get(c.ARM_SPECULATIVE), 2),
-            baseline=_r(verdict.concurrency.get(c.ARM_BASELINE), 2),
+            speculative=rounded(verdict.concurrency.get(c.ARM_SPECULATIVE), 2),
+            baseline=rounded(verdict.concurrency.get(c.ARM_BASELINE), 2),
         ),
-        domains={d.domain: r for d in verdict.domains if (r := _r(d.ratio)) is not None},
+        domains={d.domain: r for d in verdict.domains if (r := rounded(d.ratio)) is not None},
         reason="; ".join(verdict.reasons)[:1000],
         decision=decision[:2000] or None,
         engines=held,
@@ -85,9 +103,9 @@ def status_verdict(
             GuardFigures(
                 name=GUARD_WIRE[g.name],
                 outcome=g.outcome,
-                ratio=_r(g.ratio),
-                ci_lower=_r(g.ci_low),
-                ci_upper=_r(g.ci_high),
+                ratio=rounded(g.ratio),
+                ci_lower=rounded(g.ci_low),
+                ci_upper=rounded(g.ci_high),
                 pairs=g.n,
                 tolerance=g.tolerance,
             )

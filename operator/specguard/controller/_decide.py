@@ -40,7 +40,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any
 
 from specguard._times import parse_time, rfc3339
 from specguard.api import (
@@ -61,7 +61,10 @@ from specguard.api import constants as c
 from specguard.api.constants import Arm, other_arm
 from specguard.controller._clients import LoadMatchAfter, load_match_after, rule_in_force
 from specguard.controller._conditions import (
+    EventSpec,
+    EventType,
     evidence_sentence,
+    rounded,
     set_condition,
     status_verdict,
     verdict_sentence,
@@ -109,17 +112,9 @@ from specguard.judge import (
     step,
 )
 
-EventType = Literal["Normal", "Warning"]
 # During a routing split each arm serves and receives the other's copies on the same pods:
 # at most this share of requests is copied, so the comparison goes on at a bounded cost.
 SPLIT_MIRROR_SHARE = 0.25
-
-
-@dataclass(frozen=True, slots=True)
-class EventSpec:
-    type: EventType
-    reason: str
-    message: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -329,7 +324,8 @@ def gather(obs: Observation, verdict: Verdict | None = None) -> Evidence:
         speculation=None if window is None else window.drafts,
         drafter=drafter_run(obs),
         load=obs.load if window is None else window.load,
-        tool_calls=None if window is None or not window.samples
+        tool_calls=None
+        if window is None or not window.samples
         else ToolCallPairs.of(window.samples),
         pin=pinned_mode(obs.annotations),
         retry=obs.annotations.get(c.ANNOTATION_RETRY),
@@ -416,7 +412,7 @@ def decide(obs: Observation) -> Outcome:
     if state.halted and not remembered.halted:
         events.append(EventSpec("Warning", "FlapLimit", _halt_message(obs, settings, state)))
     events += [EventSpec("Normal", "RouteChanged", move) for move in moves]
-    events += [EventSpec(*event) for event in (*ladder_events, *rung_events)]
+    events += [*ladder_events, *rung_events]
     load_match = load_match_after(
         spec, prev, None if obs.window is None else obs.window.clients, rfc3339(now)
     )
@@ -452,7 +448,7 @@ def _lost_serving(
         return None
     guards = () if evidence.verdict is None else evidence.verdict.regressed_guards
     guard = next((g for g in guards if g.cause == transition.reason), None)
-    ratio = transition.ratio if guard is None or guard.ratio is None else round(guard.ratio, 4)
+    ratio = transition.ratio if guard is None or guard.ratio is None else rounded(guard.ratio)
     return transition.reason, transition.message, ratio  # the guard's ratio when it decided
 
 
@@ -492,8 +488,10 @@ def _beyond_on_off(
     if spec.routing.by_domain or obs.status.routing is not None:
         update["routing"] = routing_status(routing, plan.mode, counts)
         if status.arms is not None:
-            in_effect = plan.done and not plan.swapping and (
-                counts is None or all(plan.replicas[a] == counts[a] for a in c.ARMS)
+            in_effect = (
+                plan.done
+                and not plan.swapping
+                and (counts is None or all(plan.replicas[a] == counts[a] for a in c.ARMS))
             )
             routes = routing.routes(plan.mode) if in_effect else {}
             arms: dict[str, Any] = {"routes": routes}
@@ -587,10 +585,10 @@ def _transition(
             message = _why(decision, evidence, serving)
     else:
         reason, message = "Unpinned", f"{c.ANNOTATION_PIN_MODE} removed"
-    ratio = None if verdict is None or verdict.ratio is None else round(verdict.ratio, 4)
+    ratio = None if verdict is None else rounded(verdict.ratio)
     together = None if decision.cumulative is None else decision.cumulative.ratio()
     if together is not None:
-        ratio = round(together, 4)  # what the windows of the cumulative rule show together
+        ratio = rounded(together)  # what the windows of the cumulative rule show together
     return Transition(
         time=now_iso,
         from_mode=old_target,
@@ -626,8 +624,7 @@ def _events(
         # FlapLimit Event was posted once, when the changes stopped.
         detail = _why(decision, evidence, serving)
         kind = "Warning" if decision.warning else "Normal"
-        events.append(EventSpec(kind, decision.cause,
-                                f"{decision.reason.split(':')[0]}: {detail}"))  # fmt: skip
+        events.append(EventSpec(kind, decision.cause, f"{decision.headline}: {detail}"))
     return tuple(events)
 
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Any
 
 from specguard._objects import lookup
 from specguard._times import parse_time, rfc3339
@@ -42,6 +42,7 @@ from specguard.api import (
 )
 from specguard.api import constants as c
 from specguard.api.constants import Arm
+from specguard.controller._conditions import EventSpec, rounded
 from specguard.judge import (
     Decision,
     Evidence,
@@ -63,10 +64,6 @@ from specguard.judge import (
     startup_guardrail,
     tool_call_excess,
 )
-
-EventType = Literal["Normal", "Warning"]
-Event = tuple[EventType, str, str]
-
 
 # -- status.ladder ↔ judge ----------------------------------------------------------------
 
@@ -130,7 +127,7 @@ def ladder_status(state: LadderState) -> LadderStatus:
                 at=rfc3339(x.at),
                 reason=x.cause,
                 message=x.message[:1000],
-                ratio=_r(x.ratio),
+                ratio=rounded(x.ratio),
             )
             for x in state.lost
         ],
@@ -140,9 +137,9 @@ def ladder_status(state: LadderState) -> LadderStatus:
                 high=lv.high,
                 in_flight=round(lv.in_flight, 2),
                 outcome=lv.outcome,
-                ratio=_r(lv.ratio),
-                ci_lower=_r(lv.ci_low),
-                ci_upper=_r(lv.ci_high),
+                ratio=rounded(lv.ratio),
+                ci_lower=rounded(lv.ci_low),
+                ci_upper=rounded(lv.ci_high),
                 pairs=lv.pairs,
                 window_end=None if lv.window_end is None else rfc3339(lv.window_end),
             )
@@ -150,10 +147,6 @@ def ladder_status(state: LadderState) -> LadderStatus:
         ],
         streak=state.streak,
     )
-
-
-def _r(value: float | None) -> float | None:
-    return None if value is None else round(value, 4)
 
 
 # -- one tick --------------------------------------------------------------------------------
@@ -181,7 +174,7 @@ def ladder_step(
     settings: PolicySettings,
     rollback: tuple[str, str, float | None] | None,
     now: float,
-) -> tuple[LadderState, list[Event]]:
+) -> tuple[LadderState, list[EventSpec]]:
     """The ladder after this tick's decision (see the module docstring). ``rollback``: the
     transition that took the drafter arm out of service (reason, message, ratio), if any."""
     rungs = spec.ladder.rungs
@@ -194,7 +187,7 @@ def ladder_step(
     order = rung_order(rungs)
     k = spec.drafter.num_speculative_tokens
     retry_after = float(spec.ladder.retry_after)
-    events: list[Event] = []
+    events: list[EventSpec] = []
     lost: tuple[str, str, float | None] | None = rollback
     shadow_judged = (
         decision.target == c.ARM_BASELINE
@@ -249,13 +242,15 @@ def ladder_step(
             if state.next is not None
             else ""
         )
-        events.append(("Warning", "RungLost", f"{was} lost: {cause}: {message}{nxt} — {sentence}"))
+        events.append(
+            EventSpec("Warning", "RungLost", f"{was} lost: {cause}: {message}{nxt} — {sentence}")
+        )
     elif shadow_judged and state.next is None:
         climbed = climb_back(state, order=order, now=now, retry_after=retry_after, k=k)
         if climbed is not None and climbed.next is not None:
             state = climbed
             events.append(
-                (
+                EventSpec(
                     "Normal",
                     "RungRetried",
                     f"{climbed.next.name} may be tried again (its loss is older than "
@@ -268,14 +263,14 @@ def ladder_step(
 
 def settle_rung(
     spec: Spec, state: LadderState, *, settled: bool
-) -> tuple[LadderState, list[Event], bool]:
+) -> tuple[LadderState, list[EventSpec], bool]:
     """The pending rung takes effect when the cluster is settled (no swap running, the
     target serving): (state, events, changed)."""
     state, changed = settle(state, swapping=not settled)
     if not changed:
         return state, [], False
     text = describe(state.rung, spec.drafter.method, spec.drafter.num_speculative_tokens)
-    return state, [("Normal", "RungChanged", f"the drafter arm now runs {text}")], True
+    return state, [EventSpec("Normal", "RungChanged", f"the drafter arm now runs {text}")], True
 
 
 # -- the live Deployment runs the rung --------------------------------------------------

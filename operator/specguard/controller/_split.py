@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from specguard._times import parse_time, rfc3339
 from specguard.api import DomainRoute, RoutingStatus, Spec
 from specguard.api.constants import Arm
+from specguard.controller._conditions import rounded
 from specguard.judge import (
     DomainState,
     JudgeSettings,
@@ -60,11 +61,11 @@ def routing_status(
                 domain=d.domain[:32],
                 arm=d.arm,
                 outcome=d.outcome,
-                ratio=_r(d.ratio),
-                ci_lower=_r(d.ci_low),
-                ci_upper=_r(d.ci_high),
+                ratio=rounded(d.ratio),
+                ci_lower=rounded(d.ci_low),
+                ci_upper=rounded(d.ci_high),
                 pairs=d.pairs,
-                share=_r(d.share),
+                share=rounded(d.share),
                 streak=d.streak,
                 since=None if d.since is None else rfc3339(d.since),
             )
@@ -73,10 +74,6 @@ def routing_status(
         split=bool(state.routes(mode)),
         replicas=dict(replicas or {}),
     )
-
-
-def _r(value: float | None) -> float | None:
-    return None if value is None else round(value, 4)
 
 
 def route(

@@ -38,7 +38,7 @@ import math
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -50,15 +50,24 @@ GuardName = Literal["tpot_p99", "ttft_p50", "ttft_p99", "e2e_p99"]
 GUARD_NAMES: tuple[GuardName, ...] = ("tpot_p99", "ttft_p50", "ttft_p99", "e2e_p99")
 GuardOutcome = Literal["regressed", "clear", "too_few", "not_judged"]
 
-# What each guard reads off a sample, at which quantile, its words and its cause.
-_FIGURE: dict[str, tuple[str, float, str, str]] = {
-    "tpot_p99": ("tpot_s", 0.99, "p99 per-token latency", "TpotP99Regressed"),
-    "ttft_p50": ("ttft_s", 0.50, "TTFT p50", "TtftP50Regressed"),
-    "ttft_p99": ("ttft_s", 0.99, "TTFT p99", "TtftP99Regressed"),
-    "e2e_p99": ("e2e_s", 0.99, "end-to-end p99", "E2eP99Regressed"),
+
+class _Figure(NamedTuple):
+    """What a guard reads off a sample, at which quantile, its words and its cause."""
+
+    field: str  # what the guard reads off a sample
+    quantile: float
+    label: str  # the guard in words
+    cause: str  # a regressed guard's cause
+
+
+_FIGURE: dict[str, _Figure] = {
+    "tpot_p99": _Figure("tpot_s", 0.99, "p99 per-token latency", "TpotP99Regressed"),
+    "ttft_p50": _Figure("ttft_s", 0.50, "TTFT p50", "TtftP50Regressed"),
+    "ttft_p99": _Figure("ttft_s", 0.99, "TTFT p99", "TtftP99Regressed"),
+    "e2e_p99": _Figure("e2e_s", 0.99, "end-to-end p99", "E2eP99Regressed"),
 }
 # The causes a regressed guard gives a transition, an Event and a lost rung.
-GUARD_CAUSES: tuple[str, ...] = tuple(_FIGURE[name][3] for name in GUARD_NAMES)
+GUARD_CAUSES: tuple[str, ...] = tuple(_FIGURE[name].cause for name in GUARD_NAMES)
 
 # A p99 needs pairs beyond it: 500 pairs put 5 of each arm above it.
 DEFAULT_MIN_PAIRS_TAIL = 500
@@ -78,8 +87,23 @@ def tolerance_text(tolerance: float) -> str:
     return f"+{round(tolerance * 100.0, 6):g}%"
 
 
+class _Named:
+    """A guard's words and cause, from its ``name`` (``Guard``, ``GuardResult``)."""
+
+    __slots__ = ()
+    name: GuardName
+
+    @property
+    def label(self) -> str:
+        return _FIGURE[self.name].label
+
+    @property
+    def cause(self) -> str:
+        return _FIGURE[self.name].cause
+
+
 @dataclass(frozen=True, slots=True)
-class Guard:
+class Guard(_Named):
     """One guard's settings: ``tolerance`` (relative: regressed needs the lower bound above
     1 + tolerance), ``min_pairs`` (fewer pairs with the figure on both halves: too few, no
     action) and ``enabled`` (off: not judged)."""
@@ -99,14 +123,6 @@ class Guard:
             raise ValueError(f"guards.{self.name}.min_pairs: must be at least 20, got "
                              f"{self.min_pairs!r}")  # fmt: skip
 
-    @property
-    def label(self) -> str:
-        return _FIGURE[self.name][2]
-
-    @property
-    def cause(self) -> str:
-        return _FIGURE[self.name][3]
-
 
 # The defaults (the resource's spec.rollback.guards).
 DEFAULT_GUARDS: tuple[Guard, ...] = (
@@ -121,7 +137,7 @@ DEFAULT_GUARDS: tuple[Guard, ...] = (
 
 
 @dataclass(frozen=True, slots=True)
-class GuardResult:
+class GuardResult(_Named):
     """One guard's result in one window: the ratio of the arms' quantiles (speculative ÷
     baseline) over ``n`` pairs, its interval when the estimate is beyond the tolerance, and
     the outcome; ``reason`` when it has none."""
@@ -138,14 +154,6 @@ class GuardResult:
     @property
     def regressed(self) -> bool:
         return self.outcome == "regressed"
-
-    @property
-    def label(self) -> str:
-        return _FIGURE[self.name][2]
-
-    @property
-    def cause(self) -> str:
-        return _FIGURE[self.name][3]
 
     def sentence(self) -> str:
         """One sentence with the numbers, e.g. "end-to-end p99 regressed: speculative ÷
@@ -205,7 +213,8 @@ def _one(
     pod_variance: float,
     exact_tpot: bool,
 ) -> GuardResult:
-    field, q, _, _ = _FIGURE[guard.name]
+    figure = _FIGURE[guard.name]
+    field, q = figure.field, figure.quantile
     spec_list, base_list = [], []
     for s, b in pairs:
         sv, bv = getattr(s, field), getattr(b, field)

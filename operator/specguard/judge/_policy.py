@@ -297,6 +297,12 @@ class Decision:
         """Did a guardrail (not the statistics) cause this decision?"""
         return self.trip is not None and self.action != "hold"
 
+    @property
+    def headline(self) -> str:
+        """The reason up to its first colon: what was decided, without the figures behind
+        it (e.g. "would roll back (dry run)")."""
+        return self.reason.split(":")[0]
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
