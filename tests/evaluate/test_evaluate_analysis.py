@@ -10,11 +10,19 @@ from pathlib import Path
 import jsonschema
 import pytest
 import yaml
+from rich.console import Console
 
 from specguard._exposition import acceptance_between, parse_reading
 from specguard.api._resource import parse_resource
 from specguard.evaluate import _report as report
-from specguard.evaluate._analysis import DrafterInfo, analyse, crossover
+from specguard.evaluate._analysis import (
+    DrafterInfo,
+    Row,
+    analyse,
+    arm_stats,
+    crossover,
+    recommend,
+)
 from specguard.evaluate._cells import Acceptance, ArmRun, Cell, Variant, VariantRun
 from specguard.evaluate._report import spec_yaml
 from specguard.judge._sample import Arm, Sample
@@ -319,3 +327,118 @@ def test_spec_decode_counter_parsing_and_deltas() -> None:
     assert acceptance_between(after, before) is None  # counters went back: a restart
     plain = parse_reading('vllm:num_requests_running{engine="0"} 0\n')
     assert not plain.has_spec_decode and acceptance_between(plain, plain) is None
+
+
+def _thin_cell(subset: str, c: int, spec: float, base: float, n: int) -> Cell:
+    """A cell of ``n`` requests per arm (fewer than SETTINGS' 20: the judge is
+    inconclusive there whatever the gain)."""
+    return Cell(
+        concurrency=c, subset=subset,
+        arms={
+            "speculative": ArmRun("speculative", _samples("speculative", subset, c, spec, n)),
+            "baseline": ArmRun("baseline", _samples("baseline", subset, c, base, n)),
+        },
+        acceptance=None, wall_s=1.0,
+    )  # fmt: skip
+
+
+def test_a_clearly_negative_gain_the_judge_could_not_decide_is_no_loss() -> None:
+    # Concurrency 1: 6 requests per arm, the drafter 33% slower by the point estimate; the
+    # judge cannot decide on 6 requests. Concurrency 16: 24 requests per arm, 40% faster.
+    # The old code called 1 a loss at the lowest level and turned the drafter off.
+    cells = [
+        _thin_cell("chat", 1, 0.015, 0.010, 6),
+        _thin_cell("tool_call", 1, 0.015, 0.010, 6),
+        _cell("chat", 16, 0.006, 0.010),
+        _cell("tool_call", 16, 0.006, 0.010),
+    ]
+    result = analyse(cells, drafter=DrafterInfo("eagle3", 3), judge_settings=SETTINGS)
+    rows = {(r.subset, r.concurrency): r for r in result.rows}
+    thin = rows[("tool_call", 1)]
+    assert thin.gain is not None and thin.gain < -0.3
+    assert thin.status == "inconclusive"
+    assert thin.reason is not None and "too few usable requests" in thin.reason
+    assert rows[("tool_call", 16)].status == "improved"
+    cross = {c.subset: c for c in result.crossovers}
+    assert cross["tool_call"].step is None and not cross["tool_call"].at_first_level
+    assert cross["tool_call"].inconclusive == (1,)
+    assert "inconclusive at 1" in cross["tool_call"].label
+    assert result.overall.step is None and result.overall.inconclusive == (1,)
+    rec = result.recommendation
+    assert rec.action == "keep", rec.sentence
+    assert "faster per token at concurrency 16." in rec.sentence
+    assert "could not decide at concurrency 1 (too few usable requests" in rec.sentence
+    assert "--requests" in rec.sentence
+    assert rec.inconclusive == {"fixed": {1: result.levels[0].reason}}
+    document = report.build(result, config=_CONFIG, warnings=[], partial=False)
+    jsonschema.Draft202012Validator(report.schema()).validate(document)
+    cell = next(c for c in document["cells"] if c["subset"] == "tool_call")
+    assert cell["status"] == "inconclusive" and cell["gain"] < -0.3
+    assert "too few usable requests" in cell["reason"]
+    assert document["levels"][1]["status"] == "improved"
+    assert document["levels"][1]["reason"] is None
+    assert document["recommendation"]["inconclusive"]["fixed"].keys() == {"1"}
+    assert document["overall_crossover"]["inconclusive"] == [1]
+    console = Console(record=True, width=200)
+    report.render(console, result, partial=False)
+    text = console.export_text()
+    assert "tool_call at 1: too few usable requests" in text
+    assert "Recommendation (keep)" in text
+
+
+def test_a_tool_share_of_gains_the_judge_could_not_decide_is_not_given() -> None:
+    # Both subsets gain clearly by the point estimate, on 6 requests each.
+    cells = [
+        _thin_cell("math_reasoning", 1, 0.004, 0.010, 6),
+        _thin_cell("tool_call", 1, 0.006, 0.010, 6),
+    ]
+    result = analyse(cells, drafter=DrafterInfo("eagle3", 3), judge_settings=SETTINGS)
+    assert result.tool_vs_math is not None and result.tool_vs_math.gain_share == {1: None}
+
+
+def test_a_sweep_the_judge_could_not_decide_anywhere_says_it_cannot_tell() -> None:
+    # 8 requests per arm at every level: gains of +67% and -33% by the point estimate,
+    # neither confirmed. The old code kept the drafter ... or turned it off.
+    for spec in (0.006, 0.015):
+        cells = [_thin_cell("chat", c, spec, 0.010, 8) for c in (1, 16, 64)]
+        result = analyse(cells, drafter=DrafterInfo("eagle3", 3), judge_settings=SETTINGS)
+        assert all(r.status == "inconclusive" for r in [*result.levels, *result.rows])
+        assert result.overall.step is None and result.overall.undecided
+        assert result.overall.label.startswith("inconclusive at every swept level")
+        rec = result.recommendation
+        assert rec.action == "inconclusive", rec.sentence
+        assert rec.sentence.startswith("The sweep could not tell whether the drafter pays")
+        assert "too few usable requests" in rec.sentence and "--requests" in rec.sentence
+        assert rec.spec == {} and rec.schedule is None and rec.max_concurrency is None
+        assert set(rec.inconclusive["fixed"]) == {1, 16, 64}
+        document = report.build(result, config=_CONFIG, warnings=[], partial=False)
+        jsonschema.Draft202012Validator(report.schema()).validate(document)
+        assert document["recommendation"]["action"] == "inconclusive"
+        assert all(level["status"] == "inconclusive" for level in document["levels"])
+
+
+def test_no_gain_where_decided_and_undecided_elsewhere_is_not_turned_off() -> None:
+    # Neutral at 1 (decided: no measurable gain), 8 requests at 16 (+67%, unconfirmed).
+    cells = [_cell("chat", 1, 0.01005, 0.010), _thin_cell("chat", 16, 0.006, 0.010, 8)]
+    rec = analyse(cells, drafter=DrafterInfo(k=4), judge_settings=SETTINGS).recommendation
+    assert rec.action == "inconclusive", rec.sentence
+    assert "not measurably faster at 1" in rec.sentence
+    assert "could not decide at concurrency 16" in rec.sentence
+
+
+def test_rows_without_a_verdict_are_point_estimates() -> None:
+    # Rows built without judge settings (the analysis' own API, not `analyse`): the gain
+    # alone decides, as before, and the crossover says so.
+    def row(c: int, spec: float, base: float) -> Row:
+        cell = _cell("chat", c, spec, base)
+        arms = {arm: arm_stats([run], c) for arm, run in cell.arms.items()}
+        return Row("all", c, arms, None, 1.0)
+
+    rows = [row(1, 0.006, 0.010), row(16, 0.015, 0.010)]
+    assert [r.status for r in rows] == ["point estimate"] * 2
+    assert all(r.reason is None for r in rows)
+    cross = crossover("all", rows, 0.03)
+    assert cross.step == 16 and cross.point_estimate
+    assert cross.label.endswith("(point estimate)")
+    rec = recommend(cross, rows, DrafterInfo("eagle3", 3), 1024)
+    assert rec.action == "operator" and rec.inconclusive == {}

@@ -6,21 +6,31 @@ Pure: no I/O. Definitions (docs/evaluate.md repeats them for users):
   (t_last_token − t_first_token) / (tokens − 1), from exact streamed token counts.
 - **gain** = baseline per-token latency ÷ drafter per-token latency − 1: +0.50 means tokens
   arrive 1.5× as fast with the drafter; 0 or below means the drafter does not pay.
+- **verdict** of a row (a subset's cell, or a pooled level): the judge on its samples. An
+  **inconclusive** row (too few requests, a load mismatch, chunk-counted TPOT, ...) is
+  neither a win nor a loss nor "no measurable gain": its gain is a point estimate the judge
+  could not confirm, and nothing is decided from it. A row without a verdict (built with no
+  judge settings; ``analyse`` judges every row) is decided by its gain alone, labelled
+  "point estimate".
 - **losing level**: one where the drafter is measurably slower: the judge's verdict there is
-  regressed (pooled rows), or the gain is below −tolerance. A level with gain ≤ 0 but
-  neither is "no measurable gain", not a loss: a −0.5% dip inside the noise must not turn
-  a drafter off.
+  regressed, or the gain is below −tolerance (and the judge was not inconclusive). A level
+  with gain ≤ 0 but neither is "no measurable gain", not a loss: a −0.5% dip inside the
+  noise must not turn a drafter off.
 - **crossover** of a subset: the first swept concurrency that loses (``step``), and a
   log-linear interpolation of the gain's zero between that level and the one before it
   (``interpolated``, when the gain there is positive), since gain falls roughly linearly in
-  log-concurrency between levels.
+  log-concurrency between levels. An inconclusive level is no loss, and no zero is
+  interpolated from its gain.
 - **tool-call share of math**: tool_call gain ÷ math_reasoning gain at each concurrency
-  (where math gains), and the ratio of extra accepted tokens per step, (AL−1)/(AL−1).
+  (where math gains, and the judge decided both cells), and the ratio of extra accepted
+  tokens per step, (AL−1)/(AL−1).
 - **recommendation**: from all subsets pooled (the traffic mix the sweep ran) and the
-  judge's verdicts: no crossover → keep the drafter (off when it gains at no level); a
-  drafter that loses already at the lowest level → turn it off. A drafter that gains at
-  low concurrency and loses at high is answered only by what was *measured*: adaptive
-  verification when its own arm loses at no level; else the
+  judge's verdicts: no crossover → keep the drafter (off when it gains at no level and
+  every level was decided); a drafter that loses already at the lowest level → turn it off;
+  nothing decided (every level inconclusive, or no gain where decided and inconclusive
+  elsewhere) → ``inconclusive``: the sweep could not tell, rerun with more requests. A
+  drafter that gains at low concurrency and loses at high is answered only by what was
+  *measured*: adaptive verification when its own arm loses at no level; else the
   ``num_speculative_tokens_per_batch_size`` schedule (no drafting above N) when its own
   arm loses at none of the levels the user sees most (a drafter held at k = 0 still costs
   per token, so the schedule can lose where it drafts nothing); else, or when neither
@@ -52,11 +62,13 @@ from specguard.judge import (
     schedule_ranges,
 )
 
-Action = Literal["keep", "keep_adaptive", "off_above", "off", "operator"]
+Action = Literal["keep", "keep_adaptive", "off_above", "off", "operator", "inconclusive"]
 ALL = "all"
 TOOL_SUBSET, MATH_SUBSET = "tool_call", "math_reasoning"
 # Tool-call gain is reported as a share of math's only where math gains at least this much.
 MIN_MATH_GAIN = 0.05
+# A row's status where no judge ran: decided by its gain alone.
+POINT_ESTIMATE = "point estimate"
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +116,24 @@ class Row:
         ratio = self.ratio
         return None if ratio is None or ratio <= 0 else 1.0 / ratio - 1.0
 
+    @property
+    def inconclusive(self) -> bool:
+        """The judge looked and could not decide: the gain is a point estimate it did not
+        confirm, neither a win nor a loss."""
+        return self.verdict is not None and self.verdict.outcome == "inconclusive"
+
+    @property
+    def status(self) -> str:
+        """The judge's outcome, or "point estimate" where no judge ran (the gain decides)."""
+        return POINT_ESTIMATE if self.verdict is None else self.verdict.outcome
+
+    @property
+    def reason(self) -> str | None:
+        """Why the judge could not decide (its reasons); None unless inconclusive."""
+        if self.verdict is None or not self.inconclusive:
+            return None
+        return "; ".join(self.verdict.reasons) or "no data"
+
 
 @dataclass(frozen=True, slots=True)
 class Crossover:
@@ -111,18 +141,30 @@ class Crossover:
     step: int | None  # first swept level that loses; None when none does
     interpolated: float | None
     at_first_level: bool
+    # the levels the judge could not decide (neither a win nor a loss)
+    inconclusive: tuple[int, ...] = ()
+    # no level decided: every one inconclusive (or none measured)
+    undecided: bool = False
+    # no row had a verdict (no judge ran): found from the gains alone
+    point_estimate: bool = False
 
     @property
     def label(self) -> str:
+        if self.step is None and self.undecided and self.inconclusive:
+            return f"inconclusive at every swept level ({_levels_text(self.inconclusive)})"
         if self.step is None:
-            return "none in the swept range"
-        if self.at_first_level:
-            return f"at or below {self.step}"
-        return (
-            f"{self.step} (interpolated {self.interpolated:.0f})"
-            if self.interpolated
-            else str(self.step)
-        )
+            text = "none in the swept range"
+        elif self.at_first_level:
+            text = f"at or below {self.step}"
+        elif self.interpolated:
+            text = f"{self.step} (interpolated {self.interpolated:.0f})"
+        else:
+            text = str(self.step)
+        if self.inconclusive:
+            text += f"; inconclusive at {_levels_text(self.inconclusive)}"
+        if self.point_estimate:
+            text += f" ({POINT_ESTIMATE})"
+        return text
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +186,8 @@ class Recommendation:
     alternative: dict[str, Any] | None = None
     # every drafter arm measured, vs no drafter at each level: {arm: {level: gain}}
     measured: dict[str, dict[int, float | None]] = field(default_factory=dict)
+    # the levels of each arm the judge could not decide, with its reasons: {arm: {level: why}}
+    inconclusive: dict[str, dict[int, str]] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -213,7 +257,9 @@ def _row(
 
 def loses(row: Row, tolerance: float) -> bool:
     """Measurably slower with the drafter: the judge says regressed, or the gain is below
-    −tolerance (rows without a verdict: the per-subset cells, inconclusive levels)."""
+    −tolerance where the judge was not inconclusive (an inconclusive row is no loss)."""
+    if row.inconclusive:
+        return False
     if row.verdict is not None and row.verdict.outcome == "regressed":
         return True
     return row.gain is not None and row.gain < -tolerance
@@ -223,13 +269,27 @@ def crossover(subset: str, rows: Sequence[Row], tolerance: float = 0.0) -> Cross
     """First level that loses, and the log-linear zero of the gain before it
     (``judge.crossing``, which the operator's ladder shares)."""
     found = crossing(_level_gains(rows, tolerance))
-    return Crossover(subset, found.step, found.interpolated, found.at_first_level)
+    undecided = [r.concurrency for r in rows if r.inconclusive]
+    return Crossover(
+        subset,
+        found.step,
+        found.interpolated,
+        found.at_first_level,
+        inconclusive=tuple(undecided),
+        undecided=not any(r.gain is not None and not r.inconclusive for r in rows),
+        point_estimate=bool(rows) and all(r.verdict is None for r in rows),
+    )
 
 
 def _level_gains(rows: Sequence[Row], tolerance: float) -> list[LevelGain]:
     no_gain = set(_no_gain(rows))
+    # An inconclusive level keeps its place in the order (a loss after it is not "at the
+    # first level") but its gain is unknown: 0, so that it is no win, no loss, and no zero
+    # is interpolated from it.
     return [
-        LevelGain(r.concurrency, r.gain, loses(r, tolerance), r.concurrency in no_gain)
+        LevelGain(r.concurrency, 0.0, loses=False, no_gain=False)
+        if r.inconclusive
+        else LevelGain(r.concurrency, r.gain, loses(r, tolerance), r.concurrency in no_gain)
         for r in rows
     ]
 
@@ -242,11 +302,15 @@ def tool_vs_math(rows: Sequence[Row]) -> ToolVsMath | None:
     for (subset, concurrency), tool in sorted(by_key.items(), key=lambda kv: kv[0][1]):
         if subset != TOOL_SUBSET or (MATH_SUBSET, concurrency) not in by_key:
             continue
-        math_gain, tool_gain = by_key[(MATH_SUBSET, concurrency)].gain, tool.gain
+        math = by_key[(MATH_SUBSET, concurrency)]
+        math_gain, tool_gain = math.gain, tool.gain
         # A share of a gain near zero is noise, not a fraction: only where math gains.
         # Only where both gain: a negative "share" of a positive gain reads as nonsense.
+        # Only where the judge decided both cells: a share of unconfirmed gains is noise.
         if (
-            tool_gain is not None
+            not tool.inconclusive
+            and not math.inconclusive
+            and tool_gain is not None
             and tool_gain > 0
             and math_gain is not None
             and math_gain >= MIN_MATH_GAIN
@@ -270,13 +334,34 @@ def _mean_acceptance(rows: Sequence[Row]) -> float | None:
 
 
 def _no_gain(levels: Sequence[Row]) -> list[int]:
-    """Levels where the drafter is not measurably faster (and not measurably slower)."""
+    """Levels where the drafter is not measurably faster (and not measurably slower); an
+    inconclusive level is not among them (the judge could not say)."""
     return [
         r.concurrency
         for r in levels
-        if (r.verdict is not None and r.verdict.outcome == "neutral")
-        or (r.gain is not None and r.gain <= 0)
+        if not r.inconclusive
+        and (
+            (r.verdict is not None and r.verdict.outcome == "neutral")
+            or (r.gain is not None and r.gain <= 0)
+        )
     ]
+
+
+def _undecided(rows: Sequence[Row]) -> dict[int, str]:
+    """The levels the judge could not decide, with its reasons."""
+    return {r.concurrency: r.reason or "no data" for r in rows if r.inconclusive}
+
+
+def _undecided_text(undecided: Mapping[int, str]) -> str:
+    """The inconclusive levels and why, levels with the same reasons together."""
+    by_reason: dict[str, list[int]] = {}
+    for level, why in undecided.items():
+        by_reason.setdefault(why, []).append(level)
+    return "; ".join(f"{_levels_text(levels)} ({why})" for why, levels in by_reason.items())
+
+
+# What to do when the judge could not decide: the usual reason is too few requests.
+RERUN = "rerun with more requests per cell (--requests, or a longer --duration) at those levels"
 
 
 def _levels_text(levels: Sequence[int]) -> str:
@@ -320,6 +405,14 @@ def _gains(rows: Sequence[Row]) -> dict[int, float | None]:
     return {r.concurrency: r.gain for r in rows}
 
 
+def _gains_text(rows: Sequence[Row]) -> str:
+    """Each level's gain, marked where the judge could not decide it."""
+    return ", ".join(
+        f"{r.concurrency}: {_pct(r.gain)}" + (" inconclusive" if r.inconclusive else "")
+        for r in rows
+    )
+
+
 def _pct(gain: float | None) -> str:
     return "–" if gain is None else f"{gain:+.0%}"
 
@@ -342,11 +435,16 @@ def recommend(
     the levels the user sees most (None: every swept level)."""
     variants = variants or {}
     measured = {"fixed": _gains(levels), **{v: _gains(rows) for v, rows in variants.items()}}
+    undecided = {
+        arm: found
+        for arm, rows in {"fixed": levels, **variants}.items()
+        if (found := _undecided(rows))
+    }
     rec = _recommend(
         overall, levels, drafter,
         max_batch=max_batch, variants=variants, usual=usual, tolerance=tolerance,
     )  # fmt: skip
-    return dataclasses.replace(rec, measured=measured)
+    return dataclasses.replace(rec, measured=measured, inconclusive=undecided)
 
 
 def _recommend(
@@ -374,19 +472,59 @@ def _recommend(
         return {"drafter": fields}
 
     no_gain = _no_gain(levels)
-    # Faster where the gain is positive and the judge does not call it neutral.
-    faster = [r.concurrency for r in levels if r.gain is not None and r.concurrency not in no_gain]
+    undecided = _undecided(levels)
+    # Faster where the gain is positive and the judge neither calls it neutral nor could
+    # not decide (an inconclusive level is no win).
+    faster = [
+        r.concurrency
+        for r in levels
+        if r.gain is not None and r.concurrency not in no_gain and r.concurrency not in undecided
+    ]
+    # Said after every answer that leaves levels undecided: what was not known, and why.
+    note = (
+        f" The judge could not decide at concurrency {_undecided_text(undecided)}; these "
+        f"levels count as neither a win nor a loss: {RERUN} to know."
+        if undecided
+        else ""
+    )
+    if not faster and overall.step is None and (undecided or not no_gain):
+        # Nothing decided: every level inconclusive (or none measured), or no gain where
+        # the judge decided and inconclusive elsewhere. Neither keep nor turn off on noise.
+        known = f" It is not measurably faster at {_levels_text(no_gain)};" if no_gain else ""
+        why = (
+            f"the judge could not decide at concurrency {_undecided_text(undecided)}"
+            if undecided
+            else "no level was measured"
+        )
+        return Recommendation(
+            action="inconclusive",
+            sentence=(
+                f"The sweep could not tell whether the drafter pays:{known} {why}. Nothing is "
+                f"recommended from point estimates: {RERUN}, and keep the deployment as it is "
+                "until then."
+            ),
+            max_concurrency=None,
+            k=k,
+            schedule=None,
+            spec={},
+        )
     if overall.step is None and faster:
         top = max(r.concurrency for r in levels)
         suffix = " with adaptive verification" if drafter.adaptive else ""
         sentence = (
             f"Keep the drafter{suffix}: it is faster per token at every swept concurrency up "
             f"to {top}."
-            if not no_gain
+            if not no_gain and not undecided
             else f"Keep the drafter{suffix}: it is faster per token at concurrency "
-            f"{_levels_text(faster)}, with no measurable gain (and no measurable loss) at "
-            f"{_levels_text(no_gain)}."
+            f"{_levels_text(faster)}"
+            + (
+                f", with no measurable gain (and no measurable loss) at {_levels_text(no_gain)}"
+                if no_gain
+                else ""
+            )
+            + "."
         )
+        sentence += note
         schedule = schedule_ranges(k, max_batch, max_batch)
         return Recommendation(
             action="keep",
@@ -419,7 +557,7 @@ def _recommend(
             )
         return Recommendation(
             action="off",
-            sentence=f"Turn the drafter off: {why}.",
+            sentence=f"Turn the drafter off: {why}.{note}",
             max_concurrency=0,
             k=k,
             schedule=[[1, max_batch, 0]],
@@ -449,14 +587,17 @@ def _recommend(
     adaptive_rows = variants.get("adaptive")
     if adaptive_rows:
         adaptive_losses = _losing(adaptive_rows, tolerance, None)
-        adaptive_gains = [r for r in adaptive_rows if r.gain is not None and r.gain > 0]
+        adaptive_gains = [
+            r for r in adaptive_rows if r.gain is not None and r.gain > 0 and not r.inconclusive
+        ]
         if not adaptive_losses and adaptive_gains:
-            gains = ", ".join(f"{r.concurrency}: {_pct(r.gain)}" for r in adaptive_rows)
             return Recommendation(
                 action="keep_adaptive",
                 sentence=(
                     f"Keep the drafter with adaptive verification: measured, it is not slower "
-                    f"than no drafter at any swept concurrency (gain {gains}). {fixed_text}"
+                    f"than no drafter at any swept concurrency"
+                    f"{' the judge decided' if _undecided(adaptive_rows) else ''} (gain "
+                    f"{_gains_text(adaptive_rows)}). {fixed_text}{note}"
                 ),
                 max_concurrency=limit,  # the fallback's N
                 k=k,
@@ -465,17 +606,26 @@ def _recommend(
                 alternative=off_above,
             )
     schedule_rows = variants.get("schedule")
-    seen = "the levels you see most" if usual is not None else "every swept level"
+    seen_levels = "the levels you see most" if usual is not None else "every swept level"
+    seen = seen_levels
+    if schedule_rows and _undecided(schedule_rows):
+        seen += " the judge decided"
     if schedule_rows:
         schedule_losses = _losing(schedule_rows, tolerance, usual)
-        gains = ", ".join(f"{r.concurrency}: {_pct(r.gain)}" for r in schedule_rows)
-        if not schedule_losses:
+        gains = _gains_text(schedule_rows)
+        # "Not slower" needs a level the judge decided: all inconclusive says nothing.
+        schedule_decided = [
+            r
+            for r in schedule_rows
+            if not r.inconclusive and (usual is None or r.concurrency in usual)
+        ]
+        if not schedule_losses and schedule_decided:
             return Recommendation(
                 action="off_above",
                 sentence=(
                     f"No drafter above concurrency {limit}: measured, the schedule "
                     f"{schedule} is not slower than no drafter at {seen} (gain {gains}). "
-                    f"{fixed_text}{unknown}"
+                    f"{fixed_text}{unknown}{note}"
                 ),
                 max_concurrency=limit,
                 k=k,
@@ -491,16 +641,24 @@ def _recommend(
         tried.append(
             f"the schedule {schedule} (drafter held at k=0 above {limit}) is slower than no "
             f"drafter at {lost}: a drafter held at k=0 still costs per token"
+            if lost
+            else f"the judge could not decide the schedule {schedule} at {seen_levels} (gain "
+            f"{gains})"
         )
     if adaptive_rows:
         lost = ", ".join(
             f"{r.concurrency} ({_pct(r.gain)})" for r in _losing(adaptive_rows, tolerance, None)
         )
-        tried.append(
-            f"adaptive verification is slower than no drafter at {lost}"
-            if lost
-            else "adaptive verification gains at no level"
-        )
+        adaptive_undecided = _undecided(adaptive_rows)
+        if lost:
+            tried.append(f"adaptive verification is slower than no drafter at {lost}")
+        elif adaptive_undecided:
+            tried.append(
+                "adaptive verification gains at no level the judge decided (it could not "
+                f"decide at {_undecided_text(adaptive_undecided)})"
+            )
+        else:
+            tried.append("adaptive verification gains at no level")
     if not tried:
         tried.append(
             "neither a schedule nor adaptive verification was measured (give a third "
@@ -511,7 +669,7 @@ def _recommend(
         sentence=(
             f"Run the drafter under the specguard operator, which serves with the drafter and "
             f"switches to a server without it when measured per-token latency says so: "
-            f"{'; '.join(tried)}. {fixed_text}{unknown}"
+            f"{'; '.join(tried)}. {fixed_text}{unknown}{note}"
         ),
         max_concurrency=limit,
         k=k,
@@ -555,8 +713,10 @@ def analyse(
 ) -> Analysis:
     subsets = list(dict.fromkeys(c.subset for c in cells))
     levels_swept = sorted({c.concurrency for c in cells})
+    # Each subset's cell is judged too: its gain alone would call a level faster or slower
+    # on a handful of requests.
     rows = [
-        _row(subset, level, [c], None)
+        _row(subset, level, [c], judge_settings)
         for level in levels_swept
         for subset in subsets
         for c in cells
@@ -589,6 +749,7 @@ def analyse(
 
 __all__ = [
     "ALL",
+    "POINT_ESTIMATE",
     "Action",
     "Analysis",
     "ArmStats",

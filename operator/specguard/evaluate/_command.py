@@ -158,7 +158,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--min-requests",
         type=int,
         default=20,
-        help="judge minimum requests (pairs) per arm and level (default 20, not the "
+        help="judge minimum requests (pairs) per arm and level, and per subset's cell (default "
+        "20, not the "
         f"resource's {_RESOURCE.min_requests_per_arm}: a sweep measures many levels, and its "
         "mirrored pairs need far fewer requests than an unpaired window)",
     )

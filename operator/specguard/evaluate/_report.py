@@ -14,7 +14,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from specguard.evaluate._analysis import Analysis, ArmStats, Crossover, Recommendation, Row
+from specguard.evaluate._analysis import ALL, Analysis, ArmStats, Crossover, Recommendation, Row
 from specguard.evaluate._cells import Cell
 from specguard.judge import ARMS
 
@@ -63,6 +63,10 @@ def _row(row: Row) -> dict[str, Any]:
         "acceptance_length": _round(row.acceptance_length),
         "wall_s": round(row.wall_s, 3),
         "arms": {arm: _arm(row.arms[arm]) for arm in ARMS},
+        # the judge's outcome, or "point estimate" where no judge ran (the gain decides);
+        # an inconclusive row is neither a win nor a loss, its reasons in "reason"
+        "status": row.status,
+        "reason": row.reason,
     }
     if row.verdict is not None:
         v = row.verdict
@@ -88,6 +92,8 @@ def _crossover(c: Crossover) -> dict[str, Any]:
         "interpolated": _round(c.interpolated, 1),
         "at_first_level": c.at_first_level,
         "label": c.label,
+        "inconclusive": list(c.inconclusive),
+        "point_estimate": c.point_estimate,
     }
 
 
@@ -111,6 +117,10 @@ def _recommendation(r: Recommendation) -> dict[str, Any]:
     data["measured"] = {
         arm: {str(level): _round(gain) for level, gain in gains.items()}
         for arm, gains in r.measured.items()
+    }
+    data["inconclusive"] = {
+        arm: {str(level): why for level, why in levels.items()}
+        for arm, levels in r.inconclusive.items()
     }
     return data
 
@@ -207,9 +217,11 @@ def _fmt_ms(value: float | None) -> str:
     return "–" if value is None else f"{value * 1000:.1f}"
 
 
-def _fmt_gain(value: float | None) -> str:
+def _fmt_gain(value: float | None, inconclusive: bool = False) -> str:
     if value is None:
         return "–"
+    if inconclusive:  # a point estimate the judge did not confirm: no colour of a verdict
+        return f"[dim]{value:+.0%}?[/dim]"
     colour = "green" if value > 0.03 else "red" if value < -0.03 else "yellow"
     return f"[{colour}]{value:+.0%}[/{colour}]"
 
@@ -233,6 +245,7 @@ def render(console: Console, analysis: Analysis, *, partial: bool) -> None:
         ("tok/s spec", "right"),
         ("tok/s base", "right"),
         ("accept len", "right"),
+        ("verdict", "left"),
     ):
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
     for row in analysis.rows:
@@ -242,12 +255,13 @@ def render(console: Console, analysis: Analysis, *, partial: bool) -> None:
             str(row.concurrency),
             _fmt_ms(s.tpot_s),
             _fmt_ms(b.tpot_s),
-            _fmt_gain(row.gain),
+            _fmt_gain(row.gain, row.inconclusive),
             _fmt_ms(s.ttft_s),
             _fmt_ms(b.ttft_s),
             _fmt_num(s.throughput),
             _fmt_num(b.throughput),
             _fmt_num(row.acceptance_length, 2),
+            row.status,
         )
     console.print(table)
     verdicts = Table(title="All subsets pooled: the judge's verdict at each concurrency")
@@ -266,8 +280,8 @@ def render(console: Console, analysis: Analysis, *, partial: bool) -> None:
             str(row.concurrency),
             _fmt_num(ratio, 3),
             ci,
-            _fmt_gain(row.gain),
-            v.outcome if v else "–",
+            _fmt_gain(row.gain, row.inconclusive),
+            row.status,
         )
     console.print(verdicts)
     if analysis.variant_levels:
@@ -286,10 +300,27 @@ def render(console: Console, analysis: Analysis, *, partial: bool) -> None:
                 if found is None:
                     cells_of_level.append("–")
                     continue
-                outcome = found.verdict.outcome if found.verdict is not None else "–"
-                cells_of_level.append(f"{_fmt_gain(found.gain)} {outcome}")
+                cells_of_level.append(f"{_fmt_gain(found.gain, found.inconclusive)} {found.status}")
             arms.add_row(str(level), *cells_of_level)
         console.print(arms)
+    undecided = [r for r in [*analysis.rows, *analysis.levels] if r.inconclusive] + [
+        r for rows in analysis.variant_levels.values() for r in rows if r.inconclusive
+    ]
+    if undecided:
+        console.print(
+            "inconclusive (the judge could not decide; the gain is a point estimate, "
+            "neither a win nor a loss):"
+        )
+        arm_of = {id(r): name for name, rows in analysis.variant_levels.items() for r in rows}
+        for r in undecided:
+            where = (
+                f"{arm_of[id(r)]} arm"
+                if id(r) in arm_of
+                else "all subsets"
+                if r.subset == ALL
+                else r.subset
+            )
+            console.print(f"  {where} at {r.concurrency}: {r.reason}", highlight=False)
     for c in analysis.crossovers:
         console.print(f"crossover [bold]{c.subset}[/bold]: {c.label}")
     console.print(f"crossover [bold]all subsets[/bold]: {analysis.overall.label}")
@@ -307,7 +338,8 @@ def render(console: Console, analysis: Analysis, *, partial: bool) -> None:
     console.print(f"\n[bold]Recommendation ({rec.action})[/bold]: {rec.sentence}")
     if rec.schedule is not None:
         console.print(f"num_speculative_tokens_per_batch_size: {json.dumps(rec.schedule)}")
-    console.print(spec_yaml(rec.spec), markup=False, highlight=False)
+    if rec.spec:
+        console.print(spec_yaml(rec.spec), markup=False, highlight=False)
     if rec.alternative is not None:
         console.print(
             "Schedule (no drafter above N), not recommended:"
