@@ -49,7 +49,7 @@ _RESOURCE = JudgeSettings()
 DEFAULT_CONCURRENCY = "1,4,16,64,256"
 DEFAULT_REQUESTS = 32
 # Simulated sweeps default to fewer requests: the simulator's per-request spread is small.
-SIMULATE_REQUESTS = 16
+SIMULATE_REQUESTS = 20
 SIMULATE_MAX_TOKENS = 64
 
 _T = TypeVar("_T")
