@@ -38,7 +38,8 @@ def one(run: int, keep: Path | None) -> dict[str, object]:
     load = os.getloadavg()[0]
     began = time.monotonic()
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", TEST],
+        [sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider",
+         "--tiers", "realvllm", TEST],
         cwd=ROOT, capture_output=True, text=True, check=False,
     )  # fmt: skip
     took = time.monotonic() - began
