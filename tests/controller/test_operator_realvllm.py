@@ -249,11 +249,14 @@ def breakdown(
         before = counted or before
         samples, conc = v.get("samples") or {}, v.get("concurrency") or {}
         ci = (v.get("ciLower"), v.get("ciUpper"))
+        decision = v.get("decision") or ""
+        # What held a change is at the decision's end ("would …, held: why").
+        held = decision[decision.find(", held: ") :][:300] if ", held: " in decision else ""
         lines.append(
             f"  window {end} [{phase} +{at / WINDOW_S:.1f}w] {v['outcome']} ratio "
             f"{v.get('ratio')} CI {ci} n {samples.get('speculative')}/{samples.get('baseline')}"
             f" in-flight {conc.get('speculative')}/{conc.get('baseline')} loadMatch {rule} "
             f"clients {clients.get('loop')} copies {delta} | reason {v.get('reason', '')[:200]}"
-            f" | decision {(v.get('decision') or '')[:240]}"
+            f" | decision {decision[:240]}{held}"
         )
     return "\n".join(lines)

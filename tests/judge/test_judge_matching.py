@@ -15,7 +15,7 @@ from dataclasses import replace
 import pytest
 
 from specguard.judge import ClientLoop, Sample
-from specguard.judge._evidence import ArmLoad, Evidence
+from specguard.judge._evidence import ArmLoad, DraftCounters, Evidence
 from specguard.judge._matching import MIN_E2E_PAIRS, Matching, paired_e2e_ratio, uncounted
 from specguard.judge._policy import Decision, PolicyState, step
 from specguard.judge._served import (
@@ -308,6 +308,48 @@ def test_the_flip_is_held_by_what_the_clients_got() -> None:
     assert [d.action for d in decisions] == ["repromote"]
 
 
+def _with_drafts(
+    windows: list[tuple[float, Served, float]], state: PolicyState, t0: float
+) -> tuple[PolicyState, list[Decision]]:
+    """``run`` with the drafter arm's counters: each window's (ratio, served, mean acceptance
+    length of the drafter)."""
+    matching = Matching("in_flight", "closed", 0.9, 300)
+    decisions = []
+    for i, (ratio, given, length) in enumerate(windows):
+        now = t0 + (i + 1) * WINDOW
+        drafts = DraftCounters(pods=1, exporting=1, drafts=500.0, accepted=500.0 * (length - 1))
+        evidence = Evidence(verdict=verdict(ratio), matching=matching,
+                            served=replace(given, at=now), speculation=drafts)  # fmt: skip
+        state, decision = step(state, SETTINGS, now, evidence)
+        decisions.append(decision)
+    return state, decisions
+
+
+def test_a_drafter_record_made_on_other_traffic_for_the_drafter_does_not_hold() -> None:
+    """The drafter served sampled text (mean acceptance length 1.3) and lost; the text turns
+    greedy under the same domain label (the shadow drafter now accepts 4.0 per step): its
+    record of the sampled text does not hold the re-promotion. At the acceptance it lost at,
+    the same record holds it."""
+    state = PolicyState()
+    spec_served = served("speculative", 123.5)
+    state, decisions = _with_drafts([(1.3, spec_served, 1.3), (1.3, spec_served, 1.3)], state,
+                                    1000.0)  # fmt: skip
+    assert [d.action for d in decisions] == ["hold", "rollback"]
+    assert [(r.arm, r.acceptance) for r in state.served] == [("speculative", pytest.approx(1.3))]
+    base_served = served("baseline", 92.0)
+    same, decisions = _with_drafts([(0.8, base_served, 1.35)] * 3, state, 2000.0)
+    assert [d.action for d in decisions] == ["hold", "hold", "hold"]
+    assert "held: when the speculative arm served" in decisions[-1].reason
+    greedy, decisions = _with_drafts([(0.8, base_served, 4.0)] * 2, state, 2000.0)
+    assert [d.action for d in decisions] == ["hold", "repromote"]
+    assert greedy.mode == "speculative" and same.mode == "baseline"
+    # Records at two acceptance lengths are kept apart, and one unknown merges.
+    greedy_record = replace(served("speculative", 60.0, at=60.0), acceptance=4.0)
+    sampled = replace(served("speculative", 123.5, at=0.0), acceptance=1.3)
+    assert len(remember((sampled,), greedy_record, 60.0)) == 2
+    assert len(remember((sampled,), replace(greedy_record, acceptance=None), 60.0)) == 1
+
+
 def test_an_overloaded_drafter_is_remembered_as_having_fallen_behind() -> None:
     """DrafterOverloaded rolls back and marks the drafter's record at that load: a later
     re-promotion at comparable arrivals is held, whatever the shadow shows."""
@@ -330,13 +372,14 @@ def test_an_overloaded_drafter_is_remembered_as_having_fallen_behind() -> None:
 
 
 def test_the_served_records_round_trip_through_the_wire() -> None:
-    record = replace(served("speculative", 123.456, at=1767225600.0), windows=3, fell_behind=True)
+    record = replace(served("speculative", 123.456, at=1767225600.0), windows=3, fell_behind=True,
+                     acceptance=2.5)  # fmt: skip
     state = PolicyState(served=(record, served("baseline", 92.0, at=1767225660.0)))
     wire = json.loads(json.dumps(state.to_wire()))
     assert wire["served"][0] == {
         "arm": "speculative", "at": "2026-01-01T00:00:00Z", "arrivalsPerPod": 9.6,
         "inFlightPerPod": 192.0, "tpotMs": 123.456, "requests": 500, "windows": 3,
-        "domains": {"chat": 1.0}, "fellBehind": True,
+        "domains": {"chat": 1.0}, "fellBehind": True, "acceptanceLength": 2.5,
     }  # fmt: skip
     assert PolicyState.from_wire(wire) == state
     with pytest.raises(ValueError, match=r"served\[0\]\.tpotMs: expected a number >= 0"):

@@ -366,6 +366,8 @@ def _judged(
     verdict = evidence.verdict
     figures = evidence.served
     if verdict is not None and evidence.spans is None and figures and figures.arm == state.mode:
+        if figures.arm == ARM_SPECULATIVE:
+            figures = replace(figures, acceptance=_acceptance(evidence, settings))
         state = replace(state, served=remember(state.served, figures, now))
     if settings.policy == "off":
         return state, _hold(state, "policy off", settings, now, trip=trip)
@@ -403,13 +405,29 @@ def _not_counted(
     return kept, _hold(kept, reason, settings, now)
 
 
+def _acceptance(evidence: Evidence, settings: PolicySettings) -> float | None:
+    """The drafter's mean acceptance length over the window, from its arm's spec-decode
+    counters (None: fewer than ``speculation_min_drafts`` drafts, or not read)."""
+    counters = evidence.speculation
+    if counters is None or counters.drafts < max(settings.speculation_min_drafts, 1):
+        return None
+    return 1.0 + counters.accepted / counters.drafts
+
+
 def _contradicted(
-    state: PolicyState, now: float, evidence: Evidence, verdict: Verdict, to: Arm
+    state: PolicyState,
+    settings: PolicySettings,
+    now: float,
+    evidence: Evidence,
+    verdict: Verdict,
+    *,
+    to: Arm,
 ) -> str | None:
     """Why what the clients got from ``to`` holds a statistical change toward it."""
     if evidence.served is None or evidence.served.arm != state.mode:
         return None
-    return contradiction(state.served, evidence.served, to, verdict.tolerance, now)
+    return contradiction(state.served, evidence.served, to, verdict.tolerance, now,
+                         acceptance=_acceptance(evidence, settings))  # fmt: skip
 
 
 def _held(
@@ -548,7 +566,7 @@ def _while_speculative(
     else:
         reason = ""
     if reason:
-        why = _contradicted(counted, now, evidence, verdict, ARM_BASELINE)
+        why = _contradicted(counted, settings, now, evidence, verdict, to=ARM_BASELINE)
         if why is not None:
             return _held(counted, settings, now, reason, why)
         return _act(counted, settings, now, ARM_BASELINE, reason, cumulative=cumulative,
@@ -611,7 +629,7 @@ def _while_baseline(
         head = f"{verdict.outcome}: staying without the drafter"
         reason = f"{head} ({progress}): {sentence}" if progress else f"{head}: {sentence}"
         return counted, _hold(counted, reason, settings, now)
-    why = _contradicted(counted, now, evidence, verdict, ARM_SPECULATIVE)
+    why = _contradicted(counted, settings, now, evidence, verdict, to=ARM_SPECULATIVE)
     if why is not None:
         return _held(counted, settings, now, reason, why)
     if settings.repromote == "manual":

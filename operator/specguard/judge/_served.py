@@ -18,6 +18,12 @@ does not fit these clients. The record keeps holding until it is older than
 ``SERVED_MEMORY_S`` or the load moves out of its band. Guardrails, retries and pins are never
 held by it.
 
+A drafter record also keeps the drafter's mean acceptance length while it served (from the
+spec-decode counters): the traffic's fingerprint for the drafter. Text of one domain label can
+change under the drafter (sampled answers, then greedy ones; a new prompt template): a
+record whose acceptance length differs from the drafter's now (as the shadow) by more than
+``ACCEPTANCE_BAND`` was made on other traffic for the drafter and does not speak.
+
 ``MARGIN`` covers what differs between two times beyond the arm: other pods (docs/judge.md:
 pods differ by a log-σ of 0.05) and the traffic within one domain.
 
@@ -45,6 +51,9 @@ LOAD_BAND = 0.15
 DOMAIN_BAND = 0.2
 # Slower by more than the tolerance and this: what separates the arm from its pods and time.
 MARGIN = 0.10
+# Two mean acceptance lengths of the drafter are of one traffic when within this factor of
+# each other (a window's counters hold hundreds of drafts or more: a few percent apart).
+ACCEPTANCE_BAND = 0.25
 # How long a record speaks.
 SERVED_MEMORY_S = 3600.0
 # Records kept (oldest dropped first).
@@ -64,7 +73,9 @@ class Served:
     ``domains`` each request domain's share; ``fell_behind``: the arm's engines fell behind
     these arrivals while it served (the overload guardrail rolled it back); ``config``: the
     drafter configuration in force (``spec.drafter`` and the ladder's rung, as the controller
-    names it): a record of the drafter arm speaks only for the configuration it measured."""
+    names it): a record of the drafter arm speaks only for the configuration it measured;
+    ``acceptance``: the drafter's mean acceptance length while it served (None: not known, or
+    the baseline's record)."""
 
     arm: Arm
     at: float
@@ -76,6 +87,7 @@ class Served:
     windows: int = 1
     fell_behind: bool = False
     config: str = ""
+    acceptance: float | None = None
 
     def to_wire(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -92,6 +104,8 @@ class Served:
             out["fellBehind"] = True
         if self.config:
             out["config"] = self.config
+        if self.acceptance is not None:
+            out["acceptanceLength"] = round(self.acceptance, 3)
         return out
 
     @classmethod
@@ -114,6 +128,8 @@ class Served:
         config = data.get("config", "")
         if not isinstance(config, str):
             raise ValueError(f"{key}.config: expected a string, got {config!r}")
+        raw = data.get("acceptanceLength")
+        acceptance = None if raw is None else _positive(f"{key}.acceptanceLength", raw)
         return cls(
             arm=ARM_SPECULATIVE if arm == ARM_SPECULATIVE else "baseline",
             at=at,
@@ -127,6 +143,7 @@ class Served:
             windows=max(1, int(_positive(f"{key}.windows", data.get("windows", 1)))),
             fell_behind=fell,
             config=config,
+            acceptance=acceptance,
         )
 
     def describe(self, now: float) -> str:
@@ -209,6 +226,12 @@ def comparable(a: Served, b: Served) -> bool:
     return same_arrivals or _within(a.in_flight, b.in_flight, LOAD_BAND)
 
 
+def acceptance_apart(a: float | None, b: float | None) -> bool:
+    """Are two mean acceptance lengths of the drafter from different traffic (both known and
+    more than ``ACCEPTANCE_BAND`` apart)?"""
+    return a is not None and b is not None and not _within(a, b, ACCEPTANCE_BAND)
+
+
 def remember(history: Sequence[Served], window: Served, now: float) -> tuple[Served, ...]:
     """``history`` with one more served window: merged into the last record when that is
     the same arm's at a comparable load (figures weighted by requests; per-token latency
@@ -216,7 +239,11 @@ def remember(history: Sequence[Served], window: Served, now: float) -> tuple[Ser
     ``MAX_SERVED`` dropped."""
     kept = [r for r in history if now - r.at <= SERVED_MEMORY_S]
     last = kept[-1] if kept else None
-    same = last is not None and (last.arm, last.config) == (window.arm, window.config)
+    same = (
+        last is not None
+        and (last.arm, last.config) == (window.arm, window.config)
+        and not acceptance_apart(last.acceptance, window.acceptance)
+    )
     if last is not None and same and comparable(last, window):
         n, m = last.requests, window.requests
         total = n + m
@@ -235,7 +262,10 @@ def remember(history: Sequence[Served], window: Served, now: float) -> tuple[Ser
             requests=total,
             domains=tuple(sorted(domains.items())),
             windows=last.windows + 1,
-        )
+            acceptance=last.acceptance if window.acceptance is None
+            else window.acceptance if last.acceptance is None
+            else mix(last.acceptance, window.acceptance),
+        )  # fmt: skip
     else:
         kept.append(window)
     return tuple(kept[-MAX_SERVED:])
@@ -250,16 +280,26 @@ def fell_behind(history: Sequence[Served], arm: Arm) -> tuple[Served, ...]:
 
 
 def contradiction(
-    history: Sequence[Served], now_served: Served, toward: Arm, tolerance: float, now: float
+    history: Sequence[Served],
+    now_served: Served,
+    toward: Arm,
+    tolerance: float,
+    now: float,
+    *,
+    acceptance: float | None = None,
 ) -> str | None:
     """Why a change toward ``toward`` is held by what the clients got from it (module doc),
     or None. ``now_served``: what the arm serving now gives them this window (its ``config``
     is the drafter configuration in force now: a drafter record made under another one, a
-    rung lost since or an edited ``spec.drafter``, does not speak for this one)."""
+    rung lost since or an edited ``spec.drafter``, does not speak for this one);
+    ``acceptance``: the drafter's mean acceptance length over this window (None: not known):
+    a drafter record made at another one was made on other traffic and does not speak."""
     for record in reversed(history):
         if record.arm != toward or now - record.at > SERVED_MEMORY_S:
             continue
         if toward == ARM_SPECULATIVE and record.config != now_served.config:
+            continue
+        if toward == ARM_SPECULATIVE and acceptance_apart(record.acceptance, acceptance):
             continue
         if not comparable(record, now_served):
             continue
@@ -281,6 +321,7 @@ def contradiction(
 
 
 __all__ = [
+    "ACCEPTANCE_BAND",
     "DOMAIN_BAND",
     "LOAD_BAND",
     "MARGIN",
@@ -288,6 +329,7 @@ __all__ = [
     "MIN_SERVED_REQUESTS",
     "SERVED_MEMORY_S",
     "Served",
+    "acceptance_apart",
     "comparable",
     "contradiction",
     "fell_behind",
