@@ -335,7 +335,8 @@ def test_a_drafter_record_made_on_other_traffic_for_the_drafter_does_not_hold() 
     state, decisions = _with_drafts([(1.3, spec_served, 1.3), (1.3, spec_served, 1.3)], state,
                                     1000.0)  # fmt: skip
     assert [d.action for d in decisions] == ["hold", "rollback"]
-    assert [(r.arm, r.acceptance) for r in state.served] == [("speculative", pytest.approx(1.3))]
+    (record,) = state.served
+    assert record.arm == "speculative" and record.acceptance == pytest.approx(1.3)
     base_served = served("baseline", 92.0)
     same, decisions = _with_drafts([(0.8, base_served, 1.35)] * 3, state, 2000.0)
     assert [d.action for d in decisions] == ["hold", "hold", "hold"]
