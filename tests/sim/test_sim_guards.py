@@ -25,7 +25,10 @@ CONCURRENCY = 16
 OUTPUT = 128
 
 
-def _samples(arm: str, finished: tuple[RequestTimes, ...]) -> list[Sample]:
+def half(
+    arm: str, finished: tuple[RequestTimes, ...], serving: str = "speculative"
+) -> list[Sample]:
+    """One arm's half of the pairs (``serving``: the arm that serves, the other the shadow)."""
     out = []
     clock = 0.0
     for i, r in enumerate(finished):
@@ -33,7 +36,7 @@ def _samples(arm: str, finished: tuple[RequestTimes, ...]) -> list[Sample]:
         out.append(
             Sample(
                 arm="speculative" if arm == "speculative" else "baseline",
-                role="serving" if arm == "speculative" else "shadow",
+                role="serving" if arm == serving else "shadow",
                 pod=f"{arm}-{i % 2}",
                 domain="chat",
                 started_at=clock,
@@ -65,8 +68,8 @@ def _window(profile: Profile, seed: int) -> Verdict:
         for s in (None, spec)
     )
     n = min(len(base.finished), len(drafter.finished))
-    samples = _samples("speculative", drafter.finished[:n])
-    samples += _samples("baseline", base.finished[:n])
+    samples = half("speculative", drafter.finished[:n])
+    samples += half("baseline", base.finished[:n])
     return judge(samples, JudgeSettings())
 
 

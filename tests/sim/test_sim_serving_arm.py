@@ -29,7 +29,9 @@ from specguard.controller._swap import ArmObserved
 from specguard.judge import DraftCounters, Sample, Startup, Verdict, judge, speculation_guardrail
 from specguard.sim._profiles import PROFILES, Profile, with_spread
 from specguard.sim._specconfig import parse_spec_config
-from specguard.sim._virtual import ClosedLoopRun, RequestTimes, closed_loop
+from specguard.sim._virtual import ClosedLoopRun, closed_loop
+
+from .test_sim_guards import half
 
 TAILS = PROFILES["kimi-k3-tails"]
 DSPARK = {"method": "dspark", "model": "org/kimi-dspark", "numSpeculativeTokens": 8}
@@ -83,36 +85,11 @@ def _runs(spread: float, seed: int) -> tuple[ClosedLoopRun, ClosedLoopRun]:
     return base, drafter
 
 
-def _half(arm: str, serving: str, finished: tuple[RequestTimes, ...]) -> list[Sample]:
-    out = []
-    clock = 0.0
-    for i, r in enumerate(finished):
-        clock += r.e2e / CONCURRENCY
-        out.append(
-            Sample(
-                arm=arm,  # type: ignore[arg-type]
-                role="serving" if arm == serving else "shadow",
-                pod=f"{arm}-{i % 2}",
-                domain="chat",
-                started_at=clock,
-                concurrency=CONCURRENCY,
-                output_tokens=OUTPUT,
-                e2e_s=r.e2e,
-                ttft_s=r.ttft,
-                tpot_s=r.tpot,
-                measurement="stream_usage",
-                pair_id=f"p-{i}",
-                prompt_tokens=512,
-            )
-        )
-    return out
-
-
 def _samples(serving: str, spread: float = -1.0, seed: int = 0) -> list[Sample]:
     base, drafter = _runs(spread, seed)
     n = min(len(base.finished), len(drafter.finished))
-    return [*_half("speculative", serving, drafter.finished[:n]),
-            *_half("baseline", serving, base.finished[:n])]  # fmt: skip
+    return [*half("speculative", drafter.finished[:n], serving),
+            *half("baseline", base.finished[:n], serving)]  # fmt: skip
 
 
 def _shown(verdict: Verdict) -> tuple[object, ...]:
