@@ -156,16 +156,22 @@ def arm_load(
     end: Mapping[Arm, Mapping[str, Reading]],
     rule: LoadMatch,
     last: Mapping[Arm, Mapping[str, Reading]] | None = None,
+    *,
+    split: bool = False,
 ) -> ArmLoad:
     """Requests in each arm's engines (running + waiting) per pod at a window's start and
     end: the mean over the pods read at both that export both gauges (arm → pod URL →
     Reading); an arm without such a pod is left out. ``last``, the look before the end when
     there was one: the same pods' mean at it, for an arm whose every such pod was read
-    there too (a pod that missed the look leaves the arm's ``last`` out, not the arm)."""
+    there too (a pod that missed the look leaves the arm's ``last`` out, not the arm).
+    ``done``: the requests the same pods finished between the two readings, per pod (the
+    per-request TPOT histogram's count; a pod restarted in between counts from zero), for
+    an arm whose every such pod exports it at the end. ``split``: routes by domain."""
     before: dict[Arm, float] = {}
     after: dict[Arm, float] = {}
     between: dict[Arm, float] = {}
     pods: dict[Arm, int] = {}
+    done: dict[Arm, float] = {}
     for arm in ARMS:
         first, final = start.get(arm, {}), end.get(arm, {})
         kept = {}
@@ -182,7 +188,10 @@ def arm_load(
         at_look = [_held(looked[url]) if url in looked else None for url in kept]
         if last is not None and None not in at_look:
             between[arm] = sum(x or 0.0 for x in at_look) / len(kept)
-    return ArmLoad(before, after, pods, rule, between)
+        if all(final[url].tpot_count > 0 for url in kept):
+            finished = (counter_delta(first[url].tpot_count, final[url].tpot_count) for url in kept)
+            done[arm] = sum(x or 0.0 for x in finished) / len(kept)
+    return ArmLoad(before, after, pods, rule, between, done, split)
 
 
 def _held(reading: Reading) -> float | None:

@@ -302,7 +302,10 @@ async def test_a_window_reads_every_running_router_and_the_drafter_counters() ->
     )]  # fmt: skip
     vllm = {"speculative": ("http://10.0.0.1:8000", "http://10.0.0.2:8000"),
             "baseline": ("http://10.0.0.3:8000",)}  # fmt: skip
-    assert loop.counters == [vllm, vllm]  # at the window's start and its end
+    # At the window's start and end, and at its quarter looks (the drafter serving: the
+    # overload guardrail reads the engines between window ends by either rule): the first
+    # look falls at 3 s on one-second ticks, then 5 and 8 s.
+    assert loop.counters == [vllm] * 5
     verdict = loop.kube.status["lastVerdict"]
     assert verdict["samples"] == {"speculative": 1.0, "baseline": 0.0}
     assert verdict["outcome"] == "inconclusive"
@@ -378,10 +381,12 @@ async def test_between_window_ends_the_engines_are_read_every_quarter_window_by_
 
     evaluation = {"window": "10s", "minRequestsPerArm": 20, "loadMatch": "arrivals"}
     loop.readings = engines(90, 185)
-    # The first window opened as the routers were told the rule: it does not speak for it.
+    # The first window opened as the routers were told the rule: it does not speak for it
+    # (its look at 5 s reads the engines by the in-flight rule; no finished counts here).
     for at in (0.0, 2.5, 5.0, 10.0):
         await loop.tick(T0 + at, evaluation=evaluation)
-    assert [load is not None for _, ended, load in seen if not ended] == [False] * 3
+    looks = [load for _, ended, load in seen if not ended]
+    assert [load is not None and load.rule for load in looks] == [False, False, "in_flight"]
     seen.clear()
     loop.counters.clear()
     loop.readings = engines(95, 186)
@@ -406,17 +411,72 @@ async def test_between_window_ends_the_engines_are_read_every_quarter_window_by_
     assert loop.kube.status["targetMode"] == "baseline"
     (transition,) = loop.kube.status["transitions"]
     assert transition["reason"] == "DrafterOverloaded", transition
-    # By the in-flight rule, or where a trip would only be reported (a dry run), the
-    # engines are not read between window ends.
-    for rule, policy in (("in_flight", "auto"), ("arrivals", "notify")):
+    # Where a trip would only be reported (a dry run) the engines are not read between
+    # window ends; by the in-flight rule they are (at every look), and steady engines trip
+    # nothing.
+    for rule, policy, reads in (("in_flight", "auto", 6), ("arrivals", "notify", 2)):
         other = Loop()
         other.readings = engines(90, 185)
         fields: dict[str, Any] = {"evaluation": {**evaluation, "loadMatch": rule},
                                   "rollback": {"cooldown": "60s", "policy": policy}}  # fmt: skip
         for at in (0.0, 2.5, 10.0, 12.5, 15.0, 17.5):
             await other.tick(T0 + at, **fields)
-        assert len(other.counters) == 2, (rule, policy, other.counters)  # at 0 s and 10 s
+        # 0 and 10 s; in_flight also the looks at 2.5, 12.5, 15 and 17.5 s
+        assert len(other.counters) == reads, (rule, policy, other.counters)
         assert other.kube.status["targetMode"] == "speculative"
+
+
+@pytest.mark.parametrize("baseline_done", [300.0, 80.0])
+async def test_by_the_in_flight_rule_the_overload_guardrail_reads_what_the_engines_finished(
+    monkeypatch: pytest.MonkeyPatch, baseline_done: float
+) -> None:
+    """Clients the operator has not told open (loadMatch in_flight): the shadow is fed to
+    the serving pods' count, so the baseline's count says nothing of it at these arrivals;
+    what each arm's engines finished does. The drafter climbs 90 → 300 per pod while it
+    finishes 100 (310 arrived); the baseline shadow finished 300 per pod (keeps up with
+    the drafter pods' arrivals: rolled back at the look) or 80 (no better: held)."""
+    from specguard.controller import _loop
+
+    seen: list[ArmLoad | None] = []
+    real = _loop.decide  # type: ignore[attr-defined]
+
+    def spy(obs: Any) -> Any:
+        seen.append(obs.load)
+        return real(obs)
+
+    monkeypatch.setattr(_loop, "decide", spy)
+    loop = Loop()
+    spec, base = "http://10.0.0.1:8000", "http://10.0.0.3:8000"
+
+    def engines(drafter: float, baseline: float, finished: tuple[float, float]
+                ) -> Mapping[Arm, Mapping[str, Reading]]:  # fmt: skip
+        return {"speculative": {spec: Reading(running=drafter, waiting=0.0,
+                                              tpot_count=finished[0])},
+                "baseline": {base: Reading(running=baseline, waiting=0.0,
+                                           tpot_count=finished[1])}}  # fmt: skip
+
+    evaluation = {"window": "10s", "minRequestsPerArm": 20, "loadMatch": "in_flight"}
+    loop.readings = engines(90, 90, (1000, 1000))
+    for at in (0.0, 2.5, 10.0):
+        await loop.tick(T0 + at, evaluation=evaluation)
+    loop.readings = engines(95, 95, (1020, 1030))
+    await loop.tick(T0 + 12.5, evaluation=evaluation)  # the window's first look records
+    loop.readings = engines(300, 290, (1100, 1000 + baseline_done))
+    await loop.tick(T0 + 15.0, evaluation=evaluation)
+    assert seen[-1] == ArmLoad(
+        start={"speculative": 90.0, "baseline": 90.0},
+        end={"speculative": 300.0, "baseline": 290.0},
+        pods={"speculative": 1, "baseline": 1},
+        rule="in_flight",
+        last={"speculative": 95.0, "baseline": 95.0},
+        done={"speculative": 100.0, "baseline": baseline_done},
+    )
+    if baseline_done == 80.0:
+        assert loop.kube.status["targetMode"] == "speculative"
+        return
+    assert loop.kube.status["targetMode"] == "baseline"
+    (transition,) = loop.kube.status["transitions"]
+    assert transition["reason"] == "DrafterOverloaded", transition
 
 
 async def test_the_looks_fall_at_the_windows_quarters_on_one_second_ticks() -> None:
@@ -480,7 +540,9 @@ async def test_the_engines_are_not_read_between_window_ends_where_no_trip_could_
         if at >= 10.0 and case == "routes by domain":
             loop.kube.status["arms"]["routes"] = {"tool_call": "baseline"}
         await loop.tick(T0 + at, cluster(loop.kube, pods), **fields)
-    assert len(loop.counters) == 2, (case, loop.counters)  # at 0 s and 10 s
+    # at 0 s and 10 s (and with routes, at the first window's look at 2.5 s, before them)
+    reads = 3 if case == "routes by domain" else 2
+    assert len(loop.counters) == reads, (case, loop.counters)
 
 
 async def test_a_new_spec_closes_the_old_source_and_starts_a_new_window() -> None:
@@ -857,8 +919,10 @@ async def test_a_change_in_the_pods_inside_a_window_restarts_it(
     assert loop.sources[0].collected[0] == (T0 + 4, T0 + 14)
     vllm_urls = {"speculative": ("http://10.0.0.1:8000", "http://10.0.0.2:8000"),
                  "baseline": ("http://10.0.0.3:8000",)}  # fmt: skip
-    # Read at the first window's start, again at the change (the new pod in), at its end.
-    assert loop.counters[1:3] == [vllm_urls, vllm_urls]
+    # Read at the first window's start, at its look at 3 s (the shadow not ready yet), again
+    # at the change (the new pod in) and at its end.
+    shadowless = {**vllm_urls, "baseline": ()}
+    assert loop.counters[1:4] == [shadowless, vllm_urls, vllm_urls]
     assert f"1 requests that started before {change} ended are left out" in str(
         loop.kube.status["lastVerdict"]
     )

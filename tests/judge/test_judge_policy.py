@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import pytest
 
+from specguard._arms import Arm
 from specguard.judge._evidence import ArmErrors, ArmLoad, DraftCounters, Evidence, Startup
 from specguard.judge._guardrails import (
     Trip,
@@ -443,6 +444,67 @@ def test_overload_needs_the_climb_to_go_on_since_the_last_look(
 ) -> None:
     trip = overload_guardrail(load(spec, base, last=last), PolicySettings(), 0.0)
     assert (trip is not None) == trips, trip
+
+
+@pytest.mark.parametrize(
+    ("spec", "base", "done", "last", "trips"),
+    [
+        # The regret bench's open loop read unknown (the routers by in-flight count, the
+        # shadow overfed from both serving pods' arrivals to the drafter's count): the
+        # drafter took 400 per pod and finished 140, the baseline shadow finished 420.
+        ((129, 389), (128, 385), (140, 420), None, True),
+        # One router, one shadow pod: the copies cap the shadow at a serving pod's arrivals
+        # (it holds steady, finishing them all) while the drafter falls behind.
+        ((96, 300), (184, 190), (196, 394), (200, 188), True),
+        # Both arms past their peak (A/A): the shadow, fed to the drafter's count, finishes
+        # no more than the drafter; neither keeps up.
+        ((100, 300), (100, 290), (200, 210), None, False),
+        # A closed loop's streams joining (A/A): both climb, both finish alike.
+        ((20, 60), (20, 58), (200, 205), None, False),
+        # ... and with a drafter past the crossover: at the same count the baseline finishes
+        # more, each request taking it less time (the in-flight counterfactual agrees).
+        ((20, 60), (20, 60), (200, 300), None, True),
+        # The drafter faster: the baseline finishes less than the drafter's arrivals.
+        ((100, 300), (100, 300), (300, 250), None, False),
+        # The drafter steady: nothing runs away.
+        ((100, 110), (100, 100), (400, 600), None, False),
+        # Climbing since the window opened but no longer since the last look.
+        ((96, 300), (184, 190), (196, 394), (298, 190), False),
+        # The shadow's finished count not read (a pod without the histogram): no trip.
+        ((96, 300), (184, 190), (196, None), None, False),
+    ],
+)
+def test_overload_by_the_in_flight_rule_reads_what_the_engines_finished(
+    spec: tuple[float, float], base: tuple[float, float], done: tuple[float, float | None],
+    last: tuple[float, float] | None, trips: bool,
+) -> None:
+    evidence = load(spec, base, "in_flight", last)
+    finished: dict[Arm, float] = {"speculative": done[0]}
+    if done[1] is not None:
+        finished["baseline"] = done[1]
+    assert evidence.load is not None
+    arms = replace(evidence.load, done=finished)
+    trip = overload_guardrail(replace(evidence, load=arms), PolicySettings(), 0.0)
+    assert (trip is not None) == trips, trip
+    if trips:  # routes by domain give the arms different traffic: never a yardstick
+        split = replace(arms, split=True)
+        assert overload_guardrail(replace(evidence, load=split), PolicySettings(), 0.0) is None
+
+
+def test_overload_by_the_in_flight_rule_says_what_each_arm_finished() -> None:
+    evidence = load((129, 389), (128, 385), "in_flight")
+    assert evidence.load is not None
+    arms = replace(evidence.load, done={"speculative": 140.0, "baseline": 420.0})
+    trip = overload_guardrail(replace(evidence, load=arms), PolicySettings(), 0.0)
+    assert trip == Trip(
+        "overload",
+        "DrafterOverloaded",
+        "the drafter arm cannot keep up with its arrivals: requests in its engines grew from "
+        "129 to 389 per pod since the window opened, finishing 140 of the 400 that arrived "
+        "per pod, while the baseline shadow finished 420 per pod (the load match was by "
+        "in-flight count: what each arm's engines finished tells which keeps up with these "
+        "arrivals)",
+    )
 
 
 def test_overload_trips_say_the_numbers_and_act_through_step() -> None:

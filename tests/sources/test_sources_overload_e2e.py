@@ -8,6 +8,10 @@ open-loop client, and the operator's own reader of the vLLM pods (``read_pods``,
   arrivals, keeps up: some window trips ``DrafterOverloaded``.
 - Tool calls at 15/s, where the drafter keeps up: no window trips.
 
+Both by the arrivals rule and by the in-flight rule (the clients not told open: the router
+feeds the shadow to the drafter's count, and the guardrail reads what each arm's engines
+finished).
+
 Time scale 4, as the regret bench's open-loop run (the 2 cores keep the simulators' steps).
 """
 
@@ -21,6 +25,7 @@ import time
 
 import pytest
 
+from specguard._arms import LoadMatch
 from specguard._exposition import arm_load
 from specguard.controller._loop import Readings, read_pods
 from specguard.demo._load import Client
@@ -64,7 +69,7 @@ async def _load_and_read(router_url: str, spec: str, base: str, rate: int) -> li
     return readings
 
 
-def _trips(rate: int) -> tuple[list[str | None], list[tuple[float, float]]]:
+def _trips(rate: int, rule: LoadMatch) -> tuple[list[str | None], list[tuple[float, float]]]:
     """Per 10 s window (two readings apart, the one between as the last look): the
     guardrail's sentence or None; and each reading's requests in the engines (drafter,
     baseline)."""
@@ -72,7 +77,7 @@ def _trips(rate: int) -> tuple[list[str | None], list[tuple[float, float]]]:
         start_sim(sim_args(drafter=True)) as spec,
         start_sim(sim_args(drafter=False)) as base,
         router_process([spec.url], [base.url], "--mirror-share", "1.0", "--load-match",
-                       "arrivals", "--shadow-max-in-flight", "2048") as router_url,
+                       rule, "--shadow-max-in-flight", "2048") as router_url,
     ):
         readings = asyncio.run(_load_and_read(router_url, spec.url, base.url, rate))
     held = []
@@ -81,18 +86,19 @@ def _trips(rate: int) -> tuple[list[str | None], list[tuple[float, float]]]:
         held.append(((s.running or 0) + (s.waiting or 0), (b.running or 0) + (b.waiting or 0)))
     settings = PolicySettings()
     sentences = [  # each window looked at half-way, as the operator does every quarter
-        overload_excess(Evidence(load=arm_load(a, b, "arrivals", last=m)), settings)
+        overload_excess(Evidence(load=arm_load(a, b, rule, last=m)), settings)
         for a, m, b in zip(readings, readings[1:], readings[2:], strict=False)
     ]
     return sentences, held
 
 
-def test_a_drafter_past_its_peak_trips_and_one_that_keeps_up_does_not() -> None:
-    over, held = _trips(40)
-    print(f"\n40/s: {sum(map(bool, over))} of {len(over)} windows trip; held {held}")
+@pytest.mark.parametrize("rule", ["arrivals", "in_flight"])
+def test_a_drafter_past_its_peak_trips_and_one_that_keeps_up_does_not(rule: LoadMatch) -> None:
+    over, held = _trips(40, rule)
+    print(f"\n{rule} 40/s: {sum(map(bool, over))} of {len(over)} windows trip; held {held}")
     assert any(over), f"no window tripped; requests held (drafter, baseline): {held}"
     tripped = next(s for s in over if s)
     assert tripped is not None and "cannot keep up with its arrivals" in tripped
-    kept_up, held = _trips(15)
-    print(f"15/s: {sum(map(bool, kept_up))} of {len(kept_up)} windows trip; held {held}")
+    kept_up, held = _trips(15, rule)
+    print(f"{rule} 15/s: {sum(map(bool, kept_up))} of {len(kept_up)} windows trip; held {held}")
     assert not any(kept_up), f"{kept_up}; requests held (drafter, baseline): {held}"

@@ -252,3 +252,25 @@ def test_arm_load_is_the_mean_per_pod_read_at_both_ends_with_both_gauges() -> No
         start={"speculative": 8.0}, end={"speculative": 84.0}, pods={"speculative": 2},
         rule="arrivals",
     )  # fmt: skip
+
+
+def test_arm_load_counts_what_the_pods_finished_between_the_readings() -> None:
+    """``done``: the per-request TPOT histogram's count between the two readings, per pod,
+    over the pods read at both ends; a restarted pod counts from zero; an arm with a pod
+    that has no count at the end is left out; routes by domain are passed on as ``split``."""
+    start: dict[Arm, dict[str, Reading]] = {
+        "speculative": {"a": Reading(running=10, waiting=0, tpot_count=100),
+                        "b": Reading(running=20, waiting=0, tpot_count=500)},
+        "baseline": {"c": Reading(running=5, waiting=0, tpot_count=40)},
+    }  # fmt: skip
+    end: dict[Arm, dict[str, Reading]] = {
+        # b restarted (its count went down): the 30 it counts since are all new
+        "speculative": {"a": Reading(running=40, waiting=0, tpot_count=190),
+                        "b": Reading(running=60, waiting=0, tpot_count=30)},
+        "baseline": {"c": Reading(running=5, waiting=0)},  # no finished count
+    }  # fmt: skip
+    assert arm_load(start, end, "in_flight", split=True) == ArmLoad(
+        start={"speculative": 15.0, "baseline": 5.0}, end={"speculative": 50.0, "baseline": 5.0},
+        pods={"speculative": 2, "baseline": 1}, rule="in_flight",
+        done={"speculative": 60.0}, split=True,
+    )  # fmt: skip

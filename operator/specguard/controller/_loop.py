@@ -181,12 +181,17 @@ def _started_from(window: WindowSamples, cutoff: float | None, why: str) -> Wind
 def _load_rule(spec: Spec, prev: Status, start: float) -> LoadMatch:
     """The rule the engines' load since ``start`` speaks for (``ArmLoad.rule``): the rule in
     force when it held, and the routers had seen it, from ``start`` on, and no routes by
-    domain split the arms' arrivals; else ``in_flight`` (the overload guardrail then never
-    acts)."""
+    domain split the arms' arrivals; else ``in_flight`` (the overload guardrail then reads
+    what the engines finished, not their counts alone)."""
     cutoff = settled_after(prev)
-    if (cutoff is not None and cutoff > start) or (prev.arms and prev.arms.routes):
+    if (cutoff is not None and cutoff > start) or _split(prev):
         return "in_flight"
     return rule_in_force(spec, prev)
+
+
+def _split(prev: Status) -> bool:
+    """Routes by domain give the arms different traffic (``ArmLoad.split``)."""
+    return bool(prev.arms and prev.arms.routes)
 
 
 def _disturbed_since(disturbed: Disturbance | None, start: float | None) -> bool:
@@ -483,7 +488,8 @@ class ResourceLoop:
             drafts=None if before is None
             else draft_counters(before.get(spec_arm, {}), at_end.get(spec_arm, {})),
             load=None if before is None
-            else arm_load(before, at_end, _load_rule(spec, prev, start), last),
+            else arm_load(before, at_end, _load_rule(spec, prev, start), last,
+                          split=_split(prev)),
             start=start,
             first_started=min((x.started_at for x in settled.samples), default=None),
             clients=clients,
@@ -527,8 +533,9 @@ class ResourceLoop:
         wait for the window's end (a drafter past its throughput peak adds requests by the
         second); the window's first look only records (None). Only where it
         can act at once: the drafter serving under ``rollback.policy: auto`` with the
-        guardrail on, no routes by domain (their arms' arrivals differ by design), the
-        arrivals rule in force and nothing disturbed since the window opened."""
+        guardrail on, no routes by domain (their arms' arrivals differ by design) and nothing
+        disturbed since the window opened; by either load-match rule (by the in-flight rule
+        the guardrail reads what the engines finished: ``judge._guardrails``)."""
         spec, start = resource.sd.spec, resource.window_start
         before = resource.readings_at_start
         if start is None or before is None or not spec.rollback.overload_guardrail:
@@ -536,8 +543,7 @@ class ResourceLoop:
         serving = prev.mode == c.ARM_SPECULATIVE and not (prev.arms and prev.arms.swapping)
         if not serving or spec.rollback.policy != "auto":
             return None
-        # _load_rule says in_flight with routes by domain too
-        if _load_rule(spec, prev, start) != "arrivals" or _disturbed_since(disturbed, start):
+        if _split(prev) or _disturbed_since(disturbed, start):
             return None
         # Looks at the window's quarters (start + k·window/4, k = 1..3), not a quarter after
         # the last one: with one-second ticks that would put the last look a second before
@@ -552,7 +558,7 @@ class ResourceLoop:
         last, resource.load_last = resource.load_last, await self._read_counters(pods)
         if last is None:
             return None  # the window's first look only records: a trip needs two
-        return arm_load(before, resource.load_last, "arrivals", last)
+        return arm_load(before, resource.load_last, _load_rule(spec, prev, start), last)
 
     @staticmethod
     def _clients(

@@ -116,13 +116,18 @@ class ArmLoad:
     rule change says ``"in_flight"``). An arm without a pod read at both ends is absent.
     ``last``: the same pods' count at the operator's previous look in this window, when it
     looked between window ends and read every one of them there (else the arm is absent
-    from it)."""
+    from it). ``done``: requests the same pods finished from the start to the end, per pod
+    (vLLM's per-request TPOT histogram's count; an arm whose pods do not export it is
+    absent). ``split``: routes by domain gave the arms different traffic (no arm is then a
+    yardstick for the other's arrivals)."""
 
     start: Mapping[Arm, float] = field(default_factory=dict)
     end: Mapping[Arm, float] = field(default_factory=dict)
     pods: Mapping[Arm, int] = field(default_factory=dict)
     rule: LoadMatch = "in_flight"
     last: Mapping[Arm, float] = field(default_factory=dict)
+    done: Mapping[Arm, float] = field(default_factory=dict)
+    split: bool = False
 
 
 @dataclass(frozen=True, slots=True)

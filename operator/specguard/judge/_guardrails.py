@@ -69,7 +69,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from specguard._arms import ARM_BASELINE, ARM_SPECULATIVE
-from specguard.judge._evidence import ArmErrors, DraftCounters, DrafterRun, Evidence
+from specguard.judge._evidence import ArmErrors, ArmLoad, DraftCounters, DrafterRun, Evidence
 from specguard.judge._settings import PolicySettings
 
 # The overload guardrail's noise bound: standard deviations of a count's change.
@@ -256,11 +256,13 @@ def overload_excess(evidence: Evidence, settings: PolicySettings) -> str | None:
     """The sentence when the serving drafter arm falls behind the arrivals the baseline
     keeps up with (see the module doc), else None."""
     load = evidence.load
-    if not settings.overload_guardrail or load is None or load.rule != "arrivals":
+    if not settings.overload_guardrail or load is None or load.split:
         return None
     arms = (ARM_SPECULATIVE, ARM_BASELINE)
     if any(arm not in load.start or arm not in load.end for arm in arms):
         return None
+    if load.rule != "arrivals":
+        return _outpaced(load, settings)
     spec_start, spec_end = load.start[ARM_SPECULATIVE], load.end[ARM_SPECULATIVE]
     base_start, base_end = load.start[ARM_BASELINE], load.end[ARM_BASELINE]
     margin, slack = 1.0 + settings.overload_growth, settings.overload_slack
@@ -298,6 +300,50 @@ def overload_excess(evidence: Evidence, settings: PolicySettings) -> str | None:
         f"{spec_start:.0f} to {spec_end:.0f} per pod since the window opened, while the "
         f"baseline, at the same arrivals per pod, held {base_start:.0f} to {base_end:.0f} (at "
         "equal arrivals, more requests held is a longer wait: Little's law)"
+    )
+
+
+def _climbing(load: ArmLoad, settings: PolicySettings) -> bool:
+    """The serving drafter's count climbed since the window opened by ``overload_growth``,
+    ``overload_slack`` and three standard deviations of a Poisson-like count's change, and,
+    where the operator looked between, since that look by one."""
+    start, end = load.start[ARM_SPECULATIVE], load.end[ARM_SPECULATIVE]
+    grew = end >= (1.0 + settings.overload_growth) * start + settings.overload_slack
+    if not grew or end - start < _Z * math.sqrt(start + end):
+        return False
+    last = load.last.get(ARM_SPECULATIVE)
+    return last is None or end - last >= math.sqrt(end + last)
+
+
+def _outpaced(load: ArmLoad, settings: PolicySettings) -> str | None:
+    """By the in-flight rule (the clients not told open, or a window the rule changed in):
+    the shadow is fed to the serving pods' count, not their arrivals, so the counts alone
+    say nothing of the baseline at these arrivals. What its engines *finished* does: the
+    drafter's queue climbs (its arrivals outpace what it finishes), and the baseline shadow
+    finished at least as many requests per pod as the drafter pods received, and more than
+    the drafter finished, beyond a count's noise — at these arrivals it keeps up where the
+    drafter falls behind. A closed loop's streams joining make the drafter climb too; the
+    baseline, fed to the same count, then finishes more only where each request takes it
+    less time at that count: the in-flight counterfactual says the same."""
+    if ARM_SPECULATIVE not in load.done or ARM_BASELINE not in load.done:
+        return None
+    if not _climbing(load, settings):
+        return None
+    spec_start, spec_end = load.start[ARM_SPECULATIVE], load.end[ARM_SPECULATIVE]
+    spec_done, base_done = load.done[ARM_SPECULATIVE], load.done[ARM_BASELINE]
+    arrived = spec_done + spec_end - spec_start  # what the drafter pods received, per pod
+    keeps_up = base_done >= arrived - _Z * math.sqrt(base_done + arrived)
+    faster = base_done - spec_done >= max(
+        settings.overload_slack, _Z * math.sqrt(base_done + spec_done)
+    )
+    if not (keeps_up and faster):
+        return None
+    return (
+        f"the drafter arm cannot keep up with its arrivals: requests in its engines grew from "
+        f"{spec_start:.0f} to {spec_end:.0f} per pod since the window opened, finishing "
+        f"{spec_done:.0f} of the {arrived:.0f} that arrived per pod, while the baseline shadow "
+        f"finished {base_done:.0f} per pod (the load match was by in-flight count: what each "
+        "arm's engines finished tells which keeps up with these arrivals)"
     )
 
 
