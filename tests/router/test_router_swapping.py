@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+from typing import TYPE_CHECKING
+
+import aiohttp
+
 from specguard.router._discovery import swapping_from_resource
 from specguard.router._pool import Endpoint, Topology
+
+if TYPE_CHECKING:
+    from tests.router.conftest import Helpers, RouterFactory, UpstreamFactory
 
 
 def test_swapping_serves_from_both_arms_and_only_then() -> None:
@@ -26,3 +34,29 @@ def test_swapping_flag_is_read_from_status() -> None:
     assert swapping_from_resource({"status": {"arms": {"swapping": True}}})
     assert not swapping_from_resource({"status": {"arms": {"mirrorShare": 0.5}}})
     assert not swapping_from_resource(None)
+
+
+async def test_a_swap_ends_the_shadow_copies_in_flight(
+    upstream: UpstreamFactory, start_router: RouterFactory, h: type[Helpers]
+) -> None:
+    """Nothing judges a copy during a swap, and the clients are then answered from both
+    arms' pods: the copies still running on the shadow pod (by the in-flight rule as many
+    as the serving pods hold) are ended at the swap's first request, their upstream
+    requests with them, and leave no sample. Before the swap a copy runs to its end."""
+    serve = await upstream()
+    shadow = await upstream(gap_s=0.02)  # a copy of 400 tokens runs for about 8 s
+    rt = await start_router(h.topology([serve.url], [shadow.url], share=1.0))
+    chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 400,
+            "stream": True}
+    async with aiohttp.ClientSession() as s:
+        async with s.post(rt.url + "/v1/chat/completions", json=chat) as r:
+            assert r.status == 200
+        await h.wait_for(lambda: shadow.started == 1)
+        await asyncio.sleep(0.2)
+        assert rt.router.shadow_in_flight == 1 and shadow.cancelled == 0  # not before a swap
+        rt.router.topology.set_roles("speculative", 1.0, swapping=True)
+        async with s.post(rt.url + "/v1/chat/completions", json=chat) as r:
+            assert r.status == 200
+    await h.wait_for(lambda: shadow.cancelled == 1 and rt.router.shadow_in_flight == 0)
+    assert shadow.started == 1  # and nothing copied during the swap
+    assert [x.role for x in rt.router.feed.read(None, 10).samples] == ["serving", "serving"]

@@ -61,7 +61,8 @@ class RouterMetrics:
             "specguard_router_requests",
             "Requests sent upstream by arm, role and outcome (HTTP status, or "
             "client_closed, upstream_error, timeout, no_pod, refused: a 503 before anything "
-            "started, tried on the next pod while one is left).",
+            "started, tried on the next pod while one is left; cancelled: a shadow copy "
+            "ended by a swap or the router's shutdown).",
             ("arm", "role", "status"), registry=self.registry,
         )  # fmt: skip
         self.in_flight = Gauge(

@@ -116,6 +116,8 @@ class Router:
         self._replayed_at = -math.inf
         self._ballast_turn = 0
         self._closing = False
+        # The swap this router last ended its shadow copies for (``_end_copies_for_swap``).
+        self._copies_ended_for_swap = False
         topology.queue_limit = self.config.shadow_queue
         topology.queue_wait_s = self.config.shadow_queue_wait_s
         self.refresh_gauges()
@@ -237,6 +239,7 @@ class Router:
             upstream_body, stripper = _with_usage(parsed, body)
         headers = _upstream_headers(request.headers)
         top = self.topology
+        self._end_copies_for_swap()
         arm = top.arm_for(domain)
         pod = top.pick(arm)
         if pod is None:
@@ -594,6 +597,27 @@ class Router:
         task.add_done_callback(done)
         (self.metrics.mirror_ballast if ballast else self.metrics.mirrored.labels(arm)).inc()
         return True
+
+    def _end_copies_for_swap(self) -> None:
+        """At a swap's first request, end the shadow copies still in flight (each ends its
+        upstream request: vLLM aborts a request whose client left). Nothing judges a copy
+        during a swap, and the clients are then answered from both arms' pods: a shadow
+        pod still busy with copies — by the in-flight rule as many as the serving pods hold,
+        thousands behind a drafter that ran away — would make them wait behind work no one
+        reads, just when the arm they are moving to should take them. Checked on the
+        event loop at each request (discovery may change the roles from a thread)."""
+        if not self.topology.swapping:
+            self._copies_ended_for_swap = False
+            return
+        if self._copies_ended_for_swap:
+            return
+        self._copies_ended_for_swap = True
+        ending = list(self._shadow_tasks)
+        for task in ending:
+            task.cancel()
+        if ending:
+            log.info("swap: ended %d shadow copies in flight (nothing judges them now)",
+                     len(ending))  # fmt: skip
 
     def _land(self, flight: _Flight, took: float | None) -> None:
         """A copy's request is over (once): count it off its pod at once, not a loop turn
