@@ -501,7 +501,7 @@ def test_overload_by_the_in_flight_rule_says_what_each_arm_finished() -> None:
         "DrafterOverloaded",
         "the drafter arm cannot keep up with its arrivals: requests in its engines grew from "
         "129 to 389 per pod since the window opened, finishing 140 of the 400 that arrived "
-        "per pod, while the baseline shadow finished 420 per pod (the load match was by "
+        "per pod, while the baseline arm finished 420 per pod (the load match was by "
         "in-flight count: what each arm's engines finished tells which keeps up with these "
         "arrivals)",
     )

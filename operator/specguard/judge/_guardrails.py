@@ -319,12 +319,14 @@ def _outpaced(load: ArmLoad, settings: PolicySettings) -> str | None:
     """By the in-flight rule (the clients not told open, or a window the rule changed in):
     the shadow is fed to the serving pods' count, not their arrivals, so the counts alone
     say nothing of the baseline at these arrivals. What its engines *finished* does: the
-    drafter's queue climbs (its arrivals outpace what it finishes), and the baseline shadow
+    drafter's queue climbs (its arrivals outpace what it finishes), and the baseline arm
     finished at least as many requests per pod as the drafter pods received, and more than
     the drafter finished, beyond a count's noise — at these arrivals it keeps up where the
     drafter falls behind. A closed loop's streams joining make the drafter climb too; the
     baseline, fed to the same count, then finishes more only where each request takes it
-    less time at that count: the in-flight counterfactual says the same."""
+    less time at that count: the in-flight counterfactual says the same. The same reading
+    holds a re-promotion with the drafter as the shadow (fed to the serving baseline's
+    count, it falls behind what it is given while the baseline finishes more)."""
     if ARM_SPECULATIVE not in load.done or ARM_BASELINE not in load.done:
         return None
     if not _climbing(load, settings):
@@ -341,7 +343,7 @@ def _outpaced(load: ArmLoad, settings: PolicySettings) -> str | None:
     return (
         f"the drafter arm cannot keep up with its arrivals: requests in its engines grew from "
         f"{spec_start:.0f} to {spec_end:.0f} per pod since the window opened, finishing "
-        f"{spec_done:.0f} of the {arrived:.0f} that arrived per pod, while the baseline shadow "
+        f"{spec_done:.0f} of the {arrived:.0f} that arrived per pod, while the baseline arm "
         f"finished {base_done:.0f} per pod (the load match was by in-flight count: what each "
         "arm's engines finished tells which keeps up with these arrivals)"
     )
