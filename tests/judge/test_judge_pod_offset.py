@@ -198,3 +198,26 @@ def test_a_little_disagreement_inside_its_bound_widens_instead_of_deciding() -> 
     assert let_through, "no window fell inside the bound: the case tests nothing"
     assert all(any("Little's law differ" in r for r in v.reasons) for v in let_through)
     assert not [v.sentence() for v in judged if v.outcome in ("regressed", "improved")]
+
+
+def test_a_faster_shadow_with_more_arrivals_and_fewer_in_flight_is_judged_widened() -> None:
+    """One drafter shadow pod beside three baseline pods, every request copied to it (three
+    times a serving pod's arrivals), holding fewer in flight (4–9 against 10–18): the
+    regret bench's shadow after a rollback, which ballast holds a slot or two below its
+    target. The Little's-law check (one arrival rate) refused such windows as loaded apart
+    ("mismatched concurrency"); a drafter 3× faster is now judged improved with its
+    interval widened by the in-flight gap — and an unchanged drafter loaded the same way is
+    never called improved (the widening covers what its lighter load hides)."""
+    every_copy = replace(TRAFFIC, serving="baseline", shadow_pods=1)
+    rng = np.random.default_rng(40)
+
+    def judged(effect: float) -> Verdict:
+        samples = window(rng, 300, every_copy, effect=effect, paired=True, spec_load=(4, 9),
+                         base_load=(10, 18))  # fmt: skip
+        return judge(samples, SETTINGS)
+
+    faster = [judged(0.35) for _ in range(10)]
+    assert all(v.outcome == "improved" for v in faster), [v.sentence() for v in faster][:2]
+    assert all(any("lighter load could hide" in r for r in v.reasons) for v in faster)
+    unchanged = [judged(1.0) for _ in range(25)]
+    assert not [v.sentence() for v in unchanged if v.outcome in ("improved", "regressed")]

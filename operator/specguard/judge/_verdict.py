@@ -505,6 +505,18 @@ def judge(
 
     requests_per_pod = arrivals.per_pod(requests, pods)
     base["requests_per_pod"] = requests_per_pod
+    allowed = (
+        in_flight_allowance(chosen, settings.concurrency_tolerance, paired=paired)
+        if all(n.values())
+        else None
+    )
+    # A lighter arm that got more requests per pod (a faster shadow, every request copied):
+    # judged with its interval widened by the in-flight ratio, not refused (_lighter_widened).
+    lighter = (
+        _lighter_and_busier(allowed, requests_per_pod, settings.concurrency_tolerance)
+        if paired and settings.concurrency_match == "in_flight"
+        else None
+    )
     reasons, load_notes = _insufficient(
         n,
         concurrency,
@@ -516,9 +528,7 @@ def judge(
             if all(n.values())
             else None
         ),
-        allowed=in_flight_allowance(chosen, settings.concurrency_tolerance, paired=paired)
-        if all(n.values())
-        else None,
+        allowed=allowed,
     )
     timing, timing_note = _timing_check(inconsistent, requests, errors)
     if timing:
@@ -544,7 +554,9 @@ def judge(
         # (the Little's-law note) is compared at equal arrivals instead: not corrected.
         correct_gap = settings.concurrency_match == "in_flight" and not load_notes
         estimate = _paired(chosen, values, settings, correct_gap=correct_gap)
-        if settings.concurrency_match == "in_flight" and load_notes:
+        if lighter is not None:
+            estimate = _lighter_widened(estimate, *lighter)
+        elif settings.concurrency_match == "in_flight" and load_notes:
             estimate = _little_widened(estimate, chosen)
     else:
         serving: Arm = max(ARMS, key=lambda arm: serving_votes[arm])
@@ -917,6 +929,53 @@ def _little_widened(estimate: _Estimate, chosen: Mapping[Arm, Sequence[Sample]])
     return replace(estimate, ci_low=low, ci_high=high, notes=(*estimate.notes, note))
 
 
+def _lighter_and_busier(
+    allowed: tuple[float, float, float] | None,
+    requests_per_pod: Mapping[str, float | None],
+    tolerance: float,
+) -> tuple[Arm, float] | None:
+    """Under the in-flight rule: (the arm that held fewer requests in flight than the other,
+    beyond the gap allowed, while it got more requests per pod, beyond ``tolerance``; the
+    in-flight ratio, heavier ÷ lighter), else None. A shadow faster than the serving arm with
+    every request copied to it (one shadow pod for two serving pods: twice a serving pod's
+    arrivals), which ballast holds a slot below its target per router: the regret bench's
+    drafter shadow after a rollback held 9.7 against the serving pods' 13.4 at twice their
+    arrivals per pod, and the Little's-law check (which assumes one arrival rate) refused
+    half its windows as loaded apart. It is faster at a heavier arrival load and a lighter
+    in-flight one: what is not known is only how much slower it would be at the other
+    arm's count."""
+    if allowed is None:
+        return None
+    spec_c, base_c, gap = allowed
+    if abs(spec_c - base_c) <= gap or min(spec_c, base_c) <= 0.0:
+        return None
+    light: Arm = "speculative" if spec_c < base_c else "baseline"
+    heavy: Arm = "baseline" if light == "speculative" else "speculative"
+    light_l, heavy_l = requests_per_pod.get(light), requests_per_pod.get(heavy)
+    if not light_l or not heavy_l or light_l <= (1.0 + tolerance) * heavy_l:
+        return None
+    return light, max(spec_c, base_c) / min(spec_c, base_c)
+
+
+def _lighter_widened(estimate: _Estimate, light: Arm, ratio: float) -> _Estimate:
+    """A paired estimate whose ``light`` arm held ``ratio`` times fewer requests in flight
+    than the other while it got more requests per pod (``_lighter_and_busier``), its
+    interval widened toward that arm being slower by as much as its lighter load could hide
+    (latency at most proportional to in-flight, ``MAX_LOAD_SLOPE``): a verdict that it is
+    faster holds at the other arm's count too; one that it is slower holds as it is (heavier,
+    it would be slower still)."""
+    if estimate.refusal is not None:
+        return estimate
+    reach = ratio**MAX_LOAD_SLOPE
+    low, high = (estimate.ci_low, estimate.ci_high * reach) if light == "speculative" else (
+        estimate.ci_low / reach, estimate.ci_high)  # fmt: skip
+    note = (
+        f"{light} held {ratio:.2f}× fewer requests in flight with more requests per pod: "
+        f"the interval is widened by what that lighter load could hide ({reach - 1:.0%})"
+    )
+    return replace(estimate, ci_low=low, ci_high=high, notes=(*estimate.notes, note))
+
+
 def _little_gap(chosen: Mapping[Arm, Sequence[Sample]], *, paired: bool) -> tuple[float, float]:
     """(log ratio of the arms' arrival rates by Little's law, speculative over baseline, its
     standard error: the pairs' own when ``paired``); infinite when a rate is not known."""
@@ -1133,7 +1192,15 @@ def _insufficient(
                 f"speculative {_num(spec_c)} vs baseline {_num(base_c)} mean in flight per pod"
             )
             equal = light_l and heavy_l and light_l >= (1.0 - tolerance) * heavy_l
-            if equal and little is not None and not little[0]:
+            busier = _lighter_and_busier(allowed, requests_per_pod, tolerance)
+            if busier is not None:
+                notes.append(
+                    f"{light} held fewer requests in flight ({in_flight}) with more requests "
+                    f"per pod ({_num(light_l or 0)} vs {_num(heavy_l or 0)}): faster at a "
+                    "heavier arrival load, compared with its interval widened by the "
+                    "in-flight gap"
+                )
+            elif equal and little is not None and not little[0]:
                 reasons.append(
                     f"mismatched concurrency ({in_flight}, allowed difference "
                     f"{_num(gap)}) with as many requests per pod ({_num(light_l or 0)} "
