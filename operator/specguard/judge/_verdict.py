@@ -1192,8 +1192,7 @@ def _insufficient(
                 f"speculative {_num(spec_c)} vs baseline {_num(base_c)} mean in flight per pod"
             )
             equal = light_l and heavy_l and light_l >= (1.0 - tolerance) * heavy_l
-            busier = _lighter_and_busier(allowed, requests_per_pod, tolerance)
-            if busier is not None:
+            if _lighter_and_busier(allowed, requests_per_pod, tolerance) is not None:
                 notes.append(
                     f"{light} held fewer requests in flight ({in_flight}) with more requests "
                     f"per pod ({_num(light_l or 0)} vs {_num(heavy_l or 0)}): faster at a "
