@@ -609,12 +609,13 @@ class Rollback(SpecModel):
     )
     overload_guardrail: bool = Field(
         default=True,
-        description="Roll the drafter back at once when clients arrive at their own pace "
-        "(status.arms.loadMatch arrivals) and the drafter arm falls behind them while the "
-        "baseline keeps up: requests in its engines (vLLM's running + waiting) climb over a "
-        "window while the baseline's hold steady at the same arrivals, and pass them. Its "
-        "per-token latency follows a window or two later, with a longer queue "
-        "to drain. It also holds a re-promotion back. Default true.",
+        description="Roll the drafter back at once when the drafter arm falls behind its "
+        "arrivals while the baseline keeps up: requests in its engines (vLLM's running + "
+        "waiting) climb over a window while, by the arrivals rule (status.arms.loadMatch "
+        "arrivals), the baseline's hold steady at the same arrivals and are passed, or, by "
+        "the in-flight rule, the baseline finished what arrived at a drafter pod and the "
+        "drafter did not. Its per-token latency follows a window or two later, with a "
+        "longer queue to drain. It also holds a re-promotion back. Default true.",
     )
     guards: Guards = Field(
         default_factory=Guards,

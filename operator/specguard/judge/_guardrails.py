@@ -53,8 +53,11 @@ guardrail is one more function in that tuple, reading its own field of
   drafter's queue then only grows, and its per-token latency follows the batch up; the
   window's pairs lag that (a window judges the requests that *ended* in it, which arrived
   when the queue was shorter), so the statistics see it a window or two later, with a
-  longer queue to drain. Never by the in-flight rule: there the clients, not the drafter,
-  set the count, and the shadow is fed to the serving pods' count.
+  longer queue to drain. By the in-flight rule (clients read closed or not told, or a
+  window the rule changed in) the clients, not the drafter, set the count and the shadow is
+  fed to the serving pods' count, so the counts alone say nothing of the baseline at these
+  arrivals: what each arm's engines *finished* (``ArmLoad.done``) is read instead
+  (``_outpaced``). Never with routes by domain (``ArmLoad.split``).
 - **tool calls** (``InvalidToolCalls``): on the window's mirrored pairs with tools, the
   drafter arm's tool calls are invalid (empty, not JSON, not what the schema asks) more
   often than the baseline's with confidence: at least ``tool_call_min_only`` pairs invalid
