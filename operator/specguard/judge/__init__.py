@@ -7,7 +7,7 @@
   speculation, pin, retry);
 - ``guardrails``: checks that act at once while the drafter serves (``GUARDRAILS``);
 - ``guards``: tail and first-token guards beside the median, judged on the same pairs
-  (``Guard``, ``GuardResult``, ``judge_guards``);
+  (``Guard``, ``GuardLoad``, ``GuardResult``, ``judge_guards``);
 - ``cumulative``: evidence across windows (``Cumulative``: a CUSUM of each window's
   log-likelihood ratio, the rule for a sustained loss no single window shows);
 - ``policy``: the stored ``PolicyState`` and one window's ``Evidence`` → new state and
@@ -71,6 +71,7 @@ from specguard.judge._guards import (
     GUARD_CAUSES,
     GUARD_NAMES,
     Guard,
+    GuardLoad,
     GuardName,
     GuardResult,
     judge_guards,
@@ -182,6 +183,7 @@ __all__ = [
     "Evidence",
     "FollowUps",
     "Guard",
+    "GuardLoad",
     "GuardName",
     "GuardResult",
     "Guardrail",

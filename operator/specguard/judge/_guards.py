@@ -21,6 +21,18 @@ bound is above ``1 + tolerance``; with fewer than ``min_pairs`` pairs it says so
 pairs") and never is. A guard whose point estimate is within ``1 + tolerance`` cannot be
 regressed (the lower bound is never above the estimate), and no interval is computed.
 
+**Load.** Under the in-flight load match the median's pairs are moved to equal in-flight
+(``_adjust.in_flight_gap``: each pair's log ratio less the window's slope of log latency on log
+in-flight × the pair's log gap), and a lighter arm compared at equal arrivals has its interval
+widened by what that lighter load could hide. The guards do alike (``GuardLoad``): the
+speculative half's per-token latency is moved by its pair's shift, and the decode part of its
+end-to-end time (e2e less TTFT) with it; the slope's uncertainty widens the interval, and a
+widening the median got (a gap the window cannot measure, a lighter arm) widens every
+guard's. TTFT is not moved by a slope measured on per-token latency (its load is queueing
+and prefill, which the pairs do not measure): its interval is widened toward the lighter arm
+by the most the gap could move it (latency at most proportional to in-flight, the median's
+``MAX_LOAD_SLOPE``). A guard acts only on a regression its pairs show beyond their load.
+
 Chunk-counted or non-streamed per-token figures overstate a drafter's TPOT
 (``INEXACT_MEASUREMENTS``): on them ``tpot_p99`` is never regressed, as the median is not.
 TTFT and end-to-end times are whole-request times and need no exact token count.
@@ -43,7 +55,7 @@ from typing import Literal, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from specguard.judge._adjust import widen, z_of
+from specguard.judge._adjust import MAX_LOAD_SLOPE, widen, z_of
 from specguard.judge._sample import Sample
 
 GuardName = Literal["tpot_p99", "ttft_p50", "ttft_p99", "e2e_p99"]
@@ -174,6 +186,32 @@ class GuardResult(_Named):
         return f"{text} — {self.reason}" if self.reason else text
 
 
+@dataclass(frozen=True, slots=True)
+class GuardLoad:
+    """What the median's load match did to a window's pairs, for the guards to do alike.
+
+    ``shift``: per pair (in the order of the pairs judged), the log amount the speculative
+    half's per-token latency is moved down by to the baseline half's in-flight count (the
+    window's slope × the pair's log gap); ``se``: the log standard deviation the slope's
+    uncertainty adds; ``below`` / ``above``: log amounts every guard's interval ends are
+    moved out by (the median's own widenings: a gap the window cannot measure, a lighter
+    arm compared at equal arrivals); ``gap``: the pairs' mean log in-flight gap, speculative
+    over baseline, by which TTFT's interval is widened toward the lighter arm."""
+
+    shift: FloatArray | None = None
+    se: float = 0.0
+    below: float = 0.0
+    above: float = 0.0
+    gap: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("se", "below", "above", "gap"):
+            value = getattr(self, name)
+            if not math.isfinite(value) or (name != "gap" and value < 0.0):
+                raise ValueError(f"GuardLoad.{name}: must be finite and non-negative, got "
+                                 f"{value!r}")  # fmt: skip
+
+
 def judge_guards(
     pairs: Sequence[tuple[Sample, Sample]],
     guards: Sequence[Guard],
@@ -183,11 +221,16 @@ def judge_guards(
     resamples: int = GUARD_RESAMPLES,
     pod_variance: float = 0.0,
     exact_tpot: bool = True,
+    load: GuardLoad | None = None,
 ) -> tuple[GuardResult, ...]:
     """The enabled ``guards`` on one window's mirrored ``pairs`` (speculative, baseline).
     ``pod_variance``: the spread between pods, in log units², that the interval carries
     beside the bootstrap's (the median's, ``Verdict.pod_variance``); ``exact_tpot``: whether
-    the per-token figures count tokens exactly (else ``tpot_p99`` is never regressed)."""
+    the per-token figures count tokens exactly (else ``tpot_p99`` is never regressed);
+    ``load``: the median's in-flight correction and widenings (none: the pairs are compared
+    as measured)."""
+    if load is not None and load.shift is not None and load.shift.size != len(pairs):
+        raise ValueError(f"GuardLoad.shift: {load.shift.size} shifts for {len(pairs)} pairs")
     return tuple(
         _one(
             pairs,
@@ -197,10 +240,23 @@ def judge_guards(
             resamples=resamples,
             pod_variance=pod_variance,
             exact_tpot=exact_tpot,
+            load=load or GuardLoad(),
         )
         for guard in guards
         if guard.enabled
     )
+
+
+def _moved(s: Sample, field: str, value: float, shift: float) -> float:
+    """The speculative half's ``value`` of ``field`` at its pair's baseline in-flight count:
+    per-token latency × exp(−shift); end-to-end time with its decode part (e2e less TTFT, or
+    all of it without a TTFT) so moved; TTFT as measured."""
+    if shift == 0.0 or field == "ttft_s":
+        return value
+    factor = math.exp(-shift)
+    if field == "e2e_s" and s.ttft_s is not None and 0.0 < s.ttft_s < value:
+        return s.ttft_s + (value - s.ttft_s) * factor
+    return value * factor
 
 
 def _one(
@@ -212,17 +268,19 @@ def _one(
     resamples: int,
     pod_variance: float,
     exact_tpot: bool,
+    load: GuardLoad,
 ) -> GuardResult:
     figure = _FIGURE[guard.name]
     field, q = figure.field, figure.quantile
     spec_list, base_list = [], []
-    for s, b in pairs:
+    for index, (s, b) in enumerate(pairs):
         sv, bv = getattr(s, field), getattr(b, field)
         if sv is None or bv is None or not (sv > 0 and bv > 0):
             continue
         if not (math.isfinite(sv) and math.isfinite(bv)):
             continue
-        spec_list.append(float(sv))
+        shift = 0.0 if load.shift is None else float(load.shift[index])
+        spec_list.append(_moved(s, field, float(sv), shift))
         base_list.append(float(bv))
     n = len(spec_list)
     if n < guard.min_pairs:
@@ -236,8 +294,16 @@ def _one(
     low, high = _interval(
         spec, base, q, confidence=confidence, seed=seed, name=guard.name, resamples=resamples
     )
-    if pod_variance > 0.0:
-        low, high = widen(math.log(ratio), low, high, z_of(confidence) * math.sqrt(pod_variance))
+    known = pod_variance + (load.se**2 if field != "ttft_s" else 0.0)
+    if known > 0.0:
+        low, high = widen(math.log(ratio), low, high, z_of(confidence) * math.sqrt(known))
+    below, above = load.below, load.above
+    if field == "ttft_s":
+        # Not moved by the per-token slope: widened toward the lighter arm by the most its
+        # load could move it (a heavier speculative arm may look slower than it is).
+        reach = MAX_LOAD_SLOPE * abs(load.gap)
+        below, above = (max(below, reach), above) if load.gap > 0 else (below, max(above, reach))
+    low, high = low - below, high + above
     ci_low, ci_high = min(math.exp(low), ratio), max(math.exp(high), ratio)
     if ci_low <= threshold:
         return GuardResult(guard.name, "clear", guard.tolerance, n, ratio, ci_low, ci_high)
@@ -292,6 +358,7 @@ __all__ = [
     "GUARD_CAUSES",
     "GUARD_NAMES",
     "Guard",
+    "GuardLoad",
     "GuardName",
     "GuardOutcome",
     "GuardResult",

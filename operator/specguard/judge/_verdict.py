@@ -51,13 +51,14 @@ import numpy.typing as npt
 
 from specguard.judge._adjust import (
     MAX_LOAD_SLOPE,
+    GapCorrection,
     PodSpread,
     in_flight_gap,
     pod_spread,
     widen,
     z_of,
 )
-from specguard.judge._guards import DEFAULT_GUARDS, Guard, GuardResult, judge_guards
+from specguard.judge._guards import DEFAULT_GUARDS, Guard, GuardLoad, GuardResult, judge_guards
 from specguard.judge._robust import median_interval
 from specguard.judge._sample import ARMS, MEASUREMENTS, Arm, Sample
 
@@ -582,6 +583,7 @@ def judge(
             resamples=settings.resamples,
             pod_variance=estimate.pod_variance or 0.0,
             exact_tpot=kind not in INEXACT_MEASUREMENTS,
+            load=_guard_load(estimate),
         )
         if paired and outcome != "inconclusive"  # a guard acts only where the median can
         else ()
@@ -626,6 +628,19 @@ class _Estimate:
     pod_variance_raw: float | None = None
     refusal: str | None = None
     thin: str | None = None
+    gap: GapCorrection | None = None  # the pairs' in-flight correction, for the guards
+    load_widen: tuple[float, float] = (0.0, 0.0)  # log (below, above) a lighter arm added
+
+
+def _guard_load(estimate: _Estimate) -> GuardLoad:
+    """What the median's load match did (its in-flight correction and widenings), for the
+    guards on the same pairs to do alike (``judge._guards``, "Load")."""
+    gap = estimate.gap
+    below, above = estimate.load_widen
+    if gap is None:
+        return GuardLoad(below=below, above=above)
+    return GuardLoad(shift=gap.shift, se=gap.se, below=below + gap.widen[0],
+                     above=above + gap.widen[1], gap=gap.gap)  # fmt: skip
 
 
 def _widened(
@@ -699,6 +714,7 @@ def _paired(
         quantity=QUANTITY_PAIRED,
         notes=tuple(notes),
         load_slope=gap.slope if gap is not None else None,
+        gap=gap,
         pod_spread=spread.sigma if spread is not None else None,
         pod_variance=spread.allowance if spread is not None else None,
         pod_variance_raw=spread.raw_allowance if spread is not None else None,
@@ -926,7 +942,14 @@ def _little_widened(estimate: _Estimate, chosen: Mapping[Arm, Sequence[Sample]])
         "gap their latencies do not explain): the interval is widened by the load that could "
         f"hide ({reach - 1:.0%})"
     )
-    return replace(estimate, ci_low=low, ci_high=high, notes=(*estimate.notes, note))
+    return replace(estimate, ci_low=low, ci_high=high, notes=(*estimate.notes, note),
+                   load_widen=_widened_toward(d < 0, math.log(reach)))  # fmt: skip
+
+
+def _widened_toward(speculative_lighter: bool, reach: float) -> tuple[float, float]:
+    """(below, above) in log units: a lighter speculative arm may be slower than it looks
+    (the upper end moves up), a lighter baseline faster (the lower end moves down)."""
+    return (0.0, reach) if speculative_lighter else (reach, 0.0)
 
 
 def _lighter_and_busier(
@@ -973,7 +996,8 @@ def _lighter_widened(estimate: _Estimate, light: Arm, ratio: float) -> _Estimate
         f"{light} held {ratio:.2f}× fewer requests in flight with more requests per pod: "
         f"the interval is widened by what that lighter load could hide ({reach - 1:.0%})"
     )
-    return replace(estimate, ci_low=low, ci_high=high, notes=(*estimate.notes, note))
+    return replace(estimate, ci_low=low, ci_high=high, notes=(*estimate.notes, note),
+                   load_widen=_widened_toward(light == "speculative", math.log(reach)))  # fmt: skip
 
 
 def _little_gap(chosen: Mapping[Arm, Sequence[Sample]], *, paired: bool) -> tuple[float, float]:
