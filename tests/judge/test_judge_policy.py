@@ -538,6 +538,30 @@ def test_an_overloaded_drafter_shadow_is_not_re_promoted() -> None:
     assert d.action == "repromote", d.reason
 
 
+def test_an_overloaded_drafter_shadow_is_not_re_promoted_by_the_in_flight_rule() -> None:
+    """The baseline serves; the drafter, the shadow fed to the serving baseline's count by
+    the in-flight rule, reads improved per token on the requests that ended, but its count
+    climbs while the baseline finishes more than it was given: held back, the hold naming
+    the overload. The same window re-promotes without the guardrail, and once the drafter
+    keeps up."""
+    s = PolicySettings(consecutive_windows=1, cooldown_s=0, repromote_windows=1)
+    evidence = load((40, 120), (120, 124), "in_flight")
+    assert evidence.load is not None
+    arms = replace(evidence.load, done={"speculative": 150.0, "baseline": 260.0})
+    behind = replace(evidence, load=arms)
+    state = PolicyState(mode="baseline", since=0.0)
+    held, d = step(state, s, 10.0, behind)
+    assert d.action == "hold" and held.mode == "baseline", d.reason
+    assert d.reason.startswith("improved") and "cannot keep up with its arrivals" in d.reason
+    assert "finished 260 per pod" in d.reason  # what the engines finished, not the counts
+    off = PolicySettings(consecutive_windows=1, cooldown_s=0, repromote_windows=1,
+                         overload_guardrail=False)  # fmt: skip
+    assert step(state, off, 10.0, behind)[1].action == "repromote"
+    steady = replace(evidence, load=replace(arms, end={"speculative": 42.0, "baseline": 124.0}))
+    held, d = step(held, s, 20.0, steady)
+    assert d.action == "repromote", d.reason
+
+
 def test_state_round_trips_through_the_wire() -> None:
     s = PolicySettings(consecutive_windows=1, cooldown_s=0)
     state, _ = run("RI", s)

@@ -60,3 +60,34 @@ async def test_a_swap_ends_the_shadow_copies_in_flight(
     await h.wait_for(lambda: shadow.cancelled == 1 and rt.router.shadow_in_flight == 0)
     assert shadow.started == 1  # and nothing copied during the swap
     assert [x.role for x in rt.router.feed.read(None, 10).samples] == ["serving", "serving"]
+
+
+async def test_a_copy_ended_at_a_swap_leaves_its_serving_half_unpaired(
+    upstream: UpstreamFactory, start_router: RouterFactory, h: type[Helpers]
+) -> None:
+    """A copy ended at a swap never records its half of the pair: the serving half still
+    running then is recorded without the pair id (as when a copy is never sent), not left
+    for the window source to hold for its bound waiting for a shadow half that never
+    comes."""
+    serve = await upstream(gap_s=0.004)  # the serving half of 400 tokens: about 1.6 s
+    shadow = await upstream(gap_s=0.02)  # its copy: about 8 s
+    rt = await start_router(h.topology([serve.url], [shadow.url], share=1.0))
+    chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    async with aiohttp.ClientSession() as s:
+
+        async def served(max_tokens: int) -> None:
+            async with s.post(
+                rt.url + "/v1/chat/completions", json=chat | {"max_tokens": max_tokens}
+            ) as r:
+                assert r.status == 200
+                await r.read()
+
+        first = asyncio.create_task(served(400))
+        await h.wait_for(lambda: shadow.started == 1 and serve.started == 1)
+        rt.router.topology.set_roles("speculative", 1.0, swapping=True)
+        await served(2)  # the swap's first request ends the copy
+        await h.wait_for(lambda: shadow.cancelled == 1)
+        assert not first.done()  # the serving half was still running at the swap
+        await first
+    samples = rt.router.feed.read(None, 10).samples
+    assert [(x.role, x.pair_id) for x in samples] == [("serving", None), ("serving", None)]

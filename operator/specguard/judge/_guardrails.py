@@ -269,15 +269,16 @@ def overload_excess(evidence: Evidence, settings: PolicySettings) -> str | None:
     spec_start, spec_end = load.start[ARM_SPECULATIVE], load.end[ARM_SPECULATIVE]
     base_start, base_end = load.start[ARM_BASELINE], load.end[ARM_BASELINE]
     margin, slack = 1.0 + settings.overload_growth, settings.overload_slack
-    growth = spec_end - spec_start
     # The baseline, given the same arrivals, keeps up: its count neither climbed nor fell
     # away (so the arrivals held; a ramp, where both arms climb, is left to the statistics,
     # and a baseline shadow being drained by the router says nothing).
     base_steady = base_start / margin - slack <= base_end <= margin * base_start + slack
-    # The drafter's count climbed by the margin, and by more than a queue's own noise (a
-    # Poisson-like count: three standard deviations of the difference of two readings).
-    grew = spec_end >= margin * spec_start + slack and growth >= _Z * math.sqrt(
-        spec_start + spec_end
+    # Where the operator looked before this look (both arms read there).
+    looked = all(arm in load.last for arm in arms)
+    # The drafter's count climbed by the margin and by more than a queue's own noise, and,
+    # where there was a look before, is still climbing at this one.
+    climbing = _climbing(
+        spec_start, spec_end, load.last[ARM_SPECULATIVE] if looked else None, settings
     )
     # Falling further behind the baseline, not only growing with the arrivals as a stable
     # but slower arm would (its count then stays a constant multiple of the baseline's).
@@ -286,17 +287,12 @@ def overload_excess(evidence: Evidence, settings: PolicySettings) -> str | None:
     # wait (Little's law). A drafter filling up from empty (a shadow after a drain, a new
     # rung) climbs too, but settles below the baseline if it keeps up.
     holds_more = spec_end >= base_end + slack
-    # Still climbing at this look, with the baseline still steady, where there was a look
-    # before it: a queue that runs away climbs at every look; one that settles (an arm
-    # filling up after a change in load) stops.
+    # And the baseline still steady since that look.
     still = True
-    if all(arm in load.last for arm in arms):
-        spec_last, base_last = load.last[ARM_SPECULATIVE], load.last[ARM_BASELINE]
-        still = (
-            spec_end - spec_last >= math.sqrt(spec_end + spec_last)
-            and base_last / margin - slack <= base_end <= margin * base_last + slack
-        )
-    if not (base_steady and grew and behind and holds_more and still):
+    if looked:
+        base_last = load.last[ARM_BASELINE]
+        still = base_last / margin - slack <= base_end <= margin * base_last + slack
+    if not (base_steady and climbing and behind and holds_more and still):
         return None
     return (
         f"the drafter arm cannot keep up with its arrivals: requests in its engines grew from "
@@ -306,15 +302,16 @@ def overload_excess(evidence: Evidence, settings: PolicySettings) -> str | None:
     )
 
 
-def _climbing(load: ArmLoad, settings: PolicySettings) -> bool:
-    """The serving drafter's count climbed since the window opened by ``overload_growth``,
-    ``overload_slack`` and three standard deviations of a Poisson-like count's change, and,
-    where the operator looked between, since that look by one."""
-    start, end = load.start[ARM_SPECULATIVE], load.end[ARM_SPECULATIVE]
+def _climbing(start: float, end: float, last: float | None, settings: PolicySettings) -> bool:
+    """The drafter's count per pod climbed since the window opened (``start`` to ``end``) by
+    ``overload_growth`` (relative), ``overload_slack`` requests and three standard
+    deviations of a Poisson-like count's change (a queue's own noise), and, where the
+    operator looked between (``last``), since that look by one: a queue that runs away
+    climbs at every look; one that settles (an arm filling up after a change in load)
+    stops. Both load-match rules' readings (``overload_excess``, ``_outpaced``)."""
     grew = end >= (1.0 + settings.overload_growth) * start + settings.overload_slack
     if not grew or end - start < _Z * math.sqrt(start + end):
         return False
-    last = load.last.get(ARM_SPECULATIVE)
     return last is None or end - last >= math.sqrt(end + last)
 
 
@@ -332,9 +329,9 @@ def _outpaced(load: ArmLoad, settings: PolicySettings) -> str | None:
     count, it falls behind what it is given while the baseline finishes more)."""
     if ARM_SPECULATIVE not in load.done or ARM_BASELINE not in load.done:
         return None
-    if not _climbing(load, settings):
-        return None
     spec_start, spec_end = load.start[ARM_SPECULATIVE], load.end[ARM_SPECULATIVE]
+    if not _climbing(spec_start, spec_end, load.last.get(ARM_SPECULATIVE), settings):
+        return None
     spec_done, base_done = load.done[ARM_SPECULATIVE], load.done[ARM_BASELINE]
     arrived = spec_done + spec_end - spec_start  # what the drafter pods received, per pod
     keeps_up = base_done >= arrived - _Z * math.sqrt(base_done + arrived)

@@ -109,7 +109,8 @@ class Router:
         self.feed = SampleFeed(self.config.samples_capacity) if feed is None else feed
         self._serving: aiohttp.ClientSession | None = None
         self._shadow: aiohttp.ClientSession | None = None
-        self._shadow_tasks: set[asyncio.Task[None]] = set()
+        # Each copy's task and its pair (None for ballast): a swap ending the task drops it.
+        self._shadow_tasks: dict[asyncio.Task[None], _Pair | None] = {}
         self._timer: asyncio.TimerHandle | None = None
         # Recent requests as shadow bodies: what a ballast copy replays (Topology.ballast_due).
         self._recent: deque[_Replay] = deque(maxlen=BALLAST_RECENT)
@@ -504,6 +505,8 @@ class Router:
             pair_id=None if of.pair is None or of.pair.dropped else of.pair.id,
             started_at=of.wall,
         )
+        if of.role == "shadow" and of.pair is not None:
+            of.pair.copied = True
         if len(self.feed) == self.config.samples_capacity:
             self.metrics.samples_evicted.inc()
         self.feed.add(sample)
@@ -587,10 +590,10 @@ class Router:
         task = asyncio.get_running_loop().create_task(
             self._shadow_request(copy, flight, of=sample_of)
         )
-        self._shadow_tasks.add(task)
+        self._shadow_tasks[task] = None if isinstance(copy, _Replay) else copy.pair
 
         def done(task: asyncio.Task[None]) -> None:
-            self._shadow_tasks.discard(task)
+            self._shadow_tasks.pop(task, None)
             self._land(flight, None)  # a task cancelled before it ran
             gauge.dec()
 
@@ -604,16 +607,21 @@ class Router:
         during a swap, and the clients are then answered from both arms' pods: a shadow
         pod still busy with copies — by the in-flight rule as many as the serving pods hold,
         thousands behind a drafter that ran away — would make them wait behind work no one
-        reads, just when the arm they are moving to should take them. Checked on the
-        event loop at each request (discovery may change the roles from a thread)."""
+        reads, just when the arm they are moving to should take them. An ended copy's pair
+        is dropped, as for a copy never sent: its serving half, if still running, is then
+        recorded unpaired rather than held by the window source for a half that never
+        comes (unless the copy's own sample was recorded already). Checked on the event
+        loop at each request (discovery may change the roles from a thread)."""
         if not self.topology.swapping:
             self._copies_ended_for_swap = False
             return
         if self._copies_ended_for_swap:
             return
         self._copies_ended_for_swap = True
-        ending = list(self._shadow_tasks)
-        for task in ending:
+        ending = list(self._shadow_tasks.items())
+        for task, pair in ending:
+            if pair is not None and not pair.copied:
+                pair.dropped = True
             task.cancel()
         if ending:
             log.info("swap: ended %d shadow copies in flight (nothing judges them now)",
@@ -739,11 +747,14 @@ class _SampleOf:
 @dataclass(slots=True)
 class _Pair:
     """The pair id both halves of a mirrored request carry. ``dropped``: the copy was never
-    sent (it waited too long, or the roles changed), so the serving half, if it has not
-    ended yet, is recorded without it."""
+    sent (it waited too long, or the roles changed) or a swap ended it before its sample
+    was recorded, so the serving half, if it has not ended yet, is recorded without it.
+    ``copied``: the copy's sample is recorded (with the id: ending its task then drops
+    nothing)."""
 
     id: str
     dropped: bool = False
+    copied: bool = False
 
 
 @dataclass(slots=True)
