@@ -35,6 +35,7 @@ from specguard.controller._decide import (
 )
 from specguard.controller._loop import status_patch
 from specguard.controller._metrics import OperatorMetrics
+from specguard.controller._plugin import explain, format_history, format_status
 from specguard.controller._rungs import ladder_status
 from specguard.controller._swap import ArmObserved, SwapPlan
 from specguard.judge import (
@@ -729,20 +730,63 @@ def _drive(
     return outs
 
 
-def _tidy(outs: list[Outcome]) -> None:
-    """What describe, the plugin and Events show: no None, no float past 6 decimals."""
+# Where status rounds a float, and to what (controller._conditions.rounded and its callers,
+# judge._policy's memory, judge._flaps): a path (dots; [] for a list's items, * for a map's
+# keys) and the digits after the point. Every other float: at most 6.
+_ROUNDED: tuple[tuple[str, int], ...] = (
+    (r"lastVerdict\.(ratio|ciLower|ciUpper)", 4),
+    (r"lastVerdict\.domains\.\*", 4),
+    (r"lastVerdict\.guards\[\]\.(ratio|ciLower|ciUpper)", 4),
+    (r"lastVerdict\.concurrency\.\*", 2),
+    (r"lastVerdict\.engines\.\*", 1),
+    (r"transitions\[\]\.ratio", 4),
+    (r"ladder\.lost\[\]\.ratio", 4),
+    (r"ladder\.levels\[\]\.(ratio|ciLower|ciUpper)", 4),
+    (r"ladder\.levels\[\]\.inFlight", 2),
+    (r"routing\.domains\[\]\.(ratio|ciLower|ciUpper|share)", 4),
+    (r"policy\.evidence\.cumulative", 4),
+    (r"policy\.evidence\.weight", 1),
+    (r"policy\.flapTraffic\.load", 1),
+    (r"policy\.flapTraffic\.domains\.\*", 3),
+)
 
-    def floats(node: Any) -> list[float]:
+
+def _digits(path: str) -> int:
+    return next((d for pattern, d in _ROUNDED if re.fullmatch(pattern, path)), 6)
+
+
+def _tidy(outs: list[Outcome]) -> None:
+    """What describe, the plugin and Events show: no None (Events, conditions,
+    lastVerdict.decision, transitions, `kubectl specguard status`, `why` and `history`), and
+    no float past the digits status rounds it to (``_ROUNDED``; else 6)."""
+
+    def floats(node: Any, path: str = "") -> list[tuple[str, float]]:
         if isinstance(node, dict):
-            return [x for v in node.values() for x in floats(v)]
+            keyed = "*" if path.endswith(("domains", "engines", "concurrency")) else None
+            return [x for k, v in node.items()
+                    for x in floats(v, f"{path}.{keyed or k}".lstrip("."))]  # fmt: skip
         if isinstance(node, list):
-            return [x for v in node for x in floats(v)]
-        return [node] if isinstance(node, float) else []
+            return [x for v in node for x in floats(v, f"{path}[]")]
+        return [(path, node)] if isinstance(node, float) else []
 
     for out in outs:
         wire = out.status.to_wire()
-        assert all(round(x, 6) == x for x in floats(wire)), floats(wire)
-        texts = [e.message for e in out.events] + [x.message for x in out.status.conditions]
+        found = floats(wire)
+        unrounded = [(p, x) for p, x in found if round(x, _digits(p)) != x]
+        assert not unrounded, unrounded
+        transitions = list(out.status.transitions)
+        if out.transition is not None:
+            transitions.append(out.transition)
+        body = {"metadata": {"name": "qwen"}, "spec": {}, "status": wire}
+        texts = (
+            [e.message for e in out.events]
+            + [x.message for x in out.status.conditions]
+            + [t.message for t in transitions]
+            + [t.reason for t in transitions]
+            + [format_status(body), explain(body), format_history(body)]
+        )
+        if out.status.last_verdict is not None:
+            texts.append(out.status.last_verdict.decision or "")
         assert not any("None" in text for text in texts), texts
 
 
@@ -897,13 +941,21 @@ def test_the_load_is_what_the_engines_held_where_it_differs_from_the_routers() -
         ("off", "policy off"),
         ("inconclusive", "inconclusive, holding speculative: too few usable requests "
                          "(speculative 5, baseline 5; need 20 per arm)"),
+        # Regressed, counted, and held by the streak: consecutiveWindows 2 needs another.
+        ("streak", "regressed: keeping the drafter (regressed 1/2 windows; evidence of a loss "
+                   "4.6 of 9.2 over 1 window (together +29.3% ±1.6%)): regressed: median "
+                   "per-request ratio of paired requests, speculative ÷ baseline, 1.293 (99% "
+                   "CI 1.281–1.304, tolerance ±3.0%), median 25.7 ms vs 20.0 ms per token, "
+                   "200 pairs, per-pod concurrency 8.0 vs 8.0; router samples (per-request "
+                   "TPOT from exact token counts)"),
     ],
 )
 def test_a_window_judged_and_not_acted_on_says_why(case: str, decision: str) -> None:
     """In 3 of 7 real-vLLM runs the first fully regressed window was not acted on and
     nothing said why: lastVerdict.decision names the hold (kubectl specguard why and status
     print it)."""
-    sd = parse_resource(resource(evaluation=FLAPPY,
+    evaluation = {**FLAPPY, "consecutiveWindows": 2} if case == "streak" else FLAPPY
+    sd = parse_resource(resource(evaluation=evaluation,
                                  rollback={"policy": "off" if case == "off" else "auto",
                                            "cooldown": "60s"}))  # fmt: skip
     window, status = _at(1.3, 8, 1, start=NOW, first_started=NOW - 5), Status()
@@ -921,5 +973,10 @@ def test_a_window_judged_and_not_acted_on_says_why(case: str, decision: str) -> 
         window = Window(short)
     out = decide(observe(sd, window=window, status=status, **kw))
     assert out.transition is None or case == "pinned"
+    assert out.target == (BASE if case in ("cooldown", "pinned") else SPEC)
     assert out.status.last_verdict is not None
     assert out.status.last_verdict.decision == decision
+    _tidy([out])
+    body = {"metadata": {"name": "qwen"}, "spec": {}, "status": out.status.to_wire()}
+    assert f"  decision: {decision}" in format_status(body).splitlines()
+    assert f" What specguard made of it: {decision}." in explain(body)

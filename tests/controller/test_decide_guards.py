@@ -9,19 +9,22 @@ from dataclasses import replace
 from typing import Any
 
 import numpy as np
+import pytest
 from prometheus_client import CollectorRegistry
 
 from specguard.api._resource import SpeculativeDeployment, parse_resource
 from specguard.api._status import DrafterRung, LadderStatus, RungLoss, Status
 from specguard.api.constants import Arm
-from specguard.controller._decide import Observation, Window, decide
+from specguard.controller._conditions import GUARD_WIRE
+from specguard.controller._decide import EventSpec, Observation, Window, decide
 from specguard.controller._metrics import OperatorMetrics
 from specguard.controller._plugin import explain
 from specguard.controller._settings import judge_settings
-from specguard.judge import Sample, Verdict, judge
+from specguard.judge import GuardName, Sample, Verdict, judge
 
+from ..judge.test_judge_guards import SCENARIOS, only, window
 from .conftest import resource
-from .test_decide import NOW, READY, SETTLED
+from .test_decide import NOW, READY, SETTLED, _tidy
 from .test_decide_ladder import SWAPPED, ladder_sd
 
 PAIRS = 400
@@ -111,6 +114,126 @@ def test_a_regressed_ttft_guard_rolls_back_and_is_named_everywhere() -> None:
     assert "Guards on the same pairs: p99 per-token latency: too few pairs (400)" in why
     assert "; TTFT p50 +" in why and "tolerance +20%, 400 pairs): regressed" in why
     assert "The last mode change (speculative → baseline" in why and "TtftP50Regressed" in why
+
+
+# Each guard's scenario (tests/judge/test_judge_guards.py, the median improves ~30% while the
+# guard's figure regresses on the drafter's half), two windows, only that guard on: the
+# guard's phrase as the transition and the Event give it, then the `why` guards sentence.
+_MEDIAN = (
+    "per-token latency −30% with the drafter (99% CI −35..−25%) at 33 concurrent per serving "
+    "pod, the median per-request ratio of 2000 pairs"
+)
+EXACT: dict[GuardName, tuple[str, str, str, str]] = {
+    "tpot_p99": (
+        "TpotP99Regressed",
+        "p99 per-token latency +111% with the drafter (99% bound +69..+147%, tolerance +10%, "
+        "2000 pairs); per-token latency −29% with the drafter (99% CI −35..−24%) at 33 "
+        "concurrent per serving pod, the median per-request ratio of 2000 pairs",
+        "Guards on the same pairs: p99 per-token latency +111.0% (bound +69.0% to +146.7%, "
+        "tolerance +10%, 2000 pairs): regressed.",
+        "p99 per-token latency",
+    ),
+    "ttft_p50": (
+        "TtftP50Regressed",
+        "TTFT p50 +188% with the drafter (99% bound +153..+221%, tolerance +20%, 2000 pairs); "
+        + _MEDIAN,
+        "Guards on the same pairs: TTFT p50 +187.5% (bound +153.1% to +221.1%, tolerance +20%, "
+        "2000 pairs): regressed.",
+        "TTFT p50",
+    ),
+    "ttft_p99": (
+        "TtftP99Regressed",
+        "TTFT p99 +303% with the drafter (99% bound +240..+376%, tolerance +25%, 2000 pairs); "
+        + _MEDIAN,
+        "Guards on the same pairs: TTFT p99 +303.2% (bound +239.9% to +375.6%, tolerance +25%, "
+        "2000 pairs): regressed.",
+        "TTFT p99",
+    ),
+    "e2e_p99": (
+        "E2eP99Regressed",
+        "end-to-end p99 +122% with the drafter (99% bound +96..+151%, tolerance +10%, 2000 "
+        "pairs); " + _MEDIAN,
+        "Guards on the same pairs: end-to-end p99 +121.9% (bound +95.9% to +151.3%, tolerance "
+        "+10%, 2000 pairs): regressed.",
+        "end-to-end p99",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_each_regressed_guard_rolls_back_and_is_named_exactly_everywhere(name: GuardName) -> None:
+    """Every guard at the operator level, its texts exactly: the first regressed window is
+    counted and says so (``consecutiveWindows`` 2), the second rolls back with the guard's
+    cause in the transition, the Event, status.lastVerdict, the metrics and ``why``."""
+    cause, message, guards_line, label = EXACT[name]
+    assert set(EXACT) == set(SCENARIOS)
+    wire = GUARD_WIRE[name]
+    rollback = {"cooldown": "60s", "startupDeadline": "1m",
+                "guards": {GUARD_WIRE[g]: {"enabled": g == name} for g in SCENARIOS}}  # fmt: skip
+    sd = parse_resource(resource(rollback=rollback))
+    settings = judge_settings(sd.spec)
+    assert settings.guards == only(name).guards  # the resource turns on that guard alone
+    metrics = OperatorMetrics(CollectorRegistry())
+    status, outs, verdicts = Status(), [], []
+    for i in range(2):
+        verdict = judge(window(i, name), settings)
+        assert verdict.outcome == "improved"  # the median alone keeps the drafter
+        out = decide(
+            Observation(
+                name="qwen", spec=sd.spec, generation=1, status=status, now=NOW + 10 * i,
+                created=NOW - 3600, arms=SETTLED, startup=READY, window=Window(verdict),
+            )
+        )  # fmt: skip
+        metrics.set_guards("llm", "qwen", verdict)
+        verdicts.append(verdict)
+        outs.append(out)
+        status = out.status
+    _tidy(outs)
+    first, last = outs
+    # The first window: counted toward the rollback, held by the streak, and said so.
+    assert first.target == "speculative" and first.transition is None and first.events == ()
+    assert first.status.last_verdict is not None
+    assert first.status.last_verdict.decision == (
+        f"improved ({label} regressed): keeping the drafter (regressed 1/2 windows): "
+        + verdicts[0].sentence()
+    )
+    # The second: rolled back, the guard named as the cause, its figure first.
+    assert last.target == "baseline"
+    assert last.transition is not None
+    assert (last.transition.reason, last.transition.message) == (cause, message)
+    assert last.transition.ratio == round(verdicts[1].ratio or 0.0, 4)  # the median's
+    assert last.events == (EventSpec("Warning", "RolledBack", f"{cause}: {message}"),)
+    assert [(t.reason, t.message) for t in last.status.transitions] == [(cause, message)]
+    shown = last.status.last_verdict
+    assert shown is not None
+    assert shown.decision == (
+        f"regressed 2 windows in a row ({label} regressed in the last): " + verdicts[1].sentence()
+    )
+    (figures,) = shown.guards
+    (result,) = verdicts[1].guards
+    assert (figures.name, figures.outcome, figures.pairs) == (wire, "regressed", 2000)
+    assert (figures.ratio, figures.ci_lower, figures.ci_upper) == (
+        round(result.ratio or 0.0, 4), round(result.ci_low or 0.0, 4),
+        round(result.ci_high or 0.0, 4),
+    )  # fmt: skip
+    # The metrics: this guard regressed with its ratio; the others (off) 0 and no ratio.
+    sample = metrics.registry.get_sample_value
+    for other in SCENARIOS:
+        labels = {"namespace": "llm", "name": "qwen", "guard": GUARD_WIRE[other]}
+        assert sample("specguard_guard_regressed", labels) == float(other == name), other
+        assert sample("specguard_guard_ratio", labels) == (
+            result.ratio if other == name else None
+        ), other
+    # `kubectl specguard why`: the guards sentence, the decision and the change, exactly.
+    body = {"metadata": {"name": "qwen"}, "spec": {},
+            "status": last.status.model_dump(by_alias=True, exclude_none=True)}  # fmt: skip
+    why = explain(body)
+    assert f" {guards_line} " in why
+    assert f" What specguard made of it: {shown.decision}. " in why
+    assert why.endswith(
+        "The last mode change (speculative → baseline, 1970-01-12T13:46:50Z) was "
+        f"{cause}: {message}."
+    )
 
 
 def test_a_guard_turned_off_in_the_resource_does_nothing() -> None:
