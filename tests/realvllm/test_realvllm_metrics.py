@@ -10,6 +10,10 @@ greedy decoding repeats an 8-token cycle, temperature 1 is near-uniform noise):
   effect) and stay at 0 — told apart from SpeculationOff, where they are absent;
 - SpeculationOff, no counters: a drafter arm whose server has no --speculative-config (the
   baseline server): real vLLM exports no spec_decode family at all;
+- RungNotInEffect: the ngram server (k = 4) on greedy completions, judged as if its rung asked
+  for k = 2: the counters show 4 draft tokens per draft, so the engine does not run the rung
+  it was given (the operator cannot read the speculative config the engine runs; it checks
+  what it does);
 - AcceptanceCollapsed: the draft_model drafter with a draft built on another permutation
   (a wrong draft for this target): it drafts every step and the target rejects nearly all.
 """
@@ -56,11 +60,15 @@ def complete(url: str, n: int, temperature: float, max_tokens: int = 48) -> int:
     return asyncio.run(run())
 
 
-def guardrail(before: Mapping[str, Reading], after: Mapping[str, Reading], requests: int
-              ) -> tuple[str, str] | None:  # fmt: skip
+NGRAM = DrafterRun("ngram", 4)  # what the ngram server runs
+
+
+def guardrail(before: Mapping[str, Reading], after: Mapping[str, Reading], requests: int,
+              drafter: DrafterRun = NGRAM) -> tuple[str, str] | None:  # fmt: skip
     """The operator's guardrails (judge.GUARDRAILS) on the drafter arm's readings at both ends
-    of a window in which it served ``requests``: (cause, message) of the first that trips."""
-    evidence = Evidence(speculation=draft_counters(before, after), drafter=DrafterRun("ngram", 4),
+    of a window in which it served ``requests``, its rung ``drafter``: (cause, message) of the
+    first that trips."""
+    evidence = Evidence(speculation=draft_counters(before, after), drafter=drafter,
                         errors=ArmErrors(spec_requests=requests))  # fmt: skip
     settings = PolicySettings(speculation_min_requests=requests)
     for check in GUARDRAILS:
@@ -116,6 +124,23 @@ def test_nothing_to_propose_when_ngram_never_matches(servers: Any) -> None:
     trip = guardrail(before, after, 6)
     assert trip is not None and trip[0] == "NothingToPropose"
     assert "0 drafts" in trip[1]
+
+
+def test_rung_not_in_effect_when_the_engine_drafts_more_than_its_rung(servers: Any) -> None:
+    """Real counters of an ngram engine at k = 4, judged against a rung that asks for k = 2:
+    4 draft tokens per draft, where the rung allows 2.5 — not in effect; against its own
+    k = 4, quiet."""
+    url = servers.get("ngram").url
+    before = {"pod": reading(url)}
+    complete(url, 8, temperature=0.0, max_tokens=160)
+    after = {"pod": reading(url)}
+    drafts = (after["pod"].drafts or 0) - (before["pod"].drafts or 0)
+    assert drafts >= 100, drafts  # the guardrail's minimum
+    trip = guardrail(before, after, 8, DrafterRun("ngram", 2))
+    assert trip is not None and trip[0] == "RungNotInEffect", trip
+    assert "tokens per draft" in trip[1] and "asks for k=2" in trip[1], trip[1]
+    assert "the configuration is not in effect" in trip[1]
+    assert guardrail(before, after, 8, DrafterRun("ngram", 4)) is None
 
 
 def test_speculation_off_without_spec_decode_counters(servers: Any) -> None:
