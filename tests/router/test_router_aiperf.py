@@ -1,20 +1,14 @@
 """A real benchmark client, NVIDIA's aiperf, through the router to `specguard sim`.
 
-aiperf is not a dev dependency: it pulls 87 packages (transformers, datasets, scipy,
-pandas, pyarrow, plotly, ...; about 1.2 GB) and pins prometheus_client 0.23 below ours, so
-it lives in a venv of its own, which `scripts/setup.sh --cluster` makes under
-~/.cache/specguard/aiperf-venv. SPECGUARD_AIPERF may point at another `aiperf` executable.
+aiperf lives in a venv of its own (specguard.testing._aiperf: where it is found, and the
+small word-level tokenizer built for it, since its own tokenizers download from the internet).
 Without aiperf the test fails rather than skips: the issue asks for a real client run.
-Its tokenizers download from the internet (even `--tokenizer builtin` fetches tiktoken's
-o200k_base), so the test builds a small word-level tokenizer with that venv's `tokenizers`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import os
-import shutil
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -22,46 +16,14 @@ from typing import TYPE_CHECKING
 import pytest
 
 from specguard.sim._launch import start_sim
+from specguard.testing._aiperf import MAKE_TOKENIZER, find_aiperf
 
 if TYPE_CHECKING:
     from tests.router.conftest import Helpers, RouterFactory
 
 pytestmark = pytest.mark.slow
 
-def _find_aiperf() -> str | None:
-    cache = Path(
-        os.environ.get("SPECGUARD_CACHE_DIR")
-        or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "specguard"
-    )
-    for candidate in (
-        os.environ.get("SPECGUARD_AIPERF"),
-        str(cache / "aiperf-venv" / "bin" / "aiperf"),
-        shutil.which("aiperf"),
-    ):
-        if candidate and os.access(candidate, os.X_OK):
-            return candidate
-    return None
-
-
-AIPERF = _find_aiperf()
-
-MAKE_TOKENIZER = """
-import json, os, sys
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-words = json.loads(sys.argv[2])
-vocab = {"[UNK]": 0, "<s>": 1, "</s>": 2}
-for w in words + [chr(c) for c in range(33, 127)]:
-    vocab.setdefault(w, len(vocab))
-tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
-tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-tok.decoder = decoders.WordPiece(prefix="##")
-os.makedirs(sys.argv[1], exist_ok=True)
-tok.save(os.path.join(sys.argv[1], "tokenizer.json"))
-config = {"tokenizer_class": "PreTrainedTokenizerFast", "unk_token": "[UNK]",
-          "bos_token": "<s>", "eos_token": "</s>", "model_max_length": 32768}
-with open(os.path.join(sys.argv[1], "tokenizer_config.json"), "w") as f:
-    json.dump(config, f)
-"""
+AIPERF = find_aiperf()
 
 
 async def test_aiperf_through_router(
