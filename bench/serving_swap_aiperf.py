@@ -52,12 +52,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+import httpx
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from serving_swap import Direction, agreement
 from specguard.judge import JudgeSettings, LoadMatch, Sample, judge
 from specguard.sim._filler import WORDS
 from specguard.sim._launch import start_sim
+from specguard.sources import parse_samples
 from specguard.sources._router_feed import RouterFeed
 from specguard.testing._aiperf import aiperf_version, find_aiperf, make_tokenizer
 from specguard.testing._routerproc import router_process
@@ -103,6 +106,7 @@ class Run:
     in_flight: dict[str, float]
     errors: int
     notes: list[str]  # why a window points nowhere: the judge's first reason
+    copies: str = ""  # the router's copy counters at the run's end
 
 
 def sim_args(scale: float, drafter: bool) -> list[str]:
@@ -173,6 +177,7 @@ def one_run(aiperf: str, tokenizer: Path, scenario: Scenario, rule: LoadMatch, *
             if done.returncode != 0:
                 raise RuntimeError(f"aiperf exited {done.returncode}: {done.stdout[-3000:]}")
             samples = asyncio.run(read_samples(url))
+            copies = copy_counters(url)
         export = json.loads((Path(tmp) / "out" / "profile_export_aiperf.json").read_text())
     errors = sum(int(e.get("count", 0)) for e in export.get("error_summary") or [])
     settings = JudgeSettings(concurrency_match=rule)
@@ -197,7 +202,22 @@ def one_run(aiperf: str, tokenizer: Path, scenario: Scenario, rule: LoadMatch, *
     }
     halves = Counter(s.pair_id for s in samples if s.pair_id is not None)
     return Run(letters, ratios, sum(s.role == "serving" for s in samples),
-               sum(n == 2 for n in halves.values()), in_flight, errors, notes)  # fmt: skip
+               sum(n == 2 for n in halves.values()), in_flight, errors, notes,
+               copies)  # fmt: skip
+
+
+def copy_counters(url: str) -> str:
+    """The router's copy counters (``specguard_router_mirror*``): copies delivered, turns
+    deferred (the in-flight rule's target already waiting), ballast, dropped by reason."""
+    found = parse_samples(httpx.get(url + "/metrics", timeout=10).text)
+    total: Counter[str] = Counter()
+    for (name, labels), value in found.items():
+        if not name.startswith("specguard_router_mirror") or not name.endswith("_total"):
+            continue
+        key = name.removeprefix("specguard_router_").removesuffix("_total")
+        reason = dict(labels).get("reason")
+        total[f"{key}[{reason}]" if reason else key] += int(value)
+    return ", ".join(f"{k} {v}" for k, v in sorted(total.items()) if v)
 
 
 def directions(letters: list[Letter]) -> list[Direction]:
@@ -256,6 +276,7 @@ def main(argv: list[str]) -> int:
                           f"{r.served} served, {r.pairs} pairs, in flight drafter "
                           f"{r.in_flight['speculative']:g} / baseline "
                           f"{r.in_flight['baseline']:g}, {r.errors} client errors")  # fmt: skip
+                    print(f"       router: {r.copies or 'no copy counted'}")
                     for note in r.notes:
                         print(f"       {note}")
                 sys.stdout.flush()

@@ -443,3 +443,29 @@ async def test_ballast_kept_before_a_swap_never_reaches_the_new_serving_arm(
     assert rt.router.metrics.registry.get_sample_value(
         "specguard_router_mirror_ballast_total"
     ), "ballast was due after the swap (the test must exercise it)"
+
+
+async def test_a_real_copy_never_waits_behind_ballast(
+    upstream: UpstreamFactory, start_router: RouterFactory, h: type[Helpers]
+) -> None:
+    """Eight closed-loop streams answered in lock-step (a fake upstream's fixed timing, as
+    an engine's batched steps end many requests together) and a shadow 1.5× as fast, held
+    at the serving pod's count by ballast, with a short copy queue (3): when the streams'
+    next requests arrive together, the room ballast took is given back at once (the
+    youngest ballast copies end), so every request is copied and none waits behind ballast
+    or has its turn passed. Before: 48–52 of 80 requests copied, 28–32 turns passed."""
+    serve, shadow = await upstream(gap_s=0.03), await upstream(gap_s=0.02)
+    rt = await start_router(h.topology([serve.url], [shadow.url], share=1.0),
+                            RouterConfig(shadow_queue=3))  # fmt: skip
+    body = {**CHAT, "stream": True, "max_tokens": 20}
+    assert await _closed_loop(rt.url, 8, 6.0, body) == 0
+    await h.wait_for(lambda: rt.router.shadow_in_flight == 0, timeout=10.0)
+    samples = rt.router.feed.read(None, 10_000).samples
+    serving = [s for s in samples if s.role == "serving"]
+    copies = [s for s in samples if s.role == "shadow"]
+    registry = rt.router.metrics.registry
+    assert registry.get_sample_value("specguard_router_mirror_ballast_total"), "no ballast ran"
+    assert registry.get_sample_value("specguard_router_mirror_ballast_ended_total")
+    assert registry.get_sample_value("specguard_router_mirror_deferred_total") == 0
+    assert len(copies) == len(serving), (len(copies), len(serving))
+    assert {s.pair_id for s in copies} == {s.pair_id for s in serving}

@@ -99,6 +99,12 @@ class RouterMetrics:
             "rule); never measured.",
             registry=self.registry,
         )
+        self.mirror_ballast_ended = Counter(
+            "specguard_router_mirror_ballast_ended",
+            "Ballast copies ended early to make room for a real copy that would otherwise "
+            "have waited behind them (in-flight rule).",
+            registry=self.registry,
+        )
         self.mirror_dropped = Counter(
             "specguard_router_mirror_dropped",
             "Copies decided but never sent: waited (queued past --shadow-queue-wait), "
