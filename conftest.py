@@ -6,7 +6,7 @@
   waits): ``slow``-marked ones and those the table names.
 - ``process``: tests that start processes (``specguard sim`` and router subprocesses, CLI
   runs, helm, Prometheus, the demo command without a cluster).
-- ``cluster``: the local control plane (``specguard.testing``).
+- ``cluster``: the local control plane (``specguard_testkit``).
 - ``realvllm``: real vLLM for CPU on the tiny models.
 - ``e2e``: real nodes and the image (``e2e/``, ``node``-marked tests).
 
@@ -14,7 +14,7 @@
 one;
 ``--tiers LIST`` (comma-separated, or ``all``) selects exactly those tiers (``.ci/run`` runs
 one tier at a time). A tier that is opted into and lacks its tools fails, never skips: its
-fixtures call ``pytest.fail`` (``specguard.testing.pytest_plugin``, tests/realvllm/conftest.py,
+fixtures call ``pytest.fail`` (``specguard_testkit.pytest_plugin``, tests/realvllm/conftest.py,
 e2e/conftest.py, tests/chart/conftest.py).
 
 This file is at the repository root so that ``pytest e2e`` and ``pytest tests/...`` both load
@@ -30,7 +30,7 @@ from collections.abc import Iterator
 
 import pytest
 
-pytest_plugins = ["specguard.testing.pytest_plugin"]
+pytest_plugins = ["specguard_testkit.pytest_plugin"]
 
 TIER_ORDER = ("inprocess", "slow", "process", "cluster", "realvllm", "e2e")
 
@@ -108,9 +108,11 @@ TIERS: tuple[tuple[str, str], ...] = (
     ("tests/sim/test_sim_held_drafter.py::test_k0_schedule_is_slower_per_token_*", "process"),
     ("tests/sim/test_sim_tool_calls.py::test_a_simulator_answers_valid_calls_*", "process"),
     ("tests/test_cli.py::test_missing_extra_is_one_line_naming_it", "process"),
+    ("tests/test_cli.py::test_demo_without_the_testkit_is_one_line_naming_it", "process"),
     ("tests/test_cli.py::test_render_reads_standard_input", "process"),
     ("tests/test_cli.py::test_unknown_command_exits_2", "process"),
     ("tests/test_repository.py::test_only_evaluate_needs_the_evaluate_extra", "process"),
+    ("tests/test_repository.py::test_only_the_demo_needs_the_testkit", "process"),
     # In-process files and tests that take seconds (measured with --durations).
     ("tests/judge/test_judge_clients.py", "slow"),
     ("tests/router/test_router_load_match.py", "slow"),

@@ -5,7 +5,7 @@ sustained loss takes, the cumulative rule beside "K regressed windows in a row".
         [--runs 40] [--max-windows 40] [--n 200] [--shape sigma0.35] [--pairing paired]
         [--consecutive 3] [--budget 10000] [--seed 1]
 
-Windows come from specguard.testing._traffic (written apart from the judge) and are judged by
+Windows come from specguard_testkit._traffic (written apart from the judge) and are judged by
 the real judge at the resource's defaults (tolerance 0.03, confidence 0.99, 2000 resamples,
 ``min_requests_per_arm`` 200). On top of one window's traffic (log-normal prompt spread or
 heavy tails with stragglers, per-token latency that grows with the in-flight count, per-
@@ -60,7 +60,7 @@ import numpy as np
 
 from specguard.judge import Evidence, PolicySettings, PolicyState, Sample, step
 from specguard.judge._verdict import JudgeSettings, Verdict, judge
-from specguard.testing._traffic import Traffic, pod_factors, window
+from specguard_testkit._traffic import Traffic, pod_factors, window
 
 SHAPES: dict[str, Traffic] = {
     "sigma0.2": Traffic(sigma=0.2, pod_bias=0.0),

@@ -6,7 +6,7 @@ side by side, from one run.
 
 Each side has ``--routers`` router processes, each recording mirrored requests as they end
 at ``--rate`` requests per second (the issue's load: 384 closed-loop streams over 2 routers,
-~30 requests/s per router, requests of 6.4 s median; ``specguard.testing._mirrored``), about
+~30 requests/s per router, requests of 6.4 s median; ``specguard_testkit._mirrored``), about
 1.9 samples per request with the copies:
 
 - **old** (main): the router encodes each sample to a dict and the page to JSON when it is
@@ -101,7 +101,7 @@ def serve(args: argparse.Namespace) -> None:
 
     from specguard.router._pool import Topology
     from specguard.router._proxy import Router, RouterConfig
-    from specguard.testing._mirrored import Mirrored, ended, feed
+    from specguard_testkit._mirrored import Mirrored, ended, feed
 
     stats = {"answer_s": 0.0, "answers": 0, "recorded": 0}
     if mode == "new":
@@ -173,8 +173,8 @@ def _answers(url: str) -> bool:
 
 @contextlib.contextmanager
 def routers(mode: str, count: int, args: argparse.Namespace, seconds: float) -> Iterator[list[str]]:
-    from specguard.testing._ports import free_port
-    from specguard.testing._wait import wait_until
+    from specguard_testkit._ports import free_port
+    from specguard_testkit._wait import wait_until
 
     procs, urls = [], []
     try:

@@ -5,7 +5,7 @@
                                                 [--seed 1] [--effect 1.0]
                                                 [--shadow-in-flight 1.0]
 
-Windows come from specguard.testing._traffic (written apart from the judge): paired,
+Windows come from specguard_testkit._traffic (written apart from the judge): paired,
 per-token latency 12 ms × (1 + c/16) with c uniform on 1..64, a log-normal prompt effect of
 log-spread 0.35 (heavy: Student-t(3) in log space plus 3% stragglers 2–10×), output lengths
 32–1024 tokens shared by a pair's halves, TTFT 50 ms + an exponential of mean 300 ms per
@@ -42,7 +42,7 @@ from dataclasses import replace
 import numpy as np
 
 from specguard.judge import DEFAULT_GUARDS, JudgeSettings, Sample, judge, judge_guards
-from specguard.testing import _traffic as traffic
+from specguard_testkit import _traffic as traffic
 
 GUARDS = tuple(replace(g, enabled=True) for g in DEFAULT_GUARDS)
 

@@ -5,7 +5,7 @@
                                                 [--pairings unpaired,paired] [--seed 1]
     .venv/bin/python bench/judge_calibration.py --cases [NAME,...] [--windows 200] [--seed 1]
 
-Windows come from specguard.testing._traffic, a generator written apart from the judge:
+Windows come from specguard_testkit._traffic, a generator written apart from the judge:
 per-token latency 12 ms × (1 + c/16) with the in-flight count c uniform on 1..64 per request
 (so it grows with load and the mix varies between windows), a log-normal prompt effect of
 log-spread σ (heavy: Student-t(3) in log space plus 3% stragglers 2–10×, at σ 0.35), three
@@ -51,8 +51,8 @@ import numpy as np
 
 from specguard.judge import Sample, parse_lines
 from specguard.judge._verdict import JudgeSettings, Verdict, judge
-from specguard.testing._synthetic import samples as fixed_samples
-from specguard.testing._traffic import Load, Traffic, banded, window
+from specguard_testkit._synthetic import samples as fixed_samples
+from specguard_testkit._traffic import Load, Traffic, banded, window
 
 SHAPES: dict[str, Traffic] = {
     "sigma0.2": Traffic(sigma=0.2),

@@ -55,8 +55,8 @@ from typing import Any
 import httpx
 import yaml
 
-from specguard.testing._cluster import LocalCluster
-from specguard.testing._ports import free_port
+from specguard_testkit._cluster import LocalCluster
+from specguard_testkit._ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 CRD = ROOT / "crds" / "specguard.io_speculativedeployments.yaml"

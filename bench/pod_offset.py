@@ -4,7 +4,7 @@ arms are loaded apart (issue 34 item 3).
     .venv/bin/python bench/pod_offset.py [--runs 100] [--windows 60] [--power-runs 40]
         [--apart-windows 400] [--pod-bias 0.05] [--effects 1.1,1.2] [--seed 1]
 
-Windows come from specguard.testing._traffic (written apart from the judge): mirrored pairs,
+Windows come from specguard_testkit._traffic (written apart from the judge): mirrored pairs,
 heavy-tailed per-request latency (Student-t(3) prompts in log space, 3% stragglers 2–10×
 slower), per-token latency that grows with the in-flight count, each request's output length
 the same on both arms (``pair_tokens``). Each window holds 160–240 pairs at an in-flight
@@ -47,7 +47,7 @@ import numpy as np
 from specguard.judge import Evidence, PolicySettings, PolicyState, Sample, Verdict, step
 from specguard.judge._cumulative import Cumulative, add, reached, weigh
 from specguard.judge._verdict import JudgeSettings, judge
-from specguard.testing._traffic import Load, Traffic, run_pods, window
+from specguard_testkit._traffic import Load, Traffic, run_pods, window
 
 TRAFFIC = Traffic(sigma=0.35, heavy=True, pods=3, pod_bias=0.05, pair_tokens=True)
 SETTINGS = JudgeSettings()

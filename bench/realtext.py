@@ -11,7 +11,7 @@ chat; ``--domains copy``: three edits whose answer repeats its input, defined he
 prompt's schemas go into its system message as JSON (as a tool chat template would put them).
 
 Starts one server at a time with the flags `specguard render` gives the arm
-(``specguard.testing._realvllm.pretrained_argv``), sends each domain's prompts at each
+(``specguard_testkit._realvllm.pretrained_argv``), sends each domain's prompts at each
 concurrency (at least as many requests as streams), and prints: time to /health and PSS per
 server; per domain the mean acceptance length from the server's spec-decode counters
 (1 + accepted / drafts, the target's own token included); and per domain and concurrency the
@@ -34,7 +34,7 @@ import aiohttp
 
 from specguard._exposition import Reading, acceptance_between, parse_reading
 from specguard.evaluate._promptset import Prompt, load_builtin
-from specguard.testing import (
+from specguard_testkit import (
     SimProcess,
     find_real_vllm,
     free_port,
@@ -42,7 +42,7 @@ from specguard.testing import (
     start_vllm,
     stream_once,
 )
-from specguard.testing._realvllm import SERVED_NAME, pretrained_argv
+from specguard_testkit._realvllm import SERVED_NAME, pretrained_argv
 
 DOMAINS = {"tool_call": "tool calls", "rag": "retrieval", "math_reasoning": "math",
            "chat": "open chat", "copy": "copy edits"}  # fmt: skip

@@ -4,12 +4,12 @@ a drafter, side by side from one run.
     .venv/bin/python bench/realvllm.py [--requests 24] [--concurrency 1,4] [--draft]
 
 Starts one server at a time with the flags `specguard render` gives each arm (plus the CPU
-flags of specguard.testing), so the servers do not share the two cores while they start, then
+flags of specguard_testkit), so the servers do not share the two cores while they start, then
 keeps the ones it measures. Per-token latency is the client's (t_last - t_first) / (tokens - 1)
 per request, median over the requests; the traffic:
 
 - repetitive: temperature 0 — the tiny models walk an 8-token cycle, ngram and the draft
-  model predict it (specguard.testing._make_tiny_models);
+  model predict it (specguard_testkit._make_tiny_models);
 - noise: temperature 1 — near-uniform sampling that no drafter predicts.
 
 Prints the time to /health, PSS of the server's processes, and per traffic and concurrency
@@ -29,7 +29,7 @@ import time
 import aiohttp
 
 from specguard.api.constants import ARM_BASELINE, ARM_SPECULATIVE
-from specguard.testing import (
+from specguard_testkit import (
     SimProcess,
     find_real_vllm,
     free_port,
@@ -37,7 +37,7 @@ from specguard.testing import (
     start_vllm,
     stream_once,
 )
-from specguard.testing._realvllm import SERVED_NAME, RealVllm, rendered_argv, tiny_resource
+from specguard_testkit._realvllm import SERVED_NAME, RealVllm, rendered_argv, tiny_resource
 
 TRAFFIC = {"repetitive": 0.0, "noise": 1.0}
 

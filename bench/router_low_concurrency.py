@@ -110,7 +110,7 @@ def e2e_row(seconds: float) -> dict[str, Any]:
     import httpx
 
     from specguard.sim import start_sim
-    from specguard.testing import router_process
+    from specguard_testkit import router_process
 
     drafter = json.dumps({"method": "dspark", "model": "drafter", "num_speculative_tokens": 8})
     scale = ["--time-scale", "0.2"]
@@ -179,14 +179,15 @@ def main(argv: list[str] | None = None) -> int:
     before = None
     if args.before is not None:
         tree = args.before.resolve()
-        env = {**os.environ, "PYTHONPATH": f"{tree / 'operator'}{os.pathsep}{tree}"}
+        paths = [tree / "operator", tree / "testkit", tree]  # the rig: testkit/ once it moved
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, paths))}
         out = subprocess.run(
             [sys.executable, __file__, "--json", "--seconds", str(args.seconds),
              "--e2e-seconds", str(args.e2e_seconds)],
             env=env, cwd=tree, check=True, capture_output=True, text=True,
         )  # fmt: skip
         before = {row["case"]: row for row in json.loads(out.stdout.splitlines()[-1])}
-    sys.path[:0] = [str(ROOT / "operator"), str(ROOT)]
+    sys.path[:0] = [str(ROOT / "operator"), str(ROOT / "testkit"), str(ROOT)]
     after = measure(args.seconds, args.e2e_seconds)
     print(f"uptime: {os.getloadavg()[0]:.1f} load average (1 min)")
     head = f"{'case':58s} {'delivered':>18s} {'shadow/serving':>20s} {'pairs':>12s}"

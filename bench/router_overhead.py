@@ -42,7 +42,7 @@ from typing import Any
 
 import aiohttp
 
-from specguard.testing._ports import free_port
+from specguard_testkit._ports import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable

@@ -62,8 +62,8 @@ from specguard.sim._filler import WORDS
 from specguard.sim._launch import start_sim
 from specguard.sources import parse_samples
 from specguard.sources._router_feed import RouterFeed
-from specguard.testing._aiperf import aiperf_version, find_aiperf, make_tokenizer
-from specguard.testing._routerproc import router_process
+from specguard_testkit._aiperf import aiperf_version, find_aiperf, make_tokenizer
+from specguard_testkit._routerproc import router_process
 
 MODEL = "m"
 DRAFTER = {"method": "dspark", "model": "org/kimi-k3-dspark", "num_speculative_tokens": 8}

@@ -26,7 +26,7 @@ import time
 from specguard._exposition import Acceptance, acceptance_between
 from specguard.sim._launch import SimProcess, start_sim
 from specguard.sim._profiles import PROFILES, Profile
-from specguard.testing._loadclient import LoadResult, closed_loop, read_reading
+from specguard_testkit._loadclient import LoadResult, closed_loop, read_reading
 
 CONCURRENCY = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 

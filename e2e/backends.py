@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 from specguard import __version__
 from specguard.api import constants as c
-from specguard.testing import find_tool, kubectl_binary
+from specguard_testkit import find_tool, kubectl_binary
 
 ROOT = Path(__file__).resolve().parents[1]
 CHART = ROOT / "charts" / "specguard"
@@ -99,7 +99,7 @@ class _OnLocalCluster:
     addresses, or real ones routed from the host to the nodes)."""
 
     kubeconfig: Path
-    cluster: Any  # specguard.testing.LocalCluster
+    cluster: Any  # specguard_testkit.LocalCluster
 
     def pod_address(self, namespace: str, pod: str, port: int) -> tuple[str, int]:
         obj = Tools(self.kubeconfig).json("-n", namespace, "get", "pod", pod)
@@ -116,7 +116,7 @@ class _OnLocalCluster:
 
 
 class LocalBackend(_OnLocalCluster):
-    """specguard.testing.LocalCluster: real apiserver, controller-manager and scheduler;
+    """specguard_testkit.LocalCluster: real apiserver, controller-manager and scheduler;
     the process kubelet runs every pod (the specguard image as `python -m specguard ...`,
     vLLM images as the simulator) under the pod's own service-account credentials."""
 
@@ -124,8 +124,8 @@ class LocalBackend(_OnLocalCluster):
     real_kubelet = False
 
     def __init__(self) -> None:
-        from specguard.testing import KubeletConfig, LocalCluster
-        from specguard.testing._images import Launch
+        from specguard_testkit import KubeletConfig, LocalCluster
+        from specguard_testkit._images import Launch
 
         def faulty(launch: Launch) -> list[str]:
             import sys
@@ -150,7 +150,7 @@ class LocalBackend(_OnLocalCluster):
 
 
 class NodeBackend(_OnLocalCluster):
-    """specguard.testing.LocalCluster with real nodes: two nodes, each a kubelet, containerd
+    """specguard_testkit.LocalCluster with real nodes: two nodes, each a kubelet, containerd
     with runc, the CNI bridge and kube-proxy in a network namespace; the images built from
     this checkout's Dockerfile (scripts/build-image.sh), the vLLM stand-in included (the
     simulator as `vllm serve`, scripts/images/vllm-sim). Pods are real containers under
@@ -161,8 +161,8 @@ class NodeBackend(_OnLocalCluster):
     nodes = 2
 
     def __init__(self) -> None:
-        from specguard.testing import LocalCluster, RealNodeConfig, build_images
-        from specguard.testing._binaries import (
+        from specguard_testkit import LocalCluster, RealNodeConfig, build_images
+        from specguard_testkit._binaries import (
             IMAGE_SPECGUARD,
             IMAGE_VLLM_SIM,
             IMAGE_VLLM_SIM_FAULTY,
@@ -182,7 +182,7 @@ class NodeBackend(_OnLocalCluster):
         self.faulty_vllm_image = f"{IMAGE_VLLM_SIM_FAULTY}:{__version__}"
 
     def stop(self) -> None:
-        from specguard.testing._realnode import leftovers
+        from specguard_testkit._realnode import leftovers
 
         self.cluster.stop()
         left = leftovers(self.cluster.cluster_id)

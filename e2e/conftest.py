@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from specguard.testing import (
+from specguard_testkit import (
     MissingBinariesError,
     find_tool,
     install_tools_script,

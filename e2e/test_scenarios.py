@@ -24,7 +24,7 @@ import yaml
 from lupa import LuaRuntime
 
 from specguard.api import constants as c
-from specguard.testing import kubectl_binary
+from specguard_testkit import kubectl_binary
 
 from .backends import CHART, Backend, Tools
 

@@ -2,7 +2,7 @@
 # Build kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, and the node's
 # kubelet and kube-proxy of one pinned Kubernetes release, and etcd, from their published Go
 # modules with the ordinary `go` command (module proxy only, no other downloads), and cache
-# them outside the checkout for specguard.testing.LocalCluster and its real nodes
+# them outside the checkout for specguard_testkit.LocalCluster and its real nodes
 # (docs/local-cluster.md). One build gives every binary of the release; a cache that lacks
 # some (one made before the kubelet was added) builds only those, on the warm Go cache.
 #
@@ -21,7 +21,7 @@
 set -euo pipefail
 
 # The newest release whose go.mod asks for a Go the machine has (go 1.26.0 here; 1.37 is the
-# newest minor served). Change it together with KUBE_VERSION in specguard/testing/_binaries.py.
+# newest minor served). Change it together with KUBE_VERSION in testkit/specguard_testkit/_binaries.py.
 KUBE_VERSION="${SPECGUARD_KUBE_VERSION:-1.37.2}"
 
 CACHE_DIR="${SPECGUARD_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/specguard}"

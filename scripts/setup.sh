@@ -87,10 +87,14 @@ if [ "$want_demo" = 1 ]; then
   trap '[ -n "${tools_pid:-}" ] && kill "$tools_pid" 2>/dev/null || true' EXIT
 fi
 
-if ! .venv/bin/python -c "import specguard, pytest, matplotlib, rich" 2>/dev/null || [ pyproject.toml -nt .venv/.installed ]; then
-  say "installing specguard and its development dependencies into .venv"
+# The test rig (testkit/: the local control plane, the process kubelet, load clients, the
+# pytest fixtures) is a distribution of its own, left out of the operator's wheel and image;
+# `specguard demo` and the tests run on it, so it is installed beside the operator.
+if ! .venv/bin/python -c "import specguard, specguard_testkit, pytest, matplotlib, rich" 2>/dev/null \
+  || [ pyproject.toml -nt .venv/.installed ] || [ testkit/pyproject.toml -nt .venv/.installed ]; then
+  say "installing specguard, its test rig and their development dependencies into .venv"
   .venv/bin/pip install -q -U pip >/dev/null
-  .venv/bin/pip install -q -e '.[dev,fast,evaluate]'
+  .venv/bin/pip install -q -e '.[dev,fast,evaluate]' -e './testkit[pytest]'
   touch .venv/.installed
 fi
 if [ -n "${tools_pid:-}" ]; then

@@ -196,3 +196,30 @@ def test_missing_extra_is_one_line_naming_it() -> None:
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1, proc.stderr
     assert "pip install 'specguard[evaluate]'" in proc.stderr
+
+
+def test_demo_without_the_testkit_is_one_line_naming_it() -> None:
+    # The operator's wheel and image leave the test rig (testkit/, specguard-testkit) out:
+    # there `specguard demo` says what to install, one line and exit 2, no traceback, and
+    # every other command still runs.
+    blocker = "import sys; sys.modules['specguard_testkit'] = None\n"
+
+    def specguard(*argv: str) -> subprocess.CompletedProcess[str]:
+        code = blocker + f"from specguard.cli import main; raise SystemExit(main({list(argv)!r}))"
+        return subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=120
+        )
+
+    for argv in (["demo"], ["demo", "--help"], ["demo", "--keep"]):
+        proc = specguard(*argv)
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stdout == ""
+        assert proc.stderr == (
+            "specguard demo: needs specguard-testkit (the local control plane and process "
+            "kubelet the demo runs on): pip install -e ./testkit (in a checkout of specguard; "
+            "scripts/setup.sh does)\n"
+        )
+    for name in SUBCOMMANDS.keys() - {"demo"}:
+        proc = specguard(name, "--help")
+        assert proc.returncode == 0, f"{name}: {proc.stderr}"
+        assert "usage:" in proc.stdout

@@ -31,8 +31,12 @@ DOC = ROOT / "docs" / "architecture.md"
 
 PURE_CORES = ("api", "render", "judge")
 # The rooms with I/O (network, processes, files, the API server, the terminal).
-IO_ROOMS = ("sim", "router", "sources", "evaluate", "testing", "controller", "commands",
-            "demo", "cli", "__main__")  # fmt: skip
+IO_ROOMS = ("sim", "router", "sources", "evaluate", "controller", "commands", "demo", "cli",
+            "__main__")  # fmt: skip
+# The test rig, a distribution of its own (testkit/, not in the operator's wheel or image):
+# only the demo runs on it, and the CLI loads the demo only for ``specguard demo``.
+TESTKIT = "specguard_testkit"
+TESTKIT_USERS = ("specguard.demo",)
 # What api and judge may import besides themselves: the root (version), the vocabulary and
 # the time format.
 BASE = ("specguard", "_arms", "_times")
@@ -126,16 +130,19 @@ def unit_graph(found: Iterable[Import], root: Path = SOURCE) -> dict[str, set[st
     graph: dict[str, set[str]] = {unit(name): set() for name in modules(root)}
     for imp in found:
         graph.setdefault(unit(imp.source), set())
-        if imp.target.startswith("specguard") and unit(imp.target) != unit(imp.source):
+        if _ours(imp.target) and unit(imp.target) != unit(imp.source):
             graph[unit(imp.source)].add(unit(imp.target))
     return graph
 
 
+def _ours(module: str) -> bool:
+    """A module of the operator's package (not the testkit, not a library)."""
+    return module.split(".", maxsplit=1)[0] == "specguard"
+
+
 def _internal(found: Iterable[Import]) -> list[Import]:
     """The imports of one unit from another."""
-    return [
-        i for i in found if i.target.startswith("specguard") and unit(i.target) != unit(i.source)
-    ]
+    return [i for i in found if _ours(i.target) and unit(i.target) != unit(i.source)]
 
 
 # -- the contracts -------------------------------------------------------------------------
@@ -156,6 +163,14 @@ def nothing_imports_cli(found: Iterable[Import]) -> list[str]:
             if unit(i.target) == "cli" and i.source != "specguard.__main__"]  # fmt: skip
 
 
+def only_the_demo_imports_the_testkit(found: Iterable[Import]) -> list[str]:
+    def user(module: str) -> bool:
+        return any(module == u or module.startswith(u + ".") for u in TESTKIT_USERS)
+
+    return [str(i) for i in found
+            if i.target.split(".")[0] == TESTKIT and not user(i.source)]  # fmt: skip
+
+
 def no_upward_imports(found: Iterable[Import], layers: Mapping[str, int]) -> list[str]:
     """Every import goes to a unit of a lower layer (same layer: no; unknown unit: no)."""
     bad = []
@@ -171,7 +186,7 @@ def pure_modules_stay_pure(root: Path, found: Iterable[Import]) -> list[str]:
         return any(module == p or module.startswith(p + ".") for p in PURE_MODULES)
 
     bad = [str(i) for i in found if pure(i.source) and (
-        (i.target.startswith("specguard") and not pure(i.target)
+        (i.target.split(".")[0] in ("specguard", TESTKIT) and not pure(i.target)
          and i.target not in PURE_MAY_IMPORT)
         or (i.target.split(".")[0] in IO_LIBRARIES and i.target not in PURE_LIBRARY_MODULES)
     )]  # fmt: skip
@@ -214,6 +229,12 @@ def test_api_and_judge_import_no_other_specguard_package() -> None:
 
 def test_nothing_imports_cli() -> None:
     assert nothing_imports_cli(FOUND) == []
+
+
+def test_only_the_demo_imports_the_testkit() -> None:
+    assert only_the_demo_imports_the_testkit(FOUND) == []
+    # and it does: the contract watches a real import, not an empty set
+    assert any(i.target.split(".")[0] == TESTKIT for i in FOUND)
 
 
 def test_no_upward_imports() -> None:
@@ -272,6 +293,27 @@ def test_breaking_the_cli_rule_fails(tmp_path: Path) -> None:
     assert nothing_imports_cli(imports(root)) == ["specguard.demo._command:1 imports specguard.cli"]
 
 
+def test_breaking_the_testkit_rule_fails(tmp_path: Path) -> None:
+    root = _tree(tmp_path, {
+        "demo/_stage.py": "from specguard_testkit import LocalCluster\n",
+        "sim/_launch.py": "def f():\n    import specguard_testkit._procs\n",
+        "controller/_loop.py": "from specguard_testkit._cluster import LocalCluster\n",
+        "demo/_accounting.py": "import specguard_testkit\n",
+        "router/__init__.py": "import specguard_testkitten\n",
+    })  # fmt: skip
+    found = imports(root)
+    assert only_the_demo_imports_the_testkit(found) == [
+        "specguard.controller._loop:1 imports specguard_testkit._cluster",
+        "specguard.sim._launch:2 imports specguard_testkit._procs",
+    ]
+    # a pure part of the demo may not import it either (the testkit does I/O)
+    assert pure_modules_stay_pure(root, found) == [
+        "specguard.demo._accounting:1 imports specguard_testkit"
+    ]
+    # the testkit is no unit of the operator's graph
+    assert "specguard_testkit" not in {t for ts in unit_graph(found, root).values() for t in ts}
+
+
 def test_an_upward_import_in_the_real_tree_fails() -> None:
     upward = Import("specguard.judge._policy", "specguard.controller._decide", 1)
     sideways = Import("specguard.controller._observe", "specguard.router", 7)
@@ -306,7 +348,7 @@ def test_an_impure_pure_module_fails(tmp_path: Path) -> None:
 PROCESS_MODULES = ("subprocess", "multiprocessing")
 PROCESS_NAMES = ("Popen", "create_subprocess_exec", "create_subprocess_shell", "start_sim",
                  "start_vllm", "router_process", "LocalCluster", "build_images")  # fmt: skip
-PLUGIN = SOURCE / "testing" / "pytest_plugin.py"
+PLUGIN = ROOT / "testkit" / "specguard_testkit" / "pytest_plugin.py"
 
 
 def _root_conftest() -> ModuleType:

@@ -100,7 +100,7 @@ def test_outside_links_are_found(tmp_path: Path) -> None:
 
 
 def _packages() -> list[str]:
-    found = ["specguard"]
+    found = ["specguard", "specguard_testkit"]
     for info in pkgutil.walk_packages(specguard.__path__, "specguard."):
         if info.ispkg:
             found.append(info.name)
@@ -141,8 +141,7 @@ def test_only_evaluate_needs_the_evaluate_extra() -> None:
     modules = [
         info.name
         for info in pkgutil.walk_packages(specguard.__path__, "specguard.")
-        if not info.name.startswith("specguard.evaluate")
-        and info.name not in {"specguard.__main__", "specguard.testing.__main__"}
+        if not info.name.startswith("specguard.evaluate") and info.name != "specguard.__main__"
     ]
     code = (
         "import importlib, sys\n"
@@ -157,6 +156,98 @@ def test_only_evaluate_needs_the_evaluate_extra() -> None:
     assert proc.returncode == 0, proc.stderr[-2000:]
 
 
+def test_only_the_demo_needs_the_testkit() -> None:
+    # The operator's wheel and image leave the test rig out (testkit/, a distribution of its
+    # own): every module outside specguard.demo imports without it, and the demo's import
+    # fails on it (so the CLI's one-line error, tests/test_cli.py, is what a user sees).
+    modules = [
+        info.name
+        for info in pkgutil.walk_packages(specguard.__path__, "specguard.")
+        if not info.name.startswith("specguard.demo") and info.name != "specguard.__main__"
+    ]
+    code = (
+        "import importlib, sys\n"
+        "sys.modules['specguard_testkit'] = None\n"
+        f"for name in {modules!r}:\n"
+        "    importlib.import_module(name)\n"
+        "try:\n"
+        "    importlib.import_module('specguard.demo')\n"
+        "except ModuleNotFoundError as error:\n"
+        "    print(error.name)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout == "specguard_testkit\n"
+
+
+def _wheel_packages() -> list[str]:
+    """The packages the operator's wheel ships, as setuptools finds them from the
+    ``[tool.setuptools.packages.find]`` table of the root pyproject.toml."""
+    import tomllib
+
+    from setuptools import find_namespace_packages
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    find = config["tool"]["setuptools"]["packages"]["find"]
+    found: list[str] = []
+    for where in find["where"]:
+        found += find_namespace_packages(
+            str(ROOT / where), include=find.get("include", ["*"]), exclude=find.get("exclude", ())
+        )
+    return sorted(found)
+
+
+def rig_in_the_wheel(packages: list[str], source: Path, rig: Path) -> list[str]:
+    """What of the test rig the operator's wheel would carry: its package (or the old
+    ``specguard.testing``), or an operator module that defines a name of the rig's public
+    surface that the rig defines itself (``LocalCluster``, ``ProcessKubelet``, ...), as moving
+    a rig module back would."""
+    bad = [p for p in packages if p.split(".")[0] == "specguard_testkit"
+           or p == "specguard.testing" or p.startswith("specguard.testing.")]  # fmt: skip
+    surface: set[str] = set()
+    for node in ast.parse((rig / "__init__.py").read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets
+        ):
+            surface |= set(ast.literal_eval(node.value))
+    defined = {  # what the rig defines itself (its __all__ also re-exports the operator's)
+        node.name for path in rig.glob("*.py")
+        for node in ast.parse(path.read_text(encoding="utf-8")).body
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+    }  # fmt: skip
+    surface &= defined
+    for path in sorted(source.rglob("*.py")):
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and (
+                node.name in surface
+            ):
+                bad.append(f"{path.relative_to(source.parent).as_posix()}: defines {node.name}")
+    return bad
+
+
+def test_the_operator_wheel_leaves_the_test_rig_out() -> None:
+    packages = _wheel_packages()
+    assert "specguard" in packages and "specguard.controller" in packages
+    rig = ROOT / "testkit" / "specguard_testkit"
+    assert rig_in_the_wheel(packages, ROOT / "operator" / "specguard", rig) == []
+
+
+def test_the_rig_back_in_the_operator_is_found(tmp_path: Path) -> None:
+    # The checker itself: the rig's package under either name, or a rig module moved back.
+    rig = ROOT / "testkit" / "specguard_testkit"
+    source = tmp_path / "specguard"
+    (source / "testing").mkdir(parents=True)
+    (source / "__init__.py").write_text("")
+    (source / "testing" / "_cluster.py").write_text("class LocalCluster:\n    pass\n")
+    packages = ["specguard", "specguard.testing", "specguard_testkit.x"]
+    assert rig_in_the_wheel(packages, source, rig) == [
+        "specguard.testing", "specguard_testkit.x",
+        "specguard/testing/_cluster.py: defines LocalCluster",
+    ]  # fmt: skip
+
+
 # Modules that are public by design: a namespace of shared names, the subcommand modules of
 # the pure cores' front ends, the pytest plugin named in conftest.py. Every other module in a
 # package is private (``_name.py``); its package's ``__init__`` shows what others may use.
@@ -165,16 +256,22 @@ _PUBLIC_MODULES = {
     "specguard.commands.crd",
     "specguard.commands.judge",
     "specguard.commands.render",
-    "specguard.testing.pytest_plugin",
+    "specguard_testkit.pytest_plugin",
 }
 
 
 def _package_modules() -> list[str]:
-    return sorted(
+    """The modules inside a package: the operator's packages' and the test rig's (whose
+    package is ``specguard_testkit`` itself)."""
+    operator = [
         info.name
         for info in pkgutil.walk_packages(specguard.__path__, "specguard.")
         if not info.ispkg and info.name.count(".") >= 2
-    )
+    ]
+    rig = [
+        info.name for info in pkgutil.iter_modules([str(ROOT / "testkit" / "specguard_testkit")])
+    ]
+    return sorted([*operator, *(f"specguard_testkit.{name}" for name in rig)])
 
 
 def test_internal_modules_are_private() -> None:
@@ -220,6 +317,9 @@ def test_code_uses_other_packages_through_their_public_surface() -> None:
         package = parts[0] if len(parts) > 1 else None
         hits = _private_imports_across(path.read_text(), package)
         bad += [f"{path.relative_to(ROOT)} {hit}" for hit in hits]
+    for path in sorted((ROOT / "testkit" / "specguard_testkit").rglob("*.py")):  # the rig's
+        bad += [f"{path.relative_to(ROOT)} {hit}" for hit in
+                _private_imports_across(path.read_text(), None)]  # fmt: skip
     assert bad == []
 
 
@@ -246,6 +346,9 @@ def test_private_imports_across_packages_are_found() -> None:
 # reader's search. The code's names are read from the source (ast), not imported.
 
 _SOURCE = ROOT / "operator" / "specguard"
+# The packages whose names the documents give: the operator's and the test rig's.
+_SOURCES = (_SOURCE, ROOT / "testkit" / "specguard_testkit")
+_TOP_PACKAGES = {p.name for p in _SOURCES}
 # `a.b.c`, `a.b(args)`: a dotted Python name, optionally called.
 _DOTTED = re.compile(r"^([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+)(?:\(.*\))?$")
 _PRIVATE = re.compile(r"^_[A-Za-z_]\w*$")
@@ -303,13 +406,13 @@ def _top_names(body: list[ast.stmt]) -> set[str]:
     return names
 
 
-def code_names(root: Path = _SOURCE) -> CodeNames:
+def code_names(roots: tuple[Path, ...] = _SOURCES) -> CodeNames:
     modules: dict[str, set[str]] = {}
     classes: dict[str, set[str]] = {}
     bases: dict[str, set[str]] = {}
     defined = {"__init__", "__main__", "__all__"}
     module_classes: dict[str, set[str]] = {}
-    for path in sorted(root.rglob("*.py")):
+    for root, path in sorted((r, p) for r in roots for p in r.rglob("*.py")):
         parts = [root.name, *path.relative_to(root).with_suffix("").parts]
         if parts[-1] == "__init__":
             parts.pop()
@@ -343,16 +446,16 @@ def resolves(dotted: str, names: CodeNames) -> bool:
     ``judge._guardrails``, ``_objects``), then a name the module defines or imports, then a
     member of that class; ``Class.member``; or ``instance.member``, the instance named after
     its class's module without the underscore (``cluster.kubectl()``: a ``LocalCluster`` of
-    ``testing/_cluster.py``). ``verdict.judge`` is not ``_verdict.judge``."""
+    ``specguard_testkit/_cluster.py``). ``verdict.judge`` is not ``_verdict.judge``."""
     first, *rest = dotted.split(".")
-    if first == "specguard":
-        starts = ["specguard"]
+    if first in _TOP_PACKAGES:
+        starts = [first]
     elif f"specguard.{first}" in names.modules:
         starts = [f"specguard.{first}"]
     else:
         starts = names.basenames.get(first, []) + names.basenames.get(f"_{first}", [])
     is_module = (
-        first == "specguard" or f"specguard.{first}" in names.modules or first in names.basenames
+        first in _TOP_PACKAGES or f"specguard.{first}" in names.modules or first in names.basenames
     )
     for start in starts:
         module, tail = start, list(rest)
@@ -364,7 +467,7 @@ def resolves(dotted: str, names: CodeNames) -> bool:
         )
         if is_module and found:
             return True
-        if first != "specguard" and rest:  # an instance of a class of the module
+        if first not in _TOP_PACKAGES and rest:  # an instance of a class of the module
             classes = {
                 cls for mod, defined in names.module_classes.items()
                 if mod == start or mod.startswith(start + ".") for cls in defined
@@ -403,7 +506,7 @@ def unknown_code_names(
             if first in roots or last in _FILE_SUFFIXES or name in _NOT_SPECGUARD:
                 continue
             code = (
-                first == "specguard"
+                first in _TOP_PACKAGES
                 or f"specguard.{first}" in names.modules
                 or first in basenames
                 or f"_{first}" in basenames

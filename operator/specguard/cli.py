@@ -29,9 +29,25 @@ COMMANDS: dict[str, tuple[str, str]] = {
 EXTRAS: dict[str, str] = {"matplotlib": "evaluate", "rich": "evaluate"}
 
 
+# Packages of other distributions that a command needs and the operator's wheel leaves out:
+# top-level module -> (distribution, what it is, how to install it). The test rig runs
+# `specguard demo` (docs/architecture.md).
+DISTRIBUTIONS: dict[str, tuple[str, str, str]] = {
+    "specguard_testkit": (
+        "specguard-testkit",
+        "the local control plane and process kubelet the demo runs on",
+        "pip install -e ./testkit (in a checkout of specguard; scripts/setup.sh does)",
+    ),
+}
+
+
 def missing_extra(command: str, error: ModuleNotFoundError) -> str | None:
-    """One line naming the extra that brings the missing module, or None if none does."""
+    """One line naming the extra (or the distribution) that brings the missing module, or
+    None if none does."""
     module = (error.name or "").partition(".")[0]
+    if module in DISTRIBUTIONS:
+        distribution, what, install = DISTRIBUTIONS[module]
+        return f"specguard {command}: needs {distribution} ({what}): {install}"
     extra = EXTRAS.get(module)
     if extra is None:
         return None

@@ -20,7 +20,7 @@ import yaml
 
 from specguard.api import SpecError, parse_resource
 from specguard.judge import PolicyState
-from specguard.testing._cluster import LocalCluster
+from specguard_testkit._cluster import LocalCluster
 
 pytestmark = pytest.mark.cluster
 

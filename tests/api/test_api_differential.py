@@ -31,7 +31,7 @@ from specguard.api import SpecError, parse_resource
 from specguard.api._resource import NAMESPACE_PATTERN
 from specguard.api._rules import RULES
 from specguard.api.constants import GROUP, PLURAL, VERSION
-from specguard.testing._cluster import LocalCluster
+from specguard_testkit._cluster import LocalCluster
 
 from .conftest import BASE_SPEC, resource
 from .strategies import resources

@@ -1,7 +1,7 @@
 """The chart under test and the real helm binary.
 
 helm is built from its Go module by scripts/install-kube-tools.sh (run by scripts/setup.sh
---demo and --cluster) into .venv/bin, where specguard.testing.find_tool looks first; without
+--demo and --cluster) into .venv/bin, where specguard_testkit.find_tool looks first; without
 it these tests fail and say so (they never skip).
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from specguard.testing import find_tool, install_tools_script
+from specguard_testkit import find_tool, install_tools_script
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "specguard"

@@ -22,9 +22,9 @@ from specguard import __version__
 from specguard.cli import COMMANDS
 from specguard.commands.render import load_resources
 from specguard.render import render_all
-from specguard.testing import free_port
-from specguard.testing._binaries import IMAGE_SPECGUARD
-from specguard.testing._images import SPECGUARD_REPOSITORY, repository
+from specguard_testkit import free_port
+from specguard_testkit._binaries import IMAGE_SPECGUARD
+from specguard_testkit._images import SPECGUARD_REPOSITORY, repository
 
 from .conftest import EVERYTHING_ON, ROOT, by_kind, helm_template
 
@@ -123,7 +123,7 @@ CHART_SECURITY = ("--read-only", "--read-only-tmpfs=false", "--tmpfs", "/tmp:rw,
 
 
 def podman(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    from specguard.testing._binaries import containers_env
+    from specguard_testkit._binaries import containers_env
 
     return subprocess.run(["podman", *args], capture_output=True, text=True, timeout=timeout,
                           check=False, env=containers_env())  # fmt: skip
@@ -133,7 +133,7 @@ def podman(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]
 def built_image() -> str:
     """The image built from this checkout's Dockerfile (scripts/build-image.sh: cached,
     rebuilt when operator/ changed; it tags that build in the store podman reads)."""
-    from specguard.testing import build_images
+    from specguard_testkit import build_images
 
     build_images()
     return f"{IMAGE_SPECGUARD}:{__version__}"

@@ -16,19 +16,19 @@ from pathlib import Path
 
 import pytest
 
-from specguard.testing._binaries import (
+from specguard_testkit._binaries import (
     KUBE_VERSION,
     MissingBinariesError,
     cache_bin_dir,
     find_binaries,
 )
-from specguard.testing._images import HOST_IMAGE, Launch, UnknownImageError, resolve_argv
-from specguard.testing._loopback import LoopbackPool, listening_addresses
-from specguard.testing._podenv import expand
-from specguard.testing._probes import parse_probe
-from specguard.testing._procs import group_members, reap_orphans
-from specguard.testing._prometheus import pod_targets
-from specguard.testing._wait import wait_until
+from specguard_testkit._images import HOST_IMAGE, Launch, UnknownImageError, resolve_argv
+from specguard_testkit._loopback import LoopbackPool, listening_addresses
+from specguard_testkit._podenv import expand
+from specguard_testkit._probes import parse_probe
+from specguard_testkit._procs import group_members, reap_orphans
+from specguard_testkit._prometheus import pod_targets
+from specguard_testkit._wait import wait_until
 
 PY = "/opt/python"
 
@@ -121,7 +121,7 @@ SPAWNER = textwrap.dedent(
     """
     import os, signal, sys, time
     from pathlib import Path
-    from specguard.testing._procs import ProcessGroups, install_exit_handlers
+    from specguard_testkit._procs import ProcessGroups, install_exit_handlers
     groups = ProcessGroups(directory=Path(sys.argv[1]))
     install_exit_handlers(groups)
     for n in range(2):
@@ -231,7 +231,7 @@ def test_missing_binaries_fail_the_cluster_tier_with_a_clear_message(tmp_path: P
     env = {k: v for k, v in os.environ.items() if k != "KUBEBUILDER_ASSETS"}
     env["SPECGUARD_CACHE_DIR"] = str(tmp_path / "empty-cache")
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "specguard.testing.pytest_plugin",
+        [sys.executable, "-m", "pytest", "-q", "-p", "specguard_testkit.pytest_plugin",
          "-p", "no:cacheprovider", "test_needs_cluster.py"],
         check=False, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
@@ -302,7 +302,7 @@ def test_build_script_builds_the_node_binaries_with_the_control_plane() -> None:
 
 
 def test_node_build_script_builds_the_versions_the_package_looks_for() -> None:
-    from specguard.testing._binaries import (
+    from specguard_testkit._binaries import (
         CNI_PLUGINS,
         CNI_VERSION,
         CONTAINERD_VERSION,

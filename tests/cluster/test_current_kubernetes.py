@@ -20,10 +20,10 @@ import yaml
 
 from specguard.api import parse_resource
 from specguard.render import render_all
-from specguard.testing._access import ClusterAccess
-from specguard.testing._binaries import KUBE_VERSION
-from specguard.testing._cluster import LocalCluster
-from specguard.testing._wait import wait_until
+from specguard_testkit._access import ClusterAccess
+from specguard_testkit._binaries import KUBE_VERSION
+from specguard_testkit._cluster import LocalCluster
+from specguard_testkit._wait import wait_until
 
 pytestmark = pytest.mark.cluster
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from specguard.demo import _stage as stage
-from specguard.testing import MissingBinariesError, find_tool, kubectl_binary
-from specguard.testing._binaries import HELM_VERSION, KUBE_VERSION, install_tools_script
+from specguard_testkit import MissingBinariesError, find_tool, kubectl_binary
+from specguard_testkit._binaries import HELM_VERSION, KUBE_VERSION, install_tools_script
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "install-kube-tools.sh"
 

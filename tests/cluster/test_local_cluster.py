@@ -16,15 +16,15 @@ import httpx
 import pytest
 from kubernetes import client as k8s
 
-from specguard.testing import (
+from specguard_testkit import (
     HOST_IMAGE,
     KubeletConfig,
     LocalCluster,
     ProcessKubelet,
     PrometheusServer,
 )
-from specguard.testing._procs import ProcStat, group_members, proc_stat
-from specguard.testing._wait import wait_until
+from specguard_testkit._procs import ProcStat, group_members, proc_stat
+from specguard_testkit._wait import wait_until
 
 pytestmark = pytest.mark.cluster
 

@@ -15,17 +15,17 @@ import time
 import pytest
 
 from specguard import __version__
-from specguard.testing import build_images
-from specguard.testing._binaries import IMAGE_SPECGUARD
-from specguard.testing._procs import reap_orphans
-from specguard.testing._realnode import leftovers, reap_orphan_nodes
+from specguard_testkit import build_images
+from specguard_testkit._binaries import IMAGE_SPECGUARD
+from specguard_testkit._procs import reap_orphans
+from specguard_testkit._realnode import leftovers, reap_orphan_nodes
 
 pytestmark = [pytest.mark.cluster, pytest.mark.node, pytest.mark.slow]
 
 OWNER = """
 import json, sys
 from specguard import __version__
-from specguard.testing import LocalCluster, RealNodeConfig
+from specguard_testkit import LocalCluster, RealNodeConfig
 from pathlib import Path
 
 cluster = LocalCluster(node_network=True).start()

@@ -1,4 +1,4 @@
-"""``python -m specguard.testing``: what it needs is checked before anything starts, and
+"""``python -m specguard_testkit``: what it needs is checked before anything starts, and
 every failure is one line on stderr, never a traceback after "cluster up"."""
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-PROG = "python -m specguard.testing"
+PROG = "python -m specguard_testkit"
 
 
 def run(env: dict[str, str], *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "specguard.testing", *args],
+        [sys.executable, "-m", "specguard_testkit", *args],
         capture_output=True, text=True, env={**os.environ, **env}, timeout=timeout, check=False,
     )  # fmt: skip
 

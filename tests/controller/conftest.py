@@ -6,8 +6,8 @@ from typing import Any
 import pytest
 
 from specguard.api._resource import SpeculativeDeployment, parse_resource
-from specguard.testing._cluster import LocalCluster
-from specguard.testing._kubelet import ProcessKubelet
+from specguard_testkit._cluster import LocalCluster
+from specguard_testkit._kubelet import ProcessKubelet
 
 from .kit import install_crd
 

@@ -20,8 +20,8 @@ from typing import Any, TypeVar
 import aiohttp
 import httpx
 
-from specguard.testing._cluster import LocalCluster
-from specguard.testing._ports import free_port
+from specguard_testkit._cluster import LocalCluster
+from specguard_testkit._ports import free_port
 
 CRD = Path(__file__).resolve().parents[2] / "crds" / "specguard.io_speculativedeployments.yaml"
 CRD_NAME = "speculativedeployments.specguard.io"

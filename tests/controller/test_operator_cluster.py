@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-from specguard.testing._cluster import LocalCluster
-from specguard.testing._kubelet import ProcessKubelet
+from specguard_testkit._cluster import LocalCluster
+from specguard_testkit._kubelet import ProcessKubelet
 
 from .kit import (
     DRAFTER,

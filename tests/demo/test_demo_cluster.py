@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from specguard.testing._procs import proc_stat
+from specguard_testkit._procs import proc_stat
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 

@@ -19,9 +19,9 @@ from specguard.api._resource import parse_resource
 from specguard.demo import _stage as stage
 from specguard.demo._command import Console, Demo, _check, build_parser, main
 from specguard.demo._load import read_records, record_line
-from specguard.testing import find_tool
-from specguard.testing._images import Launch
-from specguard.testing._loadclient import StreamRecord
+from specguard_testkit import find_tool
+from specguard_testkit._images import Launch
+from specguard_testkit._loadclient import StreamRecord
 
 
 def _demo(argv: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -18,8 +18,8 @@ from specguard.evaluate._command import main
 from specguard.evaluate._sweep import error_text
 from specguard.judge._sample import parse_lines
 from specguard.sim._launch import SimProcess, start_sim
-from specguard.testing._loadclient import read_metrics
-from specguard.testing._ports import free_port
+from specguard_testkit._loadclient import read_metrics
+from specguard_testkit._ports import free_port
 
 DRAFTER = json.dumps({"method": "dspark", "model": "org/drafter", "num_speculative_tokens": 4})
 SMALL = ["--concurrency", "1", "--requests", "2", "--subsets", "chat", "--max-tokens", "8"]

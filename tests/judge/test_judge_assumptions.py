@@ -17,8 +17,8 @@ import pytest
 
 from specguard.judge import Sample, parse_lines
 from specguard.judge._verdict import QUANTITY_MATCHED, JudgeSettings, Verdict, judge
-from specguard.testing._synthetic import samples
-from specguard.testing._traffic import Traffic, banded, window
+from specguard_testkit._synthetic import samples
+from specguard_testkit._traffic import Traffic, banded, window
 
 SETTINGS = JudgeSettings()  # the resource's defaults: tolerance 0.03, confidence 0.99
 LOW_BAND, HIGH_BAND = (4, 8), (28, 41)

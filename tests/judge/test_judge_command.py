@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specguard.testing import _traffic as traffic
-from specguard.testing._synthetic import samples, window
+from specguard_testkit import _traffic as traffic
+from specguard_testkit._synthetic import samples, window
 
 
 def specguard(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:

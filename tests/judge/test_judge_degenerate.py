@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from specguard.judge._sample import Arm, Sample
 from specguard.judge._verdict import JudgeSettings, judge
-from specguard.testing._synthetic import SHAPES, samples, window
+from specguard_testkit._synthetic import SHAPES, samples, window
 
 FAST = JudgeSettings(min_requests_per_arm=2, resamples=200)
 

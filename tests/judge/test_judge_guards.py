@@ -32,7 +32,7 @@ from specguard.judge import (
     tolerance_text,
 )
 from specguard.judge._ladder import LadderState, LevelPairs, shadow_window
-from specguard.testing import _traffic as traffic
+from specguard_testkit import _traffic as traffic
 
 WINDOW = 60.0
 K = 2

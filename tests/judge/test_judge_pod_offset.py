@@ -1,7 +1,7 @@
 """Issue 34 item 3: evidence across windows that holds with pods whose speed is fixed for a
 run, and paired windows whose arms are loaded apart.
 
-Windows come from specguard.testing._traffic (written apart from the judge): mirrored pairs
+Windows come from specguard_testkit._traffic (written apart from the judge): mirrored pairs
 with heavy-tailed per-request latency, per-token latency that grows with the in-flight count,
 three pods per arm with a speed fixed for the whole run (``run_pods``, not balanced between
 the arms). bench/pod_offset.py measures the rates these tests sample (100 runs of 60
@@ -20,7 +20,7 @@ from specguard.judge import Evidence, PolicySettings, PolicyState, Verdict, step
 from specguard.judge._cumulative import Cumulative, CumulativeSettings, add, reached, weigh
 from specguard.judge._sample import Arm
 from specguard.judge._verdict import JudgeSettings, judge
-from specguard.testing._traffic import Load, Traffic, run_pods, window
+from specguard_testkit._traffic import Load, Traffic, run_pods, window
 
 TRAFFIC = Traffic(sigma=0.35, heavy=True, pods=3, pod_bias=0.05, pair_tokens=True)
 SETTINGS = JudgeSettings()

@@ -1,5 +1,5 @@
 """Statistical validation of the judge and the policy on synthetic windows with known truth
-(specguard.testing._synthetic): A/A false alarms, power, false rollbacks over repeated looks.
+(specguard_testkit._synthetic): A/A false alarms, power, false rollbacks over repeated looks.
 
 Seeded, so each figure is deterministic; the sizes are chosen so that the thresholds hold with
 margin. These shapes are optimistic (log-spread 0.10, one concurrency); realistic traffic is in
@@ -14,7 +14,7 @@ import pytest
 
 from specguard.judge import Evidence, PolicySettings, PolicyState, step
 from specguard.judge._verdict import JudgeSettings, Verdict, judge
-from specguard.testing._synthetic import SHAPES, Shape, window
+from specguard_testkit._synthetic import SHAPES, Shape, window
 
 pytestmark = pytest.mark.slow
 

@@ -1,4 +1,4 @@
-"""The judge on traffic that looks like production (specguard.testing._traffic): per-token
+"""The judge on traffic that looks like production (specguard_testkit._traffic): per-token
 latency that grows with load, log-spread σ 0.35, several pods per arm with per-pod bias.
 
 Each test here is a traffic shape on which the judge before the matched-concurrency
@@ -19,7 +19,7 @@ from specguard.judge._verdict import (
     Verdict,
     judge,
 )
-from specguard.testing._traffic import Load, Traffic, window
+from specguard_testkit._traffic import Load, Traffic, window
 
 SETTINGS = JudgeSettings()  # the resource's defaults: tolerance 0.03, confidence 0.99
 # Mostly low concurrency vs mostly high: the two arms' mixes differ, the per-level effect is

@@ -24,8 +24,8 @@ from specguard.judge._verdict import (
     median_interval,
     stratum_of,
 )
-from specguard.testing import _traffic as traffic
-from specguard.testing._synthetic import samples, window
+from specguard_testkit import _traffic as traffic
+from specguard_testkit._synthetic import samples, window
 
 SMALL = JudgeSettings(min_requests_per_arm=20, resamples=500)
 

@@ -27,14 +27,14 @@ import pytest
 
 from specguard.api.constants import ARM_BASELINE, ARM_SPECULATIVE
 from specguard.sim import SimProcess
-from specguard.testing import (
+from specguard_testkit import (
     RealVllm,
     RealVllmMissingError,
     find_real_vllm,
     free_port,
     start_vllm,
 )
-from specguard.testing._realvllm import rendered_argv, tiny_resource
+from specguard_testkit._realvllm import rendered_argv, tiny_resource
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -38,8 +38,8 @@ import pytest
 from specguard._exposition import Reading, acceptance_between, parse_reading
 from specguard.evaluate._promptset import load_builtin
 from specguard.sim import SimProcess
-from specguard.testing import RealVllm, stream_once
-from specguard.testing._realvllm import SERVED_NAME, pretrained_argv
+from specguard_testkit import RealVllm, stream_once
+from specguard_testkit._realvllm import SERVED_NAME, pretrained_argv
 
 SUBSETS = ("rag", "math_reasoning", "chat")
 REQUESTS, MAX_TOKENS, K = 4, 32, 4

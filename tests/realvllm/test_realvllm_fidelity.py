@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from specguard.sim import start_sim
-from specguard.testing._realvllm import SERVED_NAME
-from specguard.testing._recording import compare, record
+from specguard_testkit._realvllm import SERVED_NAME
+from specguard_testkit._recording import compare, record
 
 RECORDING = Path(__file__).parents[1] / "sim" / "vllm-0.32.0-cpu-recording.json"
 NGRAM = '{"method":"ngram","num_speculative_tokens":4,"prompt_lookup_min":2,"prompt_lookup_max":3}'

@@ -36,7 +36,7 @@ from specguard.sources import (
     parse_reading,
     parse_samples,
 )
-from specguard.testing._realvllm import SERVED_NAME
+from specguard_testkit._realvllm import SERVED_NAME
 
 
 def reading(url: str) -> Reading:

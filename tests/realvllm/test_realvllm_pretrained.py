@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from specguard._exposition import Reading, acceptance_between, parse_reading
-from specguard.testing import RealVllm
-from specguard.testing._realvllm import SERVED_NAME, pretrained_argv
+from specguard_testkit import RealVllm
+from specguard_testkit._realvllm import SERVED_NAME, pretrained_argv
 
 MAX_TOKENS = 48
 # Two chat prompts: an answer that quotes its context (ngram's case) and open chat.

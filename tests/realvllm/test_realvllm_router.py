@@ -19,8 +19,8 @@ from aiohttp import web
 
 from specguard.judge import Arm
 from specguard.router import Endpoint, Router, RouterConfig, Topology
-from specguard.testing import free_port
-from specguard.testing._realvllm import SERVED_NAME
+from specguard_testkit import free_port
+from specguard_testkit._realvllm import SERVED_NAME
 
 pytestmark = pytest.mark.asyncio
 

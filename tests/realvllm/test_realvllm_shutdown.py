@@ -32,8 +32,8 @@ from aiohttp import web
 from specguard.api.constants import ARM_BASELINE
 from specguard.router import Endpoint, Router, RouterConfig, Topology
 from specguard.sim import SimProcess
-from specguard.testing import free_port
-from specguard.testing._realvllm import SERVED_NAME
+from specguard_testkit import free_port
+from specguard_testkit._realvllm import SERVED_NAME
 
 SHUTDOWN_ERROR = "cannot schedule new futures after shutdown"
 T = TypeVar("T")

@@ -19,7 +19,7 @@ from aiohttp import web
 from specguard.judge import LoadMatch
 from specguard.router._pool import Endpoint, Topology
 from specguard.router._proxy import Router, RouterConfig
-from specguard.testing._ports import free_port
+from specguard_testkit._ports import free_port
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """A real benchmark client, NVIDIA's aiperf, through the router to `specguard sim`.
 
-aiperf lives in a venv of its own (specguard.testing._aiperf: where it is found, and the
+aiperf lives in a venv of its own (specguard_testkit._aiperf: where it is found, and the
 small word-level tokenizer built for it, since its own tokenizers download from the internet).
 Without aiperf the test fails rather than skips: the issue asks for a real client run.
 """
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from specguard.sim._launch import start_sim
-from specguard.testing._aiperf import MAKE_TOKENIZER, find_aiperf
+from specguard_testkit._aiperf import MAKE_TOKENIZER, find_aiperf
 
 if TYPE_CHECKING:
     from tests.router.conftest import Helpers, RouterFactory

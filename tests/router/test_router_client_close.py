@@ -28,7 +28,7 @@ from aiohttp import web
 
 from specguard.router._pool import Endpoint, Topology
 from specguard.router._proxy import Router
-from specguard.testing._ports import free_port
+from specguard_testkit._ports import free_port
 
 BODY = {
     "model": "m",

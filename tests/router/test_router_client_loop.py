@@ -25,7 +25,7 @@ import pytest
 
 from specguard.judge import Sample, client_loop
 from specguard.sim import SimProcess
-from specguard.testing import router_process
+from specguard_testkit import router_process
 
 from .conftest import Helpers, RouterFactory, UpstreamFactory
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 import pytest
 
-from specguard.testing._cluster import LocalCluster
+from specguard_testkit._cluster import LocalCluster
 
 if TYPE_CHECKING:
     from tests.router.conftest import Helpers, UpstreamFactory

@@ -14,8 +14,8 @@ from aiohttp import web
 
 from specguard.router import Endpoint, Router, RouterConfig, Topology
 from specguard.sim import start_sim
-from specguard.testing import free_port
-from specguard.testing._loadclient import StreamRecord, completion_payload, stream_once
+from specguard_testkit import free_port
+from specguard_testkit._loadclient import StreamRecord, completion_payload, stream_once
 
 pytestmark = pytest.mark.asyncio
 

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from specguard.router._command import listen_hosts
-from specguard.testing._ports import free_port
+from specguard_testkit._ports import free_port
 
 
 def test_listen_hosts_rule() -> None:

@@ -23,7 +23,7 @@ import pytest
 
 from specguard.judge import Sample
 from specguard.sim import start_sim
-from specguard.testing import router_process
+from specguard_testkit import router_process
 
 DRAFTER = json.dumps({"method": "dspark", "model": "drafter", "num_speculative_tokens": 8})
 SCALE = ["--time-scale", "0.2"]  # engine steps of ~4 ms: ~0.1-0.3 s a request

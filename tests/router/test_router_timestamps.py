@@ -34,7 +34,7 @@ from aiohttp import web
 
 from specguard.router import Endpoint, Router, Topology
 from specguard.sim import SimProcess
-from specguard.testing._ports import free_port
+from specguard_testkit._ports import free_port
 
 STREAMS = 48
 REQUESTS = 8  # per stream

@@ -19,7 +19,7 @@ from kubernetes import client, watch
 from kubernetes.config import kube_config
 
 from specguard.router import KubeDiscovery, Topology
-from specguard.testing._cluster import LocalCluster
+from specguard_testkit._cluster import LocalCluster
 
 from .test_router_cluster import api, make_pod, set_ready
 

@@ -26,7 +26,7 @@ from specguard.sim._options import OptionError, parse_options
 from specguard.sim._profiles import PROFILES, Profile, expected_length, with_spread
 from specguard.sim._specconfig import parse_spec_config
 from specguard.sim._virtual import ClosedLoopRun, closed_loop, quantile
-from specguard.testing._loadclient import StreamRecord, completion_payload, stream_once
+from specguard_testkit._loadclient import StreamRecord, completion_payload, stream_once
 
 TAILS = PROFILES["kimi-k3-tails"]
 DSPARK = json.dumps({"method": "dspark", "model": "org/kimi-dspark", "num_speculative_tokens": 8})

@@ -16,7 +16,7 @@ import pytest
 
 from specguard._exposition import Samples, sample_value
 from specguard.sim._launch import start_sim
-from specguard.testing._loadclient import StreamRecord, read_metrics, stream_once
+from specguard_testkit._loadclient import StreamRecord, read_metrics, stream_once
 
 DRAFTS = "vllm:spec_decode_num_drafts_total"
 ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"

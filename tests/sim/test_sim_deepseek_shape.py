@@ -22,7 +22,7 @@ import pytest
 
 from specguard._exposition import Acceptance, acceptance_between
 from specguard.sim._launch import start_sim
-from specguard.testing._loadclient import closed_loop, read_reading
+from specguard_testkit._loadclient import closed_loop, read_reading
 
 SCALE = 2.0
 CONCURRENCY = (16, 64, 128, 256)

@@ -15,7 +15,7 @@ import pytest
 
 from specguard._exposition import sample_value
 from specguard.sim._launch import start_sim
-from specguard.testing._loadclient import (
+from specguard_testkit._loadclient import (
     StreamRecord,
     completion_payload,
     read_metrics,

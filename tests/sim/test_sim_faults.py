@@ -22,7 +22,7 @@ import pytest
 from specguard._exposition import acceptance_length, sample_value
 from specguard.judge import DraftCounters, DrafterRun, DraftSpan, rung_mismatch
 from specguard.sim._launch import start_sim
-from specguard.testing._loadclient import (
+from specguard_testkit._loadclient import (
     StreamRecord,
     completion_payload,
     read_metrics,

@@ -1,13 +1,13 @@
 """The simulator against a recording of real vLLM 0.32.0 (CPU build, tiny target, ngram k=4).
 
 ``vllm-0.32.0-cpu-recording.json`` holds the shapes (fields and value kinds) of what the real
-server answered to specguard.testing._recording's requests: streamed chat and completion with
+server answered to specguard_testkit._recording's requests: streamed chat and completion with
 continuous usage, their non-streamed forms, an unknown model, max_tokens over the context,
 /health, and every vllm:* metric family with its type, labels and sample suffixes. The
 real-vLLM tier (tests/realvllm/test_realvllm_fidelity.py) checks the recording still matches
 the live server and the simulator; regenerate it from a real server with
 
-    python -c "import json; from specguard.testing._recording import record; \\
+    python -c "import json; from specguard_testkit._recording import record; \\
       print(json.dumps(record('http://HOST:PORT', 'tiny'), indent=1, sort_keys=True))"
 
 Every difference found is listed in docs/simulator.md.
@@ -24,7 +24,7 @@ import aiohttp
 import pytest
 
 from specguard.sim import start_sim
-from specguard.testing._recording import compare, record
+from specguard_testkit._recording import compare, record
 
 RECORDING = Path(__file__).with_name("vllm-0.32.0-cpu-recording.json")
 NGRAM = '{"method":"ngram","num_speculative_tokens":4,"prompt_lookup_min":2,"prompt_lookup_max":3}'

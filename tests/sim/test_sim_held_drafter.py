@@ -14,7 +14,7 @@ import pytest
 from specguard._exposition import sample_value
 from specguard.sim._launch import start_sim
 from specguard.sim._profiles import HELD_DRAFTER_COST, PROFILES
-from specguard.testing._loadclient import closed_loop, read_metrics
+from specguard_testkit._loadclient import closed_loop, read_metrics
 
 # kimi-k3-published holds its drafter at kimi-k3's cost instead (its comments say why)
 SHARE_PROFILES = sorted(set(PROFILES) - {"kimi-k3-published"})

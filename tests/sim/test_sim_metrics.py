@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from specguard._exposition import Samples, sample_value
 from specguard.sim._launch import SimProcess, start_sim
-from specguard.testing._loadclient import (
+from specguard_testkit._loadclient import (
     StreamRecord,
     completion_payload,
     read_metrics,

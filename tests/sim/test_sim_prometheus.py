@@ -24,8 +24,8 @@ import pytest
 import yaml
 
 from specguard.sim._launch import start_sim
-from specguard.testing._ports import free_port
-from specguard.testing._prometheus import find_prometheus, prometheus_config
+from specguard_testkit._ports import free_port
+from specguard_testkit._prometheus import find_prometheus, prometheus_config
 
 DSPARK_K8 = json.dumps(
     {"method": "dspark", "model": "org/kimi-dspark", "num_speculative_tokens": 8}

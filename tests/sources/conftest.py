@@ -28,8 +28,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from specguard.judge import Sample
 from specguard.router._pool import Topology
 from specguard.router._proxy import Router, RouterConfig
-from specguard.testing._mirrored import ended
-from specguard.testing._ports import free_port
+from specguard_testkit._mirrored import ended
+from specguard_testkit._ports import free_port
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -216,7 +216,7 @@ class LocalPrometheus:
 
     def __init__(self, workdir: Path, targets: Sequence[tuple[str, dict[str, str]]],
                  scrape_interval: str = "1s") -> None:
-        from specguard.testing._prometheus import find_prometheus
+        from specguard_testkit._prometheus import find_prometheus
 
         self.binary = find_prometheus()
         self.workdir = workdir

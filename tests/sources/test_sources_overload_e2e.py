@@ -33,7 +33,7 @@ from specguard.demo._schedule import parse_schedule
 from specguard.judge import Evidence, PolicySettings
 from specguard.judge._guardrails import overload_excess
 from specguard.sim._launch import start_sim
-from specguard.testing._routerproc import router_process
+from specguard_testkit._routerproc import router_process
 
 pytestmark = [pytest.mark.slow]
 

@@ -13,8 +13,8 @@ from specguard.judge._verdict import judge
 from specguard.router._pool import Topology
 from specguard.router._proxy import Router, RouterConfig
 from specguard.sources._router_feed import RouterFeed
-from specguard.testing._ports import free_port
-from specguard.testing._synthetic import samples
+from specguard_testkit._ports import free_port
+from specguard_testkit._synthetic import samples
 
 
 class RouterPod:

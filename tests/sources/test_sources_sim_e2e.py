@@ -39,8 +39,8 @@ from specguard.judge._verdict import JudgeSettings, judge
 from specguard.sim._launch import SimProcess, start_sim
 from specguard.sources._prometheus import ArmSelectors, PrometheusSource
 from specguard.sources._router_feed import RouterFeed
-from specguard.testing._loadclient import completion_payload, stream_once
-from specguard.testing._ports import free_port
+from specguard_testkit._loadclient import completion_payload, stream_once
+from specguard_testkit._ports import free_port
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.slow]
 

@@ -24,8 +24,8 @@ import pytest
 
 from specguard.sim._launch import SimProcess, start_sim
 from specguard.sources._router_feed import RouterFeed, RouterFeedSource
-from specguard.testing import router_process
-from specguard.testing._loadclient import closed_loop
+from specguard_testkit import router_process
+from specguard_testkit._loadclient import closed_loop
 
 PER_ROUTER = 4
 

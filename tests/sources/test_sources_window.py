@@ -26,7 +26,7 @@ from specguard.sources import (
     draft_counters,
     pod_concurrency,
 )
-from specguard.testing._ports import free_port
+from specguard_testkit._ports import free_port
 
 from .conftest import FeedRouter
 

@@ -3,7 +3,7 @@ whose reads failed or stopped part way (``down``, never judged, never empty), an
 ahead between window ends.
 
 Real Router apps serve ``/samples`` from their own ring, filled as a router fills it: each
-sample when its request ends (``specguard.testing._mirrored``: a realistic stream at the
+sample when its request ends (``specguard_testkit._mirrored``: a realistic stream at the
 load of the issue, 30 requests/s, requests of 6 s median spanning 10 s windows' ends). Read
 faults (a 500, a timeout, a read cut after its first page) come from a middleware in front
 of the real handler: the only faults here that cannot be caused otherwise.
@@ -19,7 +19,7 @@ import pytest
 
 from specguard.judge import JudgeSettings, Sample
 from specguard.sources import RouterFeed, RouterFeedSource, WindowSamples
-from specguard.testing._mirrored import Mirrored, ended, feed
+from specguard_testkit._mirrored import Mirrored, ended, feed
 
 from .conftest import FeedRouter
 

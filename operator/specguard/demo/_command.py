@@ -42,7 +42,7 @@ from specguard.demo._schedule import (
 from specguard.demo._watch import EventRecord, Monitor, verdict_text
 from specguard.judge import PolicySettings
 from specguard.sim import PROFILES
-from specguard.testing import group_members
+from specguard_testkit import group_members
 
 # Measured on the development machine (2 shared cores, cached binaries): cluster start,
 # helm install and the resource becoming Ready take about a minute; teardown about 10 s.

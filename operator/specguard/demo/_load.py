@@ -35,7 +35,7 @@ import aiohttp
 from specguard._args import ArgumentParser, UsageError
 from specguard.demo._accounting import ClientRecord
 from specguard.demo._schedule import Phase, parse_schedule, spans
-from specguard.testing import StreamRecord, stream_once
+from specguard_testkit import StreamRecord, stream_once
 
 PROMPTS = {
     "math": "Solve 37 * 41 step by step.",

@@ -22,7 +22,7 @@ import yaml
 from specguard import __version__
 from specguard._objects import arm_of, pod_ready, pod_url, ready_router_urls
 from specguard.api import constants as c
-from specguard.testing import (
+from specguard_testkit import (
     ImageRunner,
     KubeletConfig,
     Launch,

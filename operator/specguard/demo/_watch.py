@@ -21,7 +21,7 @@ from specguard.api import constants as c
 from specguard.demo._stage import vllm_pods
 from specguard.judge import Sample
 from specguard.sources import RouterFeed, parse_reading
-from specguard.testing import LocalCluster
+from specguard_testkit import LocalCluster
 
 
 @dataclass(frozen=True, slots=True)

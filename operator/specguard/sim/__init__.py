@@ -14,7 +14,7 @@ _exporter       vLLM's Prometheus metrics (read back with specguard.sources)
 _domains        request domain and prompt-token estimates; _filler: generated text
 _launch         ``start_sim``: a simulator subprocess
 
-Test clients (a lean streaming load client, a /metrics reader) are in specguard.testing.
+Test clients (a lean streaming load client, a /metrics reader) are in specguard_testkit.
 
 See docs/simulator.md.
 """

@@ -85,7 +85,7 @@ class SimProcess:
 
 def signal_group(pgid: int, sig: int) -> None:
     """Send ``sig`` to the group; a group that is already gone is not an error (the one
-    implementation: specguard.testing._procs uses it too)."""
+    implementation: specguard_testkit._procs uses it too)."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
 

@@ -1,4 +1,4 @@
-"""specguard.testing: a real local control plane for tests and the demo.
+"""specguard_testkit: a real local control plane for tests and the demo.
 
 LocalCluster (etcd, kube-apiserver, kube-controller-manager, kube-scheduler as local
 processes), fake GPU nodes, a process kubelet that runs pods as local processes (the vLLM
@@ -13,7 +13,7 @@ for the real-vLLM tier: ``find_real_vllm``, ``serve_argv``, ``start_vllm``.
 """
 
 from specguard.sim import SimProcess
-from specguard.testing._binaries import (
+from specguard_testkit._binaries import (
     ImageArchives,
     MissingBinariesError,
     build_images,
@@ -25,23 +25,23 @@ from specguard.testing._binaries import (
     install_tools_script,
     kubectl_binary,
 )
-from specguard.testing._cluster import LocalCluster
-from specguard.testing._images import HOST_IMAGE, ImageRunner, Launch
-from specguard.testing._kubelet import KubeletConfig, ProcessKubelet
-from specguard.testing._loadclient import StreamRecord, stream_once
-from specguard.testing._nodes import NodeSpec
-from specguard.testing._ports import free_port
-from specguard.testing._procs import group_members, group_pss_mib, proc_stat
-from specguard.testing._prometheus import PrometheusServer
-from specguard.testing._realnode import RealNode, RealNodeConfig
-from specguard.testing._realvllm import (
+from specguard_testkit._cluster import LocalCluster
+from specguard_testkit._images import HOST_IMAGE, ImageRunner, Launch
+from specguard_testkit._kubelet import KubeletConfig, ProcessKubelet
+from specguard_testkit._loadclient import StreamRecord, stream_once
+from specguard_testkit._nodes import NodeSpec
+from specguard_testkit._ports import free_port
+from specguard_testkit._procs import group_members, group_pss_mib, proc_stat
+from specguard_testkit._prometheus import PrometheusServer
+from specguard_testkit._realnode import RealNode, RealNodeConfig
+from specguard_testkit._realvllm import (
     RealVllm,
     RealVllmMissingError,
     find_real_vllm,
     serve_argv,
     start_vllm,
 )
-from specguard.testing._routerproc import router_process
+from specguard_testkit._routerproc import router_process
 
 __all__ = [
     "HOST_IMAGE",

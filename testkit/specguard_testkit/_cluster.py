@@ -11,9 +11,9 @@ local processes on free loopback ports, data in a temporary directory.
         cluster.start_real_nodes(2, RealNodeConfig(images=build_images().all()))
 
 With ``node_network`` the apiserver listens on a bridge address of the cluster's own node
-network (specguard.testing._nodenet) instead of loopback and advertises it, so the
+network (specguard_testkit._nodenet) instead of loopback and advertises it, so the
 ``kubernetes`` Service has an endpoint pods can reach; real nodes (kubelet, containerd,
-kube-proxy: specguard.testing._realnode) join it.
+kube-proxy: specguard_testkit._realnode) join it.
 
 Teardown (``stop``, the context manager, interpreter exit, SIGTERM, or the next run's
 orphan reaper) kills every process group it started.
@@ -38,24 +38,24 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from specguard.testing._access import ClusterAccess
-from specguard.testing._binaries import ControlPlaneBinaries, find_binaries, kubectl_binary
-from specguard.testing._pki import ClusterPki, make_client_cert, make_pki
-from specguard.testing._ports import free_port
-from specguard.testing._procs import (
+from specguard_testkit._access import ClusterAccess
+from specguard_testkit._binaries import ControlPlaneBinaries, find_binaries, kubectl_binary
+from specguard_testkit._pki import ClusterPki, make_client_cert, make_pki
+from specguard_testkit._ports import free_port
+from specguard_testkit._procs import (
     ProcessGroups,
     forget_registry,
     install_exit_handlers,
     reap_orphans,
     terminate_group,
 )
-from specguard.testing._wait import wait_until
+from specguard_testkit._wait import wait_until
 
 if TYPE_CHECKING:
-    from specguard.testing._kubelet import KubeletConfig, ProcessKubelet
-    from specguard.testing._nodenet import ClusterNetwork
-    from specguard.testing._prometheus import PrometheusServer
-    from specguard.testing._realnode import RealNode, RealNodeConfig
+    from specguard_testkit._kubelet import KubeletConfig, ProcessKubelet
+    from specguard_testkit._nodenet import ClusterNetwork
+    from specguard_testkit._prometheus import PrometheusServer
+    from specguard_testkit._realnode import RealNode, RealNodeConfig
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +154,7 @@ class LocalCluster:
         began = time.monotonic()
         reap_orphans()
         if self.node_network:
-            from specguard.testing._realnode import reap_orphan_nodes
+            from specguard_testkit._realnode import reap_orphan_nodes
 
             reap_orphan_nodes()
         binaries = self._binaries or find_binaries()
@@ -205,7 +205,7 @@ class LocalCluster:
         self.processes.kill_all()  # anything left (pods of a kubelet that failed to stop)
         forget_registry(self.processes)
         if self.network is not None:
-            from specguard.testing._realnode import forget_record, restore_kernel_tunables
+            from specguard_testkit._realnode import forget_record, restore_kernel_tunables
 
             self.network.remove()
             self.network = None
@@ -380,9 +380,9 @@ class LocalCluster:
         self._wait_default_service_account(apiserver, deadline)
 
     def _make_network(self) -> ClusterNetwork:
-        from specguard.testing._nodenet import ClusterNetwork
-        from specguard.testing._procs import run_dir
-        from specguard.testing._realnode import save_record
+        from specguard_testkit._nodenet import ClusterNetwork
+        from specguard_testkit._procs import run_dir
+        from specguard_testkit._realnode import save_record
 
         if os.geteuid() != 0:
             raise ClusterStartError("real nodes need root (network namespaces, cgroups, mounts)")
@@ -491,8 +491,8 @@ class LocalCluster:
     def add_gpu_nodes(
         self, count: int = 1, *, gpus: int = 8, prefix: str = "gpu-node", **kwargs: Any
     ) -> list[str]:
-        """Register ``count`` fake GPU nodes (see specguard.testing._nodes)."""
-        from specguard.testing._nodes import NodeSpec, register_nodes
+        """Register ``count`` fake GPU nodes (see specguard_testkit._nodes)."""
+        from specguard_testkit._nodes import NodeSpec, register_nodes
 
         spec = NodeSpec(gpus=gpus, **kwargs)
         start = len(self.gpu_node_names)
@@ -507,7 +507,7 @@ class LocalCluster:
 
     def start_kubelet(self, config: KubeletConfig | None = None) -> ProcessKubelet:
         """Run pods bound to this cluster's GPU nodes as local processes."""
-        from specguard.testing._kubelet import KubeletConfig, ProcessKubelet
+        from specguard_testkit._kubelet import KubeletConfig, ProcessKubelet
 
         if self.kubelet is not None:
             raise RuntimeError("a kubelet is already running for this cluster")
@@ -524,13 +524,13 @@ class LocalCluster:
     def start_real_nodes(self, count: int = 1, config: RealNodeConfig | None = None,
                          *, prefix: str = "node") -> list[RealNode]:  # fmt: skip
         """Start ``count`` real nodes (kubelet, containerd, kube-proxy; see
-        specguard.testing._realnode) and wait until each is Ready with its GPUs allocatable.
+        specguard_testkit._realnode) and wait until each is Ready with its GPUs allocatable.
         Needs ``node_network=True``; the binaries come from scripts/build-node.sh and
         scripts/build-control-plane.sh, the images from ``config.images``."""
         from concurrent.futures import ThreadPoolExecutor
 
-        from specguard.testing._binaries import find_node_binaries
-        from specguard.testing._realnode import RealNode, RealNodeConfig, save_record
+        from specguard_testkit._binaries import find_node_binaries
+        from specguard_testkit._realnode import RealNode, RealNodeConfig, save_record
 
         if self.network is None or self._pki is None:
             raise RuntimeError("real nodes need LocalCluster(node_network=True), started")
@@ -561,7 +561,7 @@ class LocalCluster:
 
     def start_prometheus(self, scrape_interval: float = 1.0) -> PrometheusServer:
         """Real Prometheus scraping the running pods (file-based service discovery)."""
-        from specguard.testing._prometheus import PrometheusServer
+        from specguard_testkit._prometheus import PrometheusServer
 
         if self.prometheus is not None:
             return self.prometheus

@@ -18,7 +18,8 @@ broken drafter). The transformer layers keep their small random initial weights,
 models run every real kernel of a Llama.
 
 This file is a script: it imports nothing from specguard, so the vLLM venv needs no specguard.
-`specguard.testing.tiny_models()` runs it once and caches the result.
+scripts/install-vllm-cpu.sh runs it once and caches the result (its folder is named by the hash
+of this file and the lock).
 """
 
 from __future__ import annotations
@@ -47,8 +48,11 @@ DRAFT = {"hidden_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2,
 
 
 def corpus() -> list[str]:
-    """Every message text of the prompt sets under ../evaluate/prompts, in file order."""
-    prompts = Path(__file__).resolve().parent.parent / "evaluate" / "prompts"
+    """Every message text of the prompt sets that ship with specguard (the checkout's
+    operator/specguard/evaluate/prompts, beside this testkit), in file order."""
+    prompts = Path(__file__).resolve().parents[2] / "operator/specguard/evaluate/prompts"
+    if not any(prompts.glob("*.jsonl")):
+        sys.exit(f"_make_tiny_models.py: no prompt sets in {prompts}")
     texts: list[str] = []
     for path in sorted(prompts.glob("*.jsonl")):
         for line in path.read_text(encoding="utf-8").splitlines():

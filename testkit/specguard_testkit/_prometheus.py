@@ -26,8 +26,8 @@ from typing import Any
 import httpx
 import yaml
 
-from specguard.testing._access import ClusterAccess
-from specguard.testing._procs import ProcessGroups, terminate_group
+from specguard_testkit._access import ClusterAccess
+from specguard_testkit._procs import ProcessGroups, terminate_group
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +129,7 @@ class PrometheusServer:
         self._last_targets = ""
 
     def start(self, timeout: float = 60.0) -> PrometheusServer:
-        from specguard.testing._ports import free_port
+        from specguard_testkit._ports import free_port
 
         binary = find_prometheus()
         self.targets_file.parent.mkdir(parents=True, exist_ok=True)

@@ -34,7 +34,7 @@ from specguard.api import parse_resource
 from specguard.api.constants import ARM_BASELINE, ARM_SPECULATIVE
 from specguard.render import vllm_args
 from specguard.sim import SimProcess, SimStartError
-from specguard.testing._images import Launch
+from specguard_testkit._images import Launch
 
 VLLM_VERSION = "0.32.0"
 SERVED_NAME = "tiny"
@@ -130,7 +130,7 @@ class RealVllm:
 
 def repository_root() -> Path | None:
     """The checkout this package runs from, when it does (the install script lives there)."""
-    root = Path(__file__).resolve().parents[3]
+    root = Path(__file__).resolve().parents[2]
     return root if (root / "scripts" / "install-vllm-cpu.sh").is_file() else None
 
 

@@ -1,6 +1,6 @@
 """Synthetic windows of samples with known truth, for validating the judge (A/A false alarm
 rates, power against injected regressions) in tests/judge/test_judge_statistics.py. Optimistic
-shapes (log-spread 0.10, one concurrency); realistic traffic: specguard.testing._traffic.
+shapes (log-spread 0.10, one concurrency); realistic traffic: specguard_testkit._traffic.
 
 Shapes of per-request TPOT at one concurrency (median about 30 ms):
 

@@ -1,4 +1,4 @@
-"""Run a local cluster until interrupted: ``python -m specguard.testing [options]``.
+"""Run a local cluster until interrupted: ``python -m specguard_testkit [options]``.
 
 Prints the kubeconfig path and the Prometheus URL, then waits for Ctrl-C or SIGTERM and
 tears everything down. What it needs is checked before anything starts: a missing
@@ -15,12 +15,12 @@ import threading
 from collections.abc import Sequence
 
 from specguard._args import ArgumentParser, UsageError
-from specguard.testing._binaries import MissingBinariesError, find_binaries
-from specguard.testing._cluster import LocalCluster
-from specguard.testing._kubelet import KubeletConfig
-from specguard.testing._prometheus import find_prometheus
+from specguard_testkit._binaries import MissingBinariesError, find_binaries
+from specguard_testkit._cluster import LocalCluster
+from specguard_testkit._kubelet import KubeletConfig
+from specguard_testkit._prometheus import find_prometheus
 
-PROG = "python -m specguard.testing"
+PROG = "python -m specguard_testkit"
 
 
 def build_parser() -> ArgumentParser:

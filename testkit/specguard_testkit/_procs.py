@@ -30,7 +30,7 @@ from pathlib import Path
 from types import FrameType
 
 from specguard.sim import signal_group
-from specguard.testing._binaries import cache_dir
+from specguard_testkit._binaries import cache_dir
 
 log = logging.getLogger(__name__)
 

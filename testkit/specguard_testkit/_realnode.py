@@ -1,5 +1,5 @@
 """Real nodes for the local cluster: a kubelet, containerd with runc, the CNI bridge and
-kube-proxy per node, each node in a network namespace of its own (specguard.testing._nodenet).
+kube-proxy per node, each node in a network namespace of its own (specguard_testkit._nodenet).
 Pods are real containers of the images built from this checkout (scripts/build-image.sh),
 run under their security context; ``kubectl logs``, ``exec``, probes and Services work as
 on any cluster.
@@ -40,13 +40,13 @@ from typing import Any
 
 import yaml
 
-from specguard.testing._access import ClusterAccess, raise_for_status
-from specguard.testing._binaries import NodeBinaries
-from specguard.testing._nodenet import ClusterNetwork, NetworkError, in_netns
-from specguard.testing._nodes import GPU_PRODUCT_LABEL, GPU_RESOURCE
-from specguard.testing._pki import ClusterPki, make_client_cert, make_serving_cert
-from specguard.testing._procs import ProcessGroups, proc_stat, run_dir, terminate_group
-from specguard.testing._wait import wait_until
+from specguard_testkit._access import ClusterAccess, raise_for_status
+from specguard_testkit._binaries import NodeBinaries
+from specguard_testkit._nodenet import ClusterNetwork, NetworkError, in_netns
+from specguard_testkit._nodes import GPU_PRODUCT_LABEL, GPU_RESOURCE
+from specguard_testkit._pki import ClusterPki, make_client_cert, make_serving_cert
+from specguard_testkit._procs import ProcessGroups, proc_stat, run_dir, terminate_group
+from specguard_testkit._wait import wait_until
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from collections.abc import Iterator, Sequence
 
 import httpx
 
-from specguard.testing._ports import free_port
+from specguard_testkit._ports import free_port
 
 
 @contextlib.contextmanager

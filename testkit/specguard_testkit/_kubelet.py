@@ -1,9 +1,9 @@
 """A kubelet that runs pods as local processes.
 
 It watches the pods bound to its nodes and, for each one, gives the pod a loopback
-address, resolves each container's image to a local command (specguard.testing._images),
-its environment and service-account kubeconfig (specguard.testing._podenv), starts it in
-its own process group, runs its probes (specguard.testing._probes) and reports the pod's
+address, resolves each container's image to a local command (specguard_testkit._images),
+its environment and service-account kubeconfig (specguard_testkit._podenv), starts it in
+its own process group, runs its probes (specguard_testkit._probes) and reports the pod's
 status. Exits are restarted per ``restartPolicy`` with an exponential back-off
 (CrashLoopBackOff); a deleted pod gets SIGTERM, its grace period, then SIGKILL, and is
 then removed from the API (deletion finalized with grace 0), as a kubelet does.
@@ -31,25 +31,25 @@ from typing import Any
 import httpx
 
 from specguard.sim import signal_group
-from specguard.testing._access import ClusterAccess, raise_for_status
-from specguard.testing._images import (
+from specguard_testkit._access import ClusterAccess, raise_for_status
+from specguard_testkit._images import (
     ImageRunner,
     Launch,
     UnknownImageError,
     is_vllm_image,
     resolve_argv,
 )
-from specguard.testing._loopback import LoopbackPool
-from specguard.testing._nodes import heartbeat_patch, now_rfc3339
-from specguard.testing._podenv import (
+from specguard_testkit._loopback import LoopbackPool
+from specguard_testkit._nodes import heartbeat_patch, now_rfc3339
+from specguard_testkit._podenv import (
     ContainerConfigError,
     container_env,
     expand,
     service_account_token,
 )
-from specguard.testing._probes import Probe, parse_probe, probe_once
-from specguard.testing._procs import ProcessGroups
-from specguard.testing._realvllm import RealVllm, pod_argv
+from specguard_testkit._probes import Probe, parse_probe, probe_once
+from specguard_testkit._procs import ProcessGroups
+from specguard_testkit._realvllm import RealVllm, pod_argv
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ class KubeletConfig:
     sim_args_by_label: dict[str, tuple[str, ...]] = field(default_factory=dict)
     # image or repository -> argv builder, consulted before the built-in mappings.
     images: dict[str, ImageRunner] = field(default_factory=dict)
-    # Real vLLM for vLLM images instead of the simulator (specguard.testing.find_real_vllm()):
+    # Real vLLM for vLLM images instead of the simulator (specguard_testkit.find_real_vllm()):
     # the container's `vllm serve MODEL ARGS` runs as it is with the CPU build's environment
     # and flags; MODEL must be a local folder (the tiny models). sim_args do not apply.
     real_vllm: RealVllm | None = None

@@ -20,10 +20,10 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from specguard.testing._binaries import MissingBinariesError
-from specguard.testing._cluster import LocalCluster
-from specguard.testing._kubelet import KubeletConfig, ProcessKubelet
-from specguard.testing._prometheus import PrometheusServer
+from specguard_testkit._binaries import MissingBinariesError
+from specguard_testkit._cluster import LocalCluster
+from specguard_testkit._kubelet import KubeletConfig, ProcessKubelet
+from specguard_testkit._prometheus import PrometheusServer
 
 GPU_NODES = 2
 

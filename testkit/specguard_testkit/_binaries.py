@@ -52,7 +52,7 @@ def cache_bin_dir(version: str | None = None) -> Path:
 
 def build_script() -> Path:
     """scripts/build-control-plane.sh of the checkout this package runs from."""
-    return Path(__file__).resolve().parents[3] / "scripts" / "build-control-plane.sh"
+    return Path(__file__).resolve().parents[2] / "scripts" / "build-control-plane.sh"
 
 
 def install_tools_script() -> Path:
