@@ -469,3 +469,4 @@ async def test_a_real_copy_never_waits_behind_ballast(
     assert registry.get_sample_value("specguard_router_mirror_deferred_total") == 0
     assert len(copies) == len(serving), (len(copies), len(serving))
     assert {s.pair_id for s in copies} == {s.pair_id for s in serving}
+

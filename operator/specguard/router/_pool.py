@@ -44,7 +44,12 @@ MirrorDecision = Literal["copy", "queue", "share", "drain", "defer"]
 QueueDrop = Literal["waited", "flushed"]
 
 # Copies one router may hold waiting for room, and for how long (RouterConfig's defaults).
-QUEUE_LIMIT = 16
+# The target bounds the queue first (no more wait than the shadow should hold); this cap is
+# the copy budget's (RouterConfig.shadow_max_in_flight): a fixed 16 underfed a slower shadow
+# at high concurrency — at 192 aiperf streams on the baseline, the drafter shadow held 136
+# against the serving pod's 177 (720 turns passed: its queue filled when the serving count
+# dipped between engine steps); with the queue at its target, 192 (bench/serving_swap_aiperf.py).
+QUEUE_LIMIT = 256
 QUEUE_WAIT_S = 10.0
 # How fast the request-time estimates follow (per completed request).
 _TOOK_WEIGHT = 1.0 / 32.0
