@@ -150,7 +150,7 @@ class Run:
     evidence: tuple[LoopEvidence, ...]  # rule="auto": each window's classification
     # After warmup: copies whose turn came ("selected": sent at once, queued, or dropped at
     # once), turns passed on ("defer": no copy), what became of the copies ("sent", and the
-    # drop reasons: waited, flushed, budget, drain), and how long sent ones waited queued.
+    # drop reasons: waited, flushed, trimmed, budget, drain), and how long sent ones waited queued.
     copies: dict[str, int]
     waits: tuple[float, ...]
 
@@ -225,7 +225,9 @@ def run(plant: Plant, *, seconds: float = 120.0, warmup: float = 30.0, seed: int
         return sum(1 for p in serving for r in p.queue if r.client == -2)
 
     sent = {"serving": 0, "mirrored": 0}
-    copies = dict.fromkeys(("selected", "sent", "defer", "waited", "flushed", "budget", "drain"), 0)
+    copies = dict.fromkeys(
+        ("selected", "sent", "defer", "waited", "flushed", "trimmed", "budget", "drain"), 0
+    )
     waits: list[float] = []
 
     def record(request: Request, pod: Pod, t: float) -> None:

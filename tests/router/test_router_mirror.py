@@ -198,7 +198,7 @@ async def test_a_queued_copy_goes_as_soon_as_the_shadow_has_room(
     assert "specguard_router_mirror_queue 0.0" in metrics
     dropped = sum(
         _counter(metrics, f'specguard_router_mirror_dropped_total{{reason="{reason}"}}')
-        for reason in ("waited", "flushed", "budget", "drain", "no_pod")
+        for reason in ("waited", "flushed", "trimmed", "budget", "drain", "no_pod")
     )
     assert dropped == 0
     samples = rt.router.feed.read(None, 100).samples
@@ -470,3 +470,28 @@ async def test_a_real_copy_never_waits_behind_ballast(
     assert len(copies) == len(serving), (len(copies), len(serving))
     assert {s.pair_id for s in copies} == {s.pair_id for s in serving}
 
+
+
+def test_copies_waiting_beyond_a_target_that_fell_are_trimmed_oldest_first() -> None:
+    """Twelve copies wait behind a shadow held at the serving pod's 12; then the clients'
+    load drops to 2 in flight. At most as many copies wait as the target holds now: the ten
+    oldest go (``trimmed``: copies of the other load's requests, sent late, would keep the
+    shadow heavier than the serving pod into the next window), the two newest stay and are
+    sent as room appears."""
+    top, serving, shadow = one_shadow_pod(1)
+    for _ in range(12):
+        top.begin(serving[0], 0.0)
+    for _ in range(14):  # past the target with the request being routed (13)
+        top.begin(shadow, 0.0)
+    for i in range(12):
+        assert top.mirror_decision("speculative", 0.0) == "queue"
+        top.enqueue(i, "speculative", float(i) / 100)
+    assert top.queued == 12
+    for _ in range(10):
+        top.end(serving[0], 0.2, 1.0)  # the load drops: 2 in flight on the serving pod
+    for _ in range(14):
+        top.end(shadow, 0.2, 1.0)  # the shadow's copies end: room for the two left
+    chosen, dropped = top.take_copy(0.3)
+    assert [(p.payload, why) for p, why in dropped] == [(i, "trimmed") for i in range(10)]
+    assert chosen is not None and chosen.payload == 10
+    assert top.queued == 1

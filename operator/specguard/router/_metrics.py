@@ -109,8 +109,9 @@ class RouterMetrics:
             "specguard_router_mirror_dropped",
             "Copies decided but never sent: waited (queued past --shadow-queue-wait), "
             "flushed (queued when the roles changed: a swap, the rule turned to arrivals, no "
-            "pod), budget (--shadow-max-in-flight full), drain (by arrivals, the shadow's "
-            "earlier copies must end first), no_pod.",
+            "pod), trimmed (more waited than the shadow's target holds after it fell), budget "
+            "(--shadow-max-in-flight full), drain (by arrivals, the shadow's earlier copies "
+            "must end first), no_pod.",
             ("reason",), registry=self.registry,
         )  # fmt: skip
         self.ready_pods = Gauge(
@@ -153,7 +154,7 @@ class RouterMetrics:
             "Samples pushed out of the bounded /samples ring.",
             registry=self.registry,
         )
-        for reason in ("waited", "flushed", "budget", "drain", "no_pod"):
+        for reason in ("waited", "flushed", "trimmed", "budget", "drain", "no_pod"):
             self.mirror_dropped.labels(reason)
 
     def observe(self, sample: Sample) -> None:

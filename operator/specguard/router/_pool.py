@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Literal
@@ -39,9 +39,10 @@ from specguard.judge import LoadMatch
 # until the shadow has room, leave it (the share's turn has not come), or leave it because
 # the shadow is being drained or the queue is full (counted as dropped, by that reason).
 MirrorDecision = Literal["copy", "queue", "share", "drain", "defer"]
-# Why a queued copy was never sent: it waited past ``queue_wait_s`` (``waited``), or the
-# roles changed under it (a swap, the rule turned to arrivals, no pod left: ``flushed``).
-QueueDrop = Literal["waited", "flushed"]
+# Why a queued copy was never sent: it waited past ``queue_wait_s`` (``waited``), the
+# roles changed under it (a swap, the rule turned to arrivals, no pod left: ``flushed``), or
+# more waited than the shadow's target holds now, the oldest first (``trimmed``).
+QueueDrop = Literal["waited", "flushed", "trimmed"]
 
 # Copies one router may hold waiting for room, and for how long (RouterConfig's defaults).
 # The target bounds the queue first (no more wait than the shadow should hold); this cap is
@@ -326,12 +327,17 @@ class Topology:
         waiting = sum(c.target == target for c in self._queue)
         if not waiting and self.shadow_has_room(served_by, routing=1):
             return "copy"
-        wanted = self._wanted(other_arm(target), routing=1) or 0.0
-        if waiting >= min(self.queue_limit, max(1, math.ceil(wanted - 1e-9))):
+        if waiting >= self._queue_room(target, routing=1):
             self._credit += 1.0  # the turn passes to the next request
             self._credit = min(self._credit, 1.0)
             return "defer"
         return "queue"
+
+    def _queue_room(self, target: Arm, routing: int = 0) -> int:
+        """How many copies may wait for ``target``: as many as its target holds (at least
+        one), and ``queue_limit`` at most."""
+        wanted = self._wanted(other_arm(target), routing=routing) or 0.0
+        return min(self.queue_limit, max(1, math.ceil(wanted - 1e-9)))
 
     def enqueue(self, payload: object, served_by: Arm | None, now: float) -> PendingCopy:
         """Queue a copy ``mirror_decision`` said to queue."""
@@ -355,11 +361,23 @@ class Topology:
         chosen: PendingCopy | None = None
         kept: deque[PendingCopy] = deque()
         full: set[Arm] = set()
+        # At most as many wait as the target holds *now*: when the serving count falls (the
+        # clients' load dropped: 288 tool-call streams then 8 math ones), the oldest beyond
+        # it go. Sent late, they were copies of another load's requests, and they kept the
+        # shadow heavier than the serving pods into the next window (the regret bench's
+        # drafter shadow at 6.8-8.7 against the serving pods' 4: "mismatched concurrency").
+        waiting = Counter(p.target for p in self._queue)
+        excess = {
+            target: count - self._queue_room(target) for target, count in waiting.items()
+        }
         for pending in self._queue:
             if not self._copies_to(pending):
                 dropped.append((pending, "flushed"))
             elif now - pending.since > self.queue_wait_s:
                 dropped.append((pending, "waited"))
+            elif excess[pending.target] > 0:
+                excess[pending.target] -= 1
+                dropped.append((pending, "trimmed"))
             elif chosen is None and pending.target not in full:
                 if self.shadow_has_room(pending.served_by):
                     chosen = pending
