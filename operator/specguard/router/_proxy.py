@@ -613,11 +613,11 @@ class Router:
 
     def _end_ballast(self, now: float) -> bool:
         """A real copy is due and the shadow has no room: end the ballast copy started last
-        and count it off its pod at once (False: none was in flight), until the copy can be
-        sent now in their place. Ballast only
-        holds the shadow at the serving pods' count where real copies cannot; it must never
-        keep a real copy waiting — behind ballast, copies arriving together (a closed loop's
-        streams answered in one engine step) queued, and past the queue's limit the next
+        and count it off its pod at once (False: none was in flight); the caller repeats
+        until the copy can be sent now in their place. Ballast only holds the shadow at the
+        serving pods' count where real copies cannot; it must never keep a real copy
+        waiting — behind ballast, copies arriving together (a closed loop's streams
+        answered in one engine step) queued, and past the queue's limit the next
         requests' turns passed uncopied: at 192 aiperf streams with the drafter serving, 1,085
         of 1,086 requests are judged in pairs, where 577 of 1,079 were (597 turns passed
         while 1,111 ballast copies ran; bench/serving_swap_aiperf.py). The youngest goes: it
